@@ -1,0 +1,55 @@
+# p4ina: `make emulate` and `make test` are all a new user needs (as root on Debian 12).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+# Debian's python3: the venv sees its site-packages, where apt's Mininet lives.
+SYSTEM_PY   ?= /usr/bin/python3
+STAMP       := $(VENV)/.p4ina-installed
+PYTEST_ARGS ?=
+EMULATE_ARGS ?=
+
+.PHONY: help setup system-deps venv test emulate bench p4 p4-check clean-net clean
+
+help:
+	@echo "make emulate   install what is missing, run the main experiment (embedded switch)"
+	@echo "make test      install what is missing, run the test suite"
+	@echo "make bench     run the benchmarks, write results/bench.json"
+	@echo "make p4        regenerate p4/generated and recompile p4/build with p4c (needs p4c-bm2-ss)"
+	@echo "make clean-net remove namespaces, links and processes left by a crashed run"
+
+setup: system-deps venv
+
+system-deps:
+	@bash scripts/install_system_deps.sh
+
+# Reinstall when the dependency list changes; otherwise this is a no-op.
+$(STAMP): pyproject.toml | system-deps
+	@test -x $(PY) || $(SYSTEM_PY) -m venv --system-site-packages $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+venv: $(STAMP)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+emulate: setup
+	$(PY) -m emulation $(EMULATE_ARGS)
+
+bench: setup
+	$(PY) -m bench $(BENCH_ARGS)
+
+p4: setup
+	$(PY) scripts/build_p4.py
+
+p4-check: setup
+	$(PY) scripts/build_p4.py --check
+
+clean-net: setup
+	$(PY) -m emulation.cleanup
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

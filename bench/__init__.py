@@ -1,0 +1,1 @@
+"""Benchmarks behind `make bench`; each `bench_*.py` module has `run() -> Figures`."""

@@ -1,0 +1,362 @@
+#ifndef P4INA_AGGREGATION_P4
+#define P4INA_AGGREGATION_P4
+
+// What to do with the packet once the cell has been updated.
+const bit<8> SEND_NOTHING = 0;      // contribution absorbed (or a duplicate while siblings are missing)
+const bit<8> SEND_RESULT_DOWN = 1;  // root completed: narrow, multicast to the children
+const bit<8> SEND_RESULT_BACK = 2;  // retransmission to a final cell: the stored result, to that child only
+const bit<8> SEND_UP = 3;           // inner node completed (or re-sends): partial sum to the parent
+const bit<8> SEND_RELAY = 4;        // result from the parent: multicast to the children unchanged
+
+// SHARP-style aggregation of one job's contributions in one switch of its tree.
+// See docs/DESIGN.md ("Aggregation state machine") for the protocol.
+control Aggregation(inout headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t standard_metadata) {
+
+#include "../generated/lane_registers.p4"
+    register<bit<32>>(NUM_CELLS) slot_bitmap;    // children that contributed in this round
+    register<bit<8>>(NUM_CELLS) slot_contribs;   // how many (a popcount of the bitmap, kept to avoid one)
+    register<bit<8>>(NUM_CELLS) slot_state;      // STATE_* phase | STATE_OVERFLOW
+    register<bit<8>>(NUM_CELLS) slot_exponent;   // exponent of the round's first contribution
+    register<bit<8>>(NUM_CELLS) slot_token;      // job install that last used the cell
+    register<bit<8>>(NUM_CELLS) slot_epoch;      // all-reduce generation that last used the cell
+
+    counter(MAX_JOBS, CounterType.packets_and_bytes) contributions;
+    counter(MAX_JOBS, CounterType.packets_and_bytes) retransmissions;
+    counter(MAX_JOBS, CounterType.packets_and_bytes) completions;
+    counter(MAX_JOBS, CounterType.packets_and_bytes) overflows;
+
+    bit<8> send = SEND_NOTHING;
+    bit<1> load_from_cell = 0;
+    bit<1> resend = 0;
+    bit<1> fresh = 0;
+
+    action unknown_job() {
+        meta.drop_reason = DROP_UNKNOWN_JOB;
+    }
+
+    action set_job(bit<8> job_index, bit<8> role, bit<8> fan_in, bit<16> slot_base,
+                   bit<16> slot_count, bit<16> mcast_grp, bit<9> up_port,
+                   bit<8> result_type, bit<8> shift, bit<8> token) {
+        meta.job_index = job_index;
+        meta.role = role;
+        meta.fan_in = fan_in;
+        meta.slot_base = slot_base;
+        meta.slot_count = slot_count;
+        meta.mcast_grp = mcast_grp;
+        meta.up_port = up_port;
+        meta.result_type = result_type;
+        meta.shift = shift;
+        meta.token = token;
+    }
+
+    // One entry per job on this switch (MAX_JOBS - 1 at most; room to spare for modify-by-reinsert).
+    table job_config {
+        key = { hdr.agg.job_id: exact @name("job_id"); }
+        actions = { set_job; @defaultonly unknown_job; }
+        const default_action = unknown_job();
+        size = 64;
+    }
+
+    action bad_port() {
+        meta.drop_reason = DROP_BAD_PORT;
+    }
+
+    action from_child(bit<8> child_index) {
+        meta.from_parent = 0;
+        meta.child_bit = 32w1 << child_index;
+    }
+
+    action from_parent() {
+        meta.from_parent = 1;
+    }
+
+    // Which ports belong to a job's tree here: its children (with their bitmap bit) and its parent.
+    table job_ports {
+        key = {
+            hdr.agg.job_id: exact @name("job_id");
+            standard_metadata.ingress_port: exact @name("ingress_port");
+        }
+        actions = { from_child; from_parent; @defaultonly bad_port; }
+        const default_action = bad_port();
+        size = 1024;
+    }
+
+    action locate_cell() {
+        meta.cell = (((bit<32>)meta.slot_base + (bit<32>)hdr.agg.slot) << 1) | (bit<32>)hdr.agg.shadow;
+        meta.other_cell = meta.cell ^ 1;
+    }
+
+    action read_cell() {
+        slot_bitmap.read(meta.bitmap, meta.cell);
+        slot_contribs.read(meta.contribs, meta.cell);
+        slot_state.read(meta.state, meta.cell);
+    }
+
+    action write_cell() {
+        slot_bitmap.write(meta.cell, meta.bitmap);
+        slot_contribs.write(meta.cell, meta.contribs);
+        slot_state.write(meta.cell, meta.state);
+        slot_token.write(meta.cell, meta.token);
+        slot_epoch.write(meta.cell, hdr.agg.epoch);
+    }
+
+    action widen16() {
+        hdr.lanes32.setValid();
+#include "../generated/lanes_widen16.p4"
+    }
+
+    action widen8() {
+        hdr.lanes32.setValid();
+#include "../generated/lanes_widen8.p4"
+    }
+
+    action accumulate() {
+        bit<32> a;
+        bit<32> b;
+        bit<32> s;
+        bit<32> o;
+        bit<32> m;
+#include "../generated/lanes_accumulate.p4"
+    }
+
+    action store_lanes() {
+#include "../generated/lanes_store.p4"
+    }
+
+    action load_lanes() {
+        hdr.lanes32.setValid();
+        hdr.lanes16.setInvalid();
+        hdr.lanes8.setInvalid();
+#include "../generated/lanes_load.p4"
+    }
+
+    action narrow16() {
+        bit<32> x;
+        bit<32> t;
+        bit<32> f;
+        bit<32> m;
+        hdr.lanes16.setValid();
+#include "../generated/lanes_narrow16.p4"
+        hdr.lanes32.setInvalid();
+    }
+
+    action narrow8() {
+        bit<32> x;
+        bit<32> t;
+        bit<32> f;
+        bit<32> m;
+        hdr.lanes8.setValid();
+#include "../generated/lanes_narrow8.p4"
+        hdr.lanes32.setInvalid();
+    }
+
+    apply {
+        if (hdr.agg.op != OP_CONTRIB && hdr.agg.op != OP_RESULT) {
+            meta.drop_reason = DROP_MALFORMED;
+            return;
+        }
+        // Trailing bytes after the lanes would ride along into a result: refuse them.
+        if ((hdr.lanes32.isValid() && hdr.ipv4.total_len != AGG_IPV4_LEN_INT32)
+                || (hdr.lanes16.isValid() && hdr.ipv4.total_len != AGG_IPV4_LEN_INT16)
+                || (hdr.lanes8.isValid() && hdr.ipv4.total_len != AGG_IPV4_LEN_INT8)) {
+            meta.drop_reason = DROP_MALFORMED;
+            return;
+        }
+        job_config.apply();
+        if (meta.drop_reason != DROP_NONE) {
+            return;
+        }
+        if ((bit<16>)hdr.agg.slot >= meta.slot_count) {
+            meta.drop_reason = DROP_BAD_SLOT;
+            return;
+        }
+        job_ports.apply();
+        if (meta.drop_reason != DROP_NONE) {
+            return;
+        }
+        // Contributions only come up from children, results only down from the parent.
+        if ((meta.from_parent == 1 && hdr.agg.op != OP_RESULT)
+                || (meta.from_parent == 0 && hdr.agg.op != OP_CONTRIB)) {
+            meta.drop_reason = DROP_BAD_PORT;
+            return;
+        }
+        locate_cell();
+
+        if (meta.from_parent == 1) {
+            // Keep the result for retransmissions, pass it down as it came.
+            slot_state.read(meta.state, meta.cell);
+            if (hdr.lanes16.isValid()) {
+                widen16();
+                store_lanes();
+                hdr.lanes32.setInvalid();
+            } else if (hdr.lanes8.isValid()) {
+                widen8();
+                store_lanes();
+                hdr.lanes32.setInvalid();
+            } else {
+                store_lanes();
+            }
+            meta.state = STATE_FINAL;
+            if ((hdr.agg.flags & FLAG_OVERFLOW) != 0) {
+                meta.state = STATE_FINAL | STATE_OVERFLOW;
+            }
+            slot_state.write(meta.cell, meta.state);
+            slot_token.write(meta.cell, meta.token);
+            slot_epoch.write(meta.cell, hdr.agg.epoch);
+            send = SEND_RELAY;
+        } else {
+            bit<8> cell_token;
+            bit<8> cell_epoch;
+            slot_token.read(cell_token, meta.cell);
+            slot_epoch.read(cell_epoch, meta.cell);
+            read_cell();
+            if (cell_token != meta.token) {
+                fresh = 1;   // an earlier install of a job used this cell
+            } else if (hdr.agg.epoch != cell_epoch) {
+                bit<8> age = hdr.agg.epoch - cell_epoch;
+                if (age < 128) {
+                    fresh = 1;   // a newer all-reduce: start the round afresh
+                } else {
+                    meta.drop_reason = DROP_STALE;
+                    return;
+                }
+            }
+            if (fresh == 1) {
+                meta.bitmap = 0;
+                meta.contribs = 0;
+                meta.state = STATE_AGGREGATING;
+            }
+
+            // The child only reuses this slot after it saw the other copy's result.
+            bit<8> other_token;
+            bit<8> other_epoch;
+            slot_token.read(other_token, meta.other_cell);
+            slot_epoch.read(other_epoch, meta.other_cell);
+            if (other_token == meta.token && other_epoch == hdr.agg.epoch) {
+                bit<32> other_bitmap;
+                slot_bitmap.read(other_bitmap, meta.other_cell);
+                slot_bitmap.write(meta.other_cell, other_bitmap & ~meta.child_bit);
+            }
+
+            if ((meta.bitmap & meta.child_bit) != 0) {
+                retransmissions.count((bit<32>)meta.job_index);
+                bit<8> phase = meta.state & STATE_PHASE_MASK;
+                if (phase == STATE_FINAL) {
+                    send = SEND_RESULT_BACK;
+                    load_from_cell = 1;
+                } else if (phase == STATE_SENT_UP) {
+                    send = SEND_UP;
+                    load_from_cell = 1;
+                    resend = 1;
+                }
+            } else {
+                bit<8> cell_exponent;
+                slot_exponent.read(cell_exponent, meta.cell);
+                if (meta.bitmap == 0) {
+                    meta.keep = 0;
+                    slot_exponent.write(meta.cell, (bit<8>)hdr.agg.exponent);
+                } else if (cell_exponent != (bit<8>)hdr.agg.exponent) {
+                    meta.drop_reason = DROP_SCALE_MISMATCH;
+                    return;
+                } else {
+                    meta.keep = 0xffffffff;
+                }
+                if (hdr.lanes16.isValid()) {
+                    widen16();
+                    hdr.lanes16.setInvalid();
+                } else if (hdr.lanes8.isValid()) {
+                    widen8();
+                    hdr.lanes8.setInvalid();
+                }
+                meta.overflow = 0;
+                if ((hdr.agg.flags & FLAG_OVERFLOW) != 0) {
+                    meta.overflow = 1;   // a child's partial sum already saturated
+                }
+                accumulate();
+                contributions.count((bit<32>)meta.job_index);
+                if (meta.overflow == 1) {
+                    overflows.count((bit<32>)meta.job_index);
+                    meta.state = meta.state | STATE_OVERFLOW;
+                }
+                meta.bitmap = meta.bitmap | meta.child_bit;
+                meta.contribs = meta.contribs + 1;
+                if (meta.contribs == meta.fan_in) {
+                    completions.count((bit<32>)meta.job_index);
+                    if (meta.role == ROLE_ROOT) {
+                        meta.state = (meta.state & STATE_OVERFLOW) | STATE_FINAL;
+                        send = SEND_RESULT_DOWN;
+                    } else {
+                        meta.state = (meta.state & STATE_OVERFLOW) | STATE_SENT_UP;
+                        send = SEND_UP;
+                    }
+                }
+                write_cell();
+            }
+        }
+
+        // Build the outgoing packet.
+        meta.overflow = 0;
+        if ((meta.state & STATE_OVERFLOW) != 0) {
+            meta.overflow = 1;
+        }
+        if (load_from_cell == 1) {
+            load_lanes();
+        }
+        if (send == SEND_RESULT_DOWN || send == SEND_RESULT_BACK) {
+            // Only the root holds unshifted sums; inner nodes hold results already narrowed.
+            meta.out_shift = 0;
+            if (meta.role == ROLE_ROOT) {
+                meta.out_shift = meta.shift;
+            }
+            if (meta.result_type == ELEM_INT16) {
+                narrow16();
+            } else if (meta.result_type == ELEM_INT8) {
+                narrow8();
+            }
+            if (meta.overflow == 1) {
+                overflows.count((bit<32>)meta.job_index);
+            }
+            hdr.agg.op = OP_RESULT;
+            hdr.agg.shift = meta.shift;
+        }
+        if (send == SEND_UP) {
+            hdr.agg.op = OP_CONTRIB;
+            hdr.agg.shift = 0;
+        }
+        hdr.agg.flags = 0;
+        if (meta.overflow == 1) {
+            hdr.agg.flags = FLAG_OVERFLOW;
+        }
+        if (resend == 1) {
+            hdr.agg.flags = hdr.agg.flags | FLAG_RETRANSMIT;
+        }
+
+        if (hdr.lanes32.isValid()) {
+            hdr.agg.elem_type = ELEM_INT32;
+            hdr.ipv4.total_len = AGG_IPV4_LEN_INT32;
+            hdr.udp.length = AGG_UDP_LEN_INT32;
+        } else if (hdr.lanes16.isValid()) {
+            hdr.agg.elem_type = ELEM_INT16;
+            hdr.ipv4.total_len = AGG_IPV4_LEN_INT16;
+            hdr.udp.length = AGG_UDP_LEN_INT16;
+        } else {
+            hdr.agg.elem_type = ELEM_INT8;
+            hdr.ipv4.total_len = AGG_IPV4_LEN_INT8;
+            hdr.udp.length = AGG_UDP_LEN_INT8;
+        }
+        hdr.udp.checksum = 0;   // lanes changed; 0 means "no checksum" for UDP over IPv4
+
+        if (send == SEND_RESULT_DOWN || send == SEND_RELAY) {
+            standard_metadata.mcast_grp = meta.mcast_grp;
+        } else if (send == SEND_RESULT_BACK) {
+            standard_metadata.egress_spec = standard_metadata.ingress_port;
+        } else if (send == SEND_UP) {
+            standard_metadata.egress_spec = meta.up_port;
+        } else {
+            mark_to_drop(standard_metadata);
+        }
+    }
+}
+
+#endif

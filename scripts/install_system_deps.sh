@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install the Debian packages p4ina needs, only those that are missing.
+# Idempotent and quick when everything is there (one dpkg query).
+set -euo pipefail
+
+PKGS=(mininet iproute2 iputils-ping ethtool procps python3-venv python3-dev)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+if [[ $EUID -ne 0 ]]; then
+    echo "p4ina: missing Debian packages: ${missing[*]}; run as root or install them with apt-get" >&2
+    exit 1
+fi
+echo "p4ina: installing Debian packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
