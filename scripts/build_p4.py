@@ -49,7 +49,8 @@ def source_hash() -> str:
 
 def compiler_version() -> str:
     out = subprocess.run([COMPILER, "--version"], capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    return " ".join(line.strip() for line in lines)  # e.g. "p4c-bm2-ss Version 1.2.4.8 (SHA: ...)"
 
 
 def compile_to(out_dir: Path) -> tuple[Path, Path, str]:

@@ -75,20 +75,23 @@ def render_registers(wf: WireFormat) -> str:
 
 
 def render_accumulate(wf: WireFormat) -> str:
-    """acc = (acc & keep) + v, saturating, branch-free; the sum goes back to the register and the header."""
-    out = [BANNER, "// Needs locals a, b, s, o, m (bit<32>); meta.keep is 0 for the first contribution, else all ones."]
+    """acc = (acc & keep) |+| v: P4's saturating add, which BMv2 executes natively (sat_cast).
+
+    Overflow is where the saturating sum differs from the wrapping one.  Scratch
+    values live in metadata; action locals would be copy-propagated by p4c
+    into every use, multiplying the work per lane.
+    """
+    a, b = "meta.scratch_a", "meta.scratch_b"
+    out = [BANNER, "// meta.keep is 0 for the first contribution of a round (overwrite), else all ones (add)."]
     for i in range(wf.num_lanes):
+        v = f"hdr.lanes32.{lane(i)}"
         out += [
-            f"{reg(i)}.read(a, meta.cell);",
-            "a = a & meta.keep;",
-            f"b = hdr.lanes32.{lane(i)};",
-            "s = a + b;",
-            "o = (~(a ^ b) & (a ^ s)) >> 31;  // 1 when a and b share a sign that s lacks",
-            "m = 32w0 - o;",
-            "s = (s & ~m) | (((a >> 31) + 32w0x7fffffff) & m);  // INT32_MAX, or INT32_MIN when a < 0",
-            "meta.overflow = meta.overflow | o[0:0];",
-            f"{reg(i)}.write(meta.cell, s);",
-            f"hdr.lanes32.{lane(i)} = s;",
+            f"{reg(i)}.read({a}, meta.cell);",
+            f"{a} = {a} & meta.keep;",
+            f"{b} = (bit<32>)((int<32>){a} |+| (int<32>){v});",
+            f"meta.overflow = ({b} != {a} + {v}) ? 1w1 : meta.overflow;",
+            f"{reg(i)}.write(meta.cell, {b});",
+            f"{v} = {b};",
         ]
     return "\n".join(out) + "\n"
 
@@ -115,18 +118,16 @@ def render_widen(wf: WireFormat, bits: int) -> str:
 
 
 def render_narrow(wf: WireFormat, bits: int) -> str:
-    """x = sum >> shift (arithmetic), clamped to int<bits>, branch-free; needs locals x, t, f, m (bit<32>)."""
-    half = 1 << (bits - 1)
-    out = [BANNER, f"// Needs locals x, t, f, m (bit<32>); meta.out_shift is the right shift (bit<8>)."]
+    """lane = clamp(sum >> shift, INT<bits>_MIN, INT<bits>_MAX), the shift arithmetic (sign-preserving)."""
+    hi, lo = (1 << (bits - 1)) - 1, -(1 << (bits - 1))
+    x = "(int<32>)meta.scratch_a"
+    out = [BANNER, "// meta.out_shift is the right shift (bit<8>)."]
     for i in range(wf.num_lanes):
         out += [
-            f"x = (bit<32>)((int<32>)hdr.lanes32.{lane(i)} >> meta.out_shift);",
-            f"t = (x + 32w{half}) >> {bits};  // 0 exactly when x fits in int{bits}",
-            "f = (t | (32w0 - t)) >> 31;",
-            "m = 32w0 - f;",
-            f"x = (x & ~m) | (((x >> 31) + 32w{half - 1}) & m);  // INT{bits}_MAX, or INT{bits}_MIN when x < 0",
-            "meta.overflow = meta.overflow | f[0:0];",
-            f"hdr.lanes{bits}.{lane(i)} = x[{bits - 1}:0];",
+            f"meta.scratch_a = (bit<32>)((int<32>)hdr.lanes32.{lane(i)} >> meta.out_shift);",
+            f"meta.overflow = ({x} > {hi} || {x} < {lo}) ? 1w1 : meta.overflow;",
+            f"hdr.lanes{bits}.{lane(i)} = ({x} > {hi}) ? {bits}w{hi} "
+            f": (({x} < {lo}) ? {bits}w{1 << (bits - 1)} : meta.scratch_a[{bits - 1}:0]);",
         ]
     return "\n".join(out) + "\n"
 

@@ -112,11 +112,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     }
 
     action accumulate() {
-        bit<32> a;
-        bit<32> b;
-        bit<32> s;
-        bit<32> o;
-        bit<32> m;
 #include "../generated/lanes_accumulate.p4"
     }
 
@@ -132,20 +127,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     }
 
     action narrow16() {
-        bit<32> x;
-        bit<32> t;
-        bit<32> f;
-        bit<32> m;
         hdr.lanes16.setValid();
 #include "../generated/lanes_narrow16.p4"
         hdr.lanes32.setInvalid();
     }
 
     action narrow8() {
-        bit<32> x;
-        bit<32> t;
-        bit<32> f;
-        bit<32> m;
         hdr.lanes8.setValid();
 #include "../generated/lanes_narrow8.p4"
         hdr.lanes32.setInvalid();
@@ -222,6 +209,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     return;
                 }
             }
+            if (meta.bitmap == 0) {
+                fresh = 1;   // every child has moved on to the other copy: a new round
+            }
             if (fresh == 1) {
                 meta.bitmap = 0;
                 meta.contribs = 0;
@@ -296,10 +286,11 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         }
 
         // Build the outgoing packet.
-        meta.overflow = 0;
+        bit<1> saturated = 0;
         if ((meta.state & STATE_OVERFLOW) != 0) {
-            meta.overflow = 1;
+            saturated = 1;
         }
+        meta.overflow = 0;   // from here on: lanes clamped by narrowing
         if (load_from_cell == 1) {
             load_lanes();
         }
@@ -309,10 +300,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             if (meta.role == ROLE_ROOT) {
                 meta.out_shift = meta.shift;
             }
-            if (meta.result_type == ELEM_INT16) {
-                narrow16();
-            } else if (meta.result_type == ELEM_INT8) {
-                narrow8();
+            // lanes32 is valid on every path here; the test makes that visible to p4c's validity analysis.
+            if (hdr.lanes32.isValid()) {
+                if (meta.result_type == ELEM_INT16) {
+                    narrow16();
+                } else if (meta.result_type == ELEM_INT8) {
+                    narrow8();
+                }
             }
             if (meta.overflow == 1) {
                 overflows.count((bit<32>)meta.job_index);
@@ -325,7 +319,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             hdr.agg.shift = 0;
         }
         hdr.agg.flags = 0;
-        if (meta.overflow == 1) {
+        if (meta.overflow == 1 || saturated == 1) {
             hdr.agg.flags = FLAG_OVERFLOW;
         }
         if (resend == 1) {

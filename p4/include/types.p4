@@ -75,6 +75,10 @@ struct metadata_t {
     bit<32> keep;       // 0 to overwrite a cell's lanes (new round), all ones to add to them
     bit<8> out_shift;   // right shift applied when narrowing the lanes of an outgoing result
     bit<1> overflow;
+    // Scratch of the generated per-lane code (metadata rather than action locals,
+    // which p4c would copy-propagate into one huge expression per lane).
+    bit<32> scratch_a;
+    bit<32> scratch_b;
 }
 
 #endif

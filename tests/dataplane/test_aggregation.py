@@ -1,0 +1,251 @@
+"""Behaviour of p4ina.p4's aggregation, identical on every back end (see conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dataplane.backends import Dut
+from tests.dataplane.frames import (CONTRIB, INT8, INT16, INT32, OVERFLOW, RESULT, RETRANSMIT, contribution,
+                                    host_ip, host_mac, parse)
+from tests.dataplane.program import INNER, JOB_CONFIG, Job, install_hosts, install_job
+
+C = "P4inaIngress.aggregation."
+INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
+
+
+def values(seed: int) -> list[int]:
+    """64 distinct lanes, negatives included."""
+    return [seed * 1000 + 37 * (i - 32) for i in range(64)]
+
+
+def lane_sum(*vectors: list[int]) -> list[int]:
+    return [sum(col) for col in zip(*vectors)]
+
+
+def setup(dut: Dut, job: Job) -> None:
+    install_hosts(dut)
+    install_job(dut, job)
+
+
+def results_by_port(frames: list[tuple[int, bytes]]) -> dict[int, object]:
+    out = {}
+    for port, frame in frames:
+        assert port not in out, f"two frames out of port {port}"
+        out[port] = parse(frame)
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_sum_of_n_children_is_multicast_to_each(dut: Dut, n: int) -> None:
+    job = Job(children=tuple(range(1, n + 1)))
+    setup(dut, job)
+    inputs = {p: values(p) for p in job.children}
+    for p in job.children[:-1]:
+        dut.send(p, contribution(p, inputs[p], slot=3, shadow=1, epoch=5, exponent=-4, offset=192))
+    assert dut.receive(0) == [], "a partial sum must not leave the switch"
+    last = job.children[-1]
+    dut.send(last, contribution(last, inputs[last], slot=3, shadow=1, epoch=5, exponent=-4, offset=192))
+
+    got = results_by_port(dut.receive(n))
+    assert sorted(got) == list(job.children)
+    for port, pkt in got.items():
+        assert pkt.lanes == lane_sum(*inputs.values())
+        assert pkt.header["op"] == RESULT and pkt.header["elem_type"] == INT32 and pkt.header["flags"] == 0
+        assert (pkt.header["job_id"], pkt.header["slot"], pkt.header["shadow"]) == (7, 3, 1)
+        assert (pkt.header["epoch"], pkt.header["exponent"], pkt.header["offset"]) == (5, -4, 192)
+        assert pkt.eth_dst == host_mac(port) and pkt.ip_dst == host_ip(port), "results are addressed to the host"
+        assert pkt.ip_checksum_ok and pkt.ip_total_len == 300 and pkt.udp_len == 280
+    assert dut.counter(C + "contributions", 1)[0] == n
+    assert dut.counter(C + "completions", 1)[0] == 1
+    assert dut.counter("P4inaEgress.results_sent", 1)[0] == n
+
+
+def test_retransmission_is_not_added_twice(dut: Dut) -> None:
+    job = Job(children=(1, 2, 3))
+    setup(dut, job)
+    dut.send(1, contribution(1, values(1)))
+    dut.send(1, contribution(1, values(1), flags=RETRANSMIT))
+    dut.send(2, contribution(2, values(2)))
+    dut.send(2, contribution(2, values(2)))  # a duplicate without the flag is caught by the bitmap too
+    assert dut.receive(0) == []
+    dut.send(3, contribution(3, values(3)))
+    got = results_by_port(dut.receive(3))
+    assert {p: pkt.lanes for p, pkt in got.items()} == {p: lane_sum(values(1), values(2), values(3)) for p in (1, 2, 3)}
+    assert dut.counter(C + "retransmissions", 1)[0] == 2
+    assert dut.counter(C + "contributions", 1)[0] == 3
+
+
+def test_retransmission_to_a_completed_slot_gets_the_result_back(dut: Dut) -> None:
+    job = Job(children=(1, 2))
+    setup(dut, job)
+    dut.send(1, contribution(1, values(1)))
+    dut.send(2, contribution(2, values(2)))
+    first = results_by_port(dut.receive(2))
+    dut.send(2, contribution(2, values(2), flags=RETRANSMIT))   # its result was lost
+    again = dut.receive(1)
+    assert [p for p, _ in again] == [2], "only the child that asked gets the result again"
+    pkt = parse(again[0][1])
+    assert pkt.lanes == first[2].lanes and pkt.header["op"] == RESULT
+    assert pkt.eth_dst == host_mac(2)
+    assert dut.counter(C + "completions", 1)[0] == 1
+
+
+@pytest.mark.parametrize("result_type,bits", [(INT8, 8), (INT16, 16)])
+def test_results_are_narrowed_with_a_saturating_shift(dut: Dut, result_type: int, bits: int) -> None:
+    shift = 4
+    job = Job(children=(1, 2), result_type=result_type, shift=shift)
+    setup(dut, job)
+    a = [(i - 32) * (1 << bits) // 2 for i in range(64)]   # sums reach past the narrow range at both ends
+    b = [(i - 32) * 7 for i in range(64)]
+    dut.send(1, contribution(1, a))
+    dut.send(2, contribution(2, b))
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    expected = [min(hi, max(lo, s >> shift)) for s in lane_sum(a, b)]
+    assert any(e in (lo, hi) for e in expected), "the case must exercise clamping"
+    got = results_by_port(dut.receive(2))
+    for port, pkt in got.items():
+        assert pkt.header["elem_type"] == result_type and pkt.header["shift"] == shift
+        assert pkt.lanes == expected
+        assert pkt.header["flags"] & OVERFLOW, "clamped lanes set the overflow flag"
+        assert pkt.ip_total_len == 20 + 8 + 16 + 64 * bits // 8 and pkt.ip_checksum_ok
+    assert dut.counter(C + "overflows", 1)[0] >= 1
+
+
+def test_narrowing_without_clamping_leaves_the_flag_clear(dut: Dut) -> None:
+    job = Job(children=(1, 2), result_type=INT8, shift=2)
+    setup(dut, job)
+    a, b = [i - 32 for i in range(64)], [2 * (i - 32) for i in range(64)]   # |sum| <= 96, >> 2 fits
+    dut.send(1, contribution(1, a))
+    dut.send(2, contribution(2, b))
+    for _, pkt in results_by_port(dut.receive(2)).items():
+        assert pkt.lanes == [s >> 2 for s in lane_sum(a, b)]
+        assert pkt.header["flags"] == 0
+    assert dut.counter(C + "overflows", 1)[0] == 0
+
+
+def test_int32_sums_saturate_instead_of_wrapping(dut: Dut) -> None:
+    job = Job(children=(1, 2))
+    setup(dut, job)
+    a = [INT32_MAX - 10, INT32_MIN + 5, 1000, -1000] * 16
+    b = [100, -100, 2000, -2000] * 16
+    dut.send(1, contribution(1, a))
+    dut.send(2, contribution(2, b))
+    for _, pkt in results_by_port(dut.receive(2)).items():
+        assert pkt.lanes == [INT32_MAX, INT32_MIN, 3000, -3000] * 16
+        assert pkt.header["flags"] & OVERFLOW
+    assert dut.counter(C + "overflows", 1)[0] == 1
+
+
+@pytest.mark.parametrize("elem_type", [INT8, INT16])
+def test_narrow_contributions_are_widened(dut: Dut, elem_type: int) -> None:
+    job = Job(children=(1, 2, 3))
+    setup(dut, job)
+    vecs = {p: [((i * 5 + p * 31) % 256) - 128 for i in range(64)] for p in job.children}
+    for p in job.children:
+        dut.send(p, contribution(p, vecs[p], elem_type=elem_type))
+    for _, pkt in results_by_port(dut.receive(3)).items():
+        assert pkt.header["elem_type"] == INT32
+        assert pkt.lanes == lane_sum(*vecs.values())
+
+
+def test_inner_node_sends_partial_up_and_relays_the_result_down(dut: Dut) -> None:
+    job = Job(children=(1, 2), role=INNER, up_port=5, result_type=INT8, shift=3)
+    setup(dut, job)
+    dut.send(1, contribution(1, values(1), slot=2, epoch=9))
+    dut.send(2, contribution(2, values(2), slot=2, epoch=9))
+    up = dut.receive(1)
+    assert [p for p, _ in up] == [5]
+    partial = parse(up[0][1])
+    assert partial.header["op"] == CONTRIB and partial.header["elem_type"] == INT32
+    assert partial.lanes == lane_sum(values(1), values(2)), "inner nodes pass int32 partial sums up"
+    assert (partial.header["slot"], partial.header["epoch"]) == (2, 9)
+
+    # A child that missed nothing yet retransmits while the parent has not answered: the partial goes up again.
+    dut.send(1, contribution(1, values(1), slot=2, epoch=9, flags=RETRANSMIT))
+    again = dut.receive(1)
+    assert [p for p, _ in again] == [5]
+    assert parse(again[0][1]).header["flags"] & RETRANSMIT
+    assert parse(again[0][1]).lanes == partial.lanes
+
+    # The parent's (already narrowed) result comes down and is relayed unchanged to both children.
+    final = [(i % 100) - 50 for i in range(64)]
+    dut.send(5, contribution(5, final, slot=2, epoch=9, op=RESULT, elem_type=INT8, shift=3))
+    down = results_by_port(dut.receive(2))
+    assert sorted(down) == [1, 2]
+    for port, pkt in down.items():
+        assert pkt.lanes == final and pkt.header["elem_type"] == INT8 and pkt.header["shift"] == 3
+        assert pkt.eth_dst == host_mac(port)
+
+    # A lost result is recovered from the inner node's copy, identical to the first.
+    dut.send(2, contribution(2, values(2), slot=2, epoch=9, flags=RETRANSMIT))
+    back = dut.receive(1)
+    assert [p for p, _ in back] == [2]
+    pkt = parse(back[0][1])
+    assert pkt.lanes == final and pkt.header["elem_type"] == INT8 and pkt.header["shift"] == 3
+
+
+def test_shadow_copies_let_a_slot_be_reused(dut: Dut) -> None:
+    job = Job(children=(1, 2), slot_count=1)
+    setup(dut, job)
+    for round_ in range(4):   # shadow 0, 1, 0, 1: each round needs the other copy's bits cleared
+        shadow = round_ % 2
+        a, b = values(round_ + 1), values(round_ + 7)
+        dut.send(1, contribution(1, a, shadow=shadow))
+        dut.send(2, contribution(2, b, shadow=shadow))
+        got = results_by_port(dut.receive(2))
+        assert {p: pkt.lanes for p, pkt in got.items()} == {1: lane_sum(a, b), 2: lane_sum(a, b)}, f"round {round_}"
+    assert dut.counter(C + "retransmissions", 1)[0] == 0
+
+
+def test_a_newer_epoch_starts_afresh_and_an_older_one_is_dropped(dut: Dut) -> None:
+    job = Job(children=(1, 2))
+    setup(dut, job)
+    dut.send(1, contribution(1, values(1), epoch=1))
+    dut.send(2, contribution(2, values(2), epoch=1))
+    assert len(dut.receive(2)) == 2
+    # Same slot and shadow in the next all-reduce: not a retransmission, a new round.
+    dut.send(1, contribution(1, values(3), epoch=2))
+    dut.send(2, contribution(2, values(4), epoch=2))
+    got = results_by_port(dut.receive(2))
+    assert got[1].lanes == lane_sum(values(3), values(4))
+    # A late packet of epoch 1 must not touch epoch 2's cell.
+    dut.send(1, contribution(1, values(9), epoch=1, flags=RETRANSMIT))
+    assert dut.receive(0) == []
+    assert dut.counter("P4inaIngress.drops", 1 * 16 + 10)[0] == 1
+    # Epochs compare in serial-number order and wrap: each of these is newer than the one before.
+    for epoch in (100, 227, 255, 0):
+        dut.send(1, contribution(1, values(5), epoch=epoch))
+        dut.send(2, contribution(2, values(6), epoch=epoch))
+        assert results_by_port(dut.receive(2))[2].lanes == lane_sum(values(5), values(6))
+
+
+def test_a_new_install_token_resets_cells(dut: Dut) -> None:
+    job = Job(children=(1, 2))
+    setup(dut, job)
+    dut.send(1, contribution(1, values(1), epoch=1))
+    dut.send(2, contribution(2, values(2), epoch=1))
+    assert len(dut.receive(2)) == 2
+    # Reinstall (new token) and start again at epoch 1, as a restarted job does.
+    dut.modify(JOB_CONFIG, {"job_id": 7}, "set_job", dict(
+        job_index=1, role=1, fan_in=2, slot_base=0, slot_count=8, mcast_grp=1, up_port=0, result_type=INT32, shift=0,
+        token=2))
+    dut.send(1, contribution(1, values(3), epoch=1))
+    dut.send(2, contribution(2, values(4), epoch=1))
+    assert results_by_port(dut.receive(2))[1].lanes == lane_sum(values(3), values(4))
+
+
+def test_jobs_are_isolated(dut: Dut) -> None:
+    install_hosts(dut)
+    a = Job(job_id=7, job_index=1, children=(1, 2), slot_base=0, mcast_grp=1)
+    b = Job(job_id=9, job_index=2, children=(3, 4), slot_base=8, mcast_grp=2)
+    install_job(dut, a)
+    install_job(dut, b)
+    dut.send(1, contribution(1, values(1), job=7))
+    dut.send(3, contribution(3, values(3), job=9))
+    dut.send(4, contribution(4, values(4), job=9))
+    got_b = results_by_port(dut.receive(2))
+    assert sorted(got_b) == [3, 4] and got_b[3].lanes == lane_sum(values(3), values(4))
+    dut.send(2, contribution(2, values(2), job=7))
+    got_a = results_by_port(dut.receive(2))
+    assert sorted(got_a) == [1, 2] and got_a[1].lanes == lane_sum(values(1), values(2))
+    assert dut.counter(C + "contributions", 1)[0] == 2 and dut.counter(C + "contributions", 2)[0] == 2
