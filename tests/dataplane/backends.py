@@ -69,8 +69,8 @@ class Dut:
     def send(self, port: int, frame: bytes) -> None:
         raise NotImplementedError
 
-    def receive(self, count: int, timeout: float = 3.0) -> list[tuple[int, bytes]]:
-        """At least `count` frames (all that came, for an asynchronous back end: waits a little longer for extras)."""
+    def receive(self, count: int, timeout: float = 3.0, grace: float = 0.3) -> list[tuple[int, bytes]]:
+        """At least `count` frames; an asynchronous back end then waits `grace` seconds more for extras."""
         raise NotImplementedError
 
 
@@ -89,7 +89,7 @@ class EmbeddedDut(Dut):
     def send(self, port: int, frame: bytes) -> None:
         self._out.extend(self.switch.process_packet(port, frame))
 
-    def receive(self, count: int, timeout: float = 3.0) -> list[tuple[int, bytes]]:
+    def receive(self, count: int, timeout: float = 3.0, grace: float = 0.3) -> list[tuple[int, bytes]]:
         out, self._out = self._out, []
         return out
 
@@ -129,13 +129,13 @@ class Bmv2Dut(Dut):
     def send(self, port: int, frame: bytes) -> None:
         self.socks[port].send(frame)
 
-    def receive(self, count: int, timeout: float = 3.0) -> list[tuple[int, bytes]]:
+    def receive(self, count: int, timeout: float = 3.0, grace: float = 0.3) -> list[tuple[int, bytes]]:
         got: list[tuple[int, bytes]] = []
         deadline = time.monotonic() + timeout
         by_fd = {s.fileno(): (p, s) for p, s in self.socks.items()}
         while True:
             # Once `count` frames came, wait a short while more for any that should not come.
-            wait = deadline - time.monotonic() if len(got) < count else 0.3
+            wait = deadline - time.monotonic() if len(got) < count else grace
             if wait <= 0:
                 break
             ready, _, _ = select.select(list(by_fd), [], [], wait)
