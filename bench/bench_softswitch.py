@@ -1,0 +1,225 @@
+"""Embedded switch throughput on p4/build/p4ina.json: aggregation and plain IPv4 forwarding, one core.
+
+Aggregation: two children of a root switch (job 1, fan-in 2) send contributions to
+rotating slots, so every second packet completes a cell and multicasts the result to both
+children (one packet in, 0 or 2 out). Forwarding: UDP packets routed by ipv4_lpm.
+Packets/s counts packets offered to process_packet in a tight loop (no I/O). When
+simple_switch_grpc is on PATH, the same entries and traffic go through BMv2 over pcap
+files (emulation/softswitch/bmv2diff.py) and its sustained rate is reported beside ours.
+Set P4INA_JSON to benchmark another compiled p4ina.json.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.results import Figure, Figures
+from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, bmv2diff
+from wireformat import AGG
+
+LOG = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+# P4INA_JSON points the benchmark at another compiled p4ina.json (its .p4info.txtpb beside it).
+PROGRAM = Path(os.environ.get("P4INA_JSON", ROOT / "p4" / "build" / "p4ina.json"))
+AGG_PACKETS = 4000
+FWD_PACKETS = 20000
+CHILD_PORTS = (1, 2)
+HOST_MACS = {1: 0x020000000001, 2: 0x020000000002, 3: 0x020000000003}
+HOST_IPS = {1: 0x0A000101, 2: 0x0A000102, 3: 0x0A000201}
+JOB_ID = 1
+MCAST_GRP = 1
+SLOTS = 64
+
+
+def _checksum(header: bytes) -> int:
+    total = sum(struct.unpack(f">{len(header) // 2}H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def _ipv4(src: int, dst: int, payload_len: int, proto: int = 17, ttl: int = 64) -> bytes:
+    hdr = bytearray(struct.pack(">BBHHHBBHII", 0x45, 0, 20 + payload_len, 0, 0x4000, ttl, proto, 0, src, dst))
+    struct.pack_into(">H", hdr, 10, _checksum(bytes(hdr)))
+    return bytes(hdr)
+
+
+def _eth(dst: int, src: int) -> bytes:
+    return dst.to_bytes(6, "big") + src.to_bytes(6, "big") + b"\x08\x00"
+
+
+def contribution(child: int, slot: int, shadow: int, epoch: int) -> bytes:
+    c = AGG.constants()
+    elem = c["ELEM_INT32"]
+    lanes = AGG.lane_struct(elem).pack(*[(child + 1) * (i - 32) for i in range(64)])
+    agg = AGG.pack_header(
+        version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=elem, shift=0, job_id=JOB_ID,
+        shadow=shadow, slot=slot, contributor=child, exponent=0, epoch=epoch, offset=slot * 64,
+    )
+    udp_len = 8 + len(agg) + len(lanes)
+    udp = struct.pack(">HHHH", c["UDP_PORT_AGG"], c["UDP_PORT_AGG"], udp_len, 0)
+    agg_ip = socket.inet_aton("10.255.255.254")
+    return (
+        _eth(0x027034696E61, HOST_MACS[CHILD_PORTS[child]])
+        + _ipv4(HOST_IPS[CHILD_PORTS[child]], int.from_bytes(agg_ip, "big"), udp_len)
+        + udp
+        + agg
+        + lanes
+    )
+
+
+def agg_traffic(n: int) -> list[tuple[int, bytes]]:
+    """Contributions of both children, slot after slot; each pass over the slots is a new all-reduce
+    (next epoch, other shadow copy), so every pair of contributions completes a cell."""
+    out = []
+    r = 0
+    while len(out) < n:
+        slot = r % SLOTS
+        shadow = (r // SLOTS) % 2
+        epoch = (1 + r // SLOTS) % 256
+        for child, port in enumerate(CHILD_PORTS):
+            out.append((port, contribution(child, slot, shadow, epoch)))
+        r += 1
+    return out[:n]
+
+
+def fwd_traffic(n: int) -> list[tuple[int, bytes]]:
+    payload = bytes(64)
+    udp = struct.pack(">HHHH", 5000, 6000, 8 + len(payload), 0)
+    pkt = _eth(HOST_MACS[3], HOST_MACS[1]) + _ipv4(HOST_IPS[1], HOST_IPS[3], len(udp) + len(payload)) + udp + payload
+    return [(1, pkt)] * n
+
+
+def _action(sw: SoftSwitch, suffix: str) -> str:
+    names = [n for n in sw.actions() if n.endswith(suffix)]
+    if len(names) != 1:
+        raise RuntimeError(f"expected one action ending in {suffix!r} in {PROGRAM}, found {names}")
+    return names[0]
+
+
+def _table(sw: SoftSwitch, suffix: str) -> str:
+    names = [n for n in sw.tables() if n.endswith(suffix)]
+    if len(names) != 1:
+        raise RuntimeError(f"expected one table ending in {suffix!r} in {PROGRAM}, found {names}")
+    return names[0]
+
+
+def configure(sw: SoftSwitch) -> None:
+    """The root of job 1 with children on ports 1 and 2, plus routes (docs/DESIGN.md tables)."""
+    c = AGG.constants()
+    sw.table_insert(
+        _table(sw, "job_config"),
+        TableEntry(
+            (Exact(JOB_ID),),
+            # job_index, role, fan_in, slot_base, slot_count, mcast_grp, up_port, result_type, shift, token
+            ActionCall(_action(sw, "set_job"), (1, 1, 2, 0, SLOTS, MCAST_GRP, 0, c["ELEM_INT32"], 0, 1)),
+        ),
+    )
+    for child, port in enumerate(CHILD_PORTS):
+        sw.table_insert(
+            _table(sw, "job_ports"), TableEntry((Exact(JOB_ID), Exact(port)), ActionCall(_action(sw, "from_child"), (child,)))
+        )
+    sw.mc_group_set(MCAST_GRP, [(port, child) for child, port in enumerate(CHILD_PORTS)])
+    for port in HOST_MACS:
+        sw.table_insert(
+            _table(sw, "host_port"),
+            TableEntry((Exact(port),), ActionCall(_action(sw, "set_host"), (HOST_MACS[port], HOST_IPS[port]))),
+        )
+        sw.table_insert(
+            _table(sw, "ipv4_lpm"), TableEntry((Lpm(HOST_IPS[port], 32),), ActionCall(_action(sw, "forward"), (port,)))
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    pps: float  # input packets per wall-clock second
+    pps_cpu: float  # input packets per CPU second (less sensitive to other load on the machine)
+    sent: int
+    out_size: int  # length of an output packet
+
+
+def time_softswitch(traffic: list[tuple[int, bytes]]) -> Run:
+    sw = SoftSwitch(name="bench")
+    sw.load_program(PROGRAM.read_bytes())
+    configure(sw)
+    process = sw.process_packet
+    sent = 0
+    size = 0
+    cpu0, start = time.process_time(), time.perf_counter()
+    for port, pkt in traffic:
+        out = process(port, pkt)
+        if out:
+            sent += len(out)
+            size = len(out[0][1])
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    if sw.stats["errors"]:
+        raise RuntimeError(f"embedded switch counted internal errors: {sw.stats}")
+    return Run(len(traffic) / elapsed, len(traffic) / cpu, sent, size)
+
+
+def run() -> Figures:
+    if not PROGRAM.exists():
+        raise FileNotFoundError(f"{PROGRAM} is missing: run `make p4` first")
+    load = os.getloadavg()[0]
+    figures: Figures = {}
+    agg, fwd = agg_traffic(AGG_PACKETS), fwd_traffic(FWD_PACKETS)
+    ours = {"agg": time_softswitch(agg), "fwd": time_softswitch(fwd)}
+    what = {"agg": "p4ina.json, 64 x int32 lanes, fan-in 2", "fwd": "p4ina.json, IPv4 lpm forwarding"}
+    for kind, r in ours.items():
+        traffic = agg if kind == "agg" else fwd
+        note = f"{what[kind]}, {len(traffic)} in, {r.sent} out, load avg {load:.1f}"
+        figures[f"softswitch_{kind}_pps"] = Figure(round(r.pps, 1), "packets/s", note)
+        figures[f"softswitch_{kind}_pps_cpu"] = Figure(round(r.pps_cpu, 1), "packets/CPU-s", note)
+    if not (bmv2diff.available() and P4INFO.exists()):
+        LOG.info("simple_switch_grpc or %s missing: BMv2 comparison skipped", P4INFO)
+        return figures
+    for kind, r in ours.items():
+        traffic = agg if kind == "agg" else fwd
+        try:
+            b = time_bmv2(traffic, expect=r.sent, out_size=r.out_size)
+        except Exception as ex:  # the embedded figures stand on their own
+            LOG.warning("BMv2 comparison (%s) failed: %s", kind, ex)
+            continue
+        note = f"simple_switch_grpc --log-level off, pcap ports, same entries and traffic; {b.sent} of {r.sent} out"
+        figures[f"bmv2_{kind}_pps"] = Figure(round(b.pps, 1), "packets/s", note)
+        figures[f"softswitch_over_bmv2_{kind}"] = Figure(round(r.pps / b.pps, 2), "ratio", "embedded / BMv2, wall clock")
+        if b.pps_cpu:
+            figures[f"bmv2_{kind}_pps_cpu"] = Figure(round(b.pps_cpu, 1), "packets/CPU-s", note + ", all BMv2 threads")
+            figures[f"softswitch_over_bmv2_{kind}_cpu"] = Figure(
+                round(r.pps_cpu / b.pps_cpu, 2), "ratio", "embedded / BMv2, per CPU second"
+            )
+    return figures
+
+
+# ---- BMv2 side ----------------------------------------------------------------------------------
+
+P4INFO = PROGRAM.with_name("p4ina.p4info.txtpb")
+
+
+def time_bmv2(traffic: list[tuple[int, bytes]], expect: int, out_size: int) -> Run:
+    """Input packets/s simple_switch_grpc sustains (wall clock and per CPU second of all its threads).
+
+    Taken on its output files from the first output packet to the last (start-up excluded) and
+    converted to input packets with the embedded switch's output/input ratio for the same traffic.
+    """
+    ref = SoftSwitch(name="bench-ref")
+    ref.load_program(PROGRAM.read_bytes())
+    configure(ref)
+    res = bmv2diff.run(
+        PROGRAM, P4INFO, traffic, configure=lambda client: client.copy_from(ref), ports=set(HOST_MACS),
+        expect=expect, quiet_for=3.0, record_size=16 + out_size,
+    )
+    if res.first_output is None or res.last_output is None or res.counted_last <= res.counted_first:
+        raise RuntimeError(f"simple_switch_grpc sent too little to time ({res.total} packets)")
+    outs = res.counted_last - res.counted_first
+    per_in = len(traffic) / expect
+    pps = outs / (res.last_output - res.first_output) * per_in
+    cpu = (res.cpu_last or 0.0) - (res.cpu_first or 0.0)
+    return Run(pps, outs / cpu * per_in if cpu > 0 else 0.0, res.total, out_size)

@@ -1,0 +1,133 @@
+"""The controller as a Python object: one topology, one pipeline, one state, connections opened on use.
+
+    with Controller(fat_tree(4).with_grpc(addrs), p4info=P4INFO, device_config=BMV2_JSON) as ctl:
+        ctl.push_pipeline(); ctl.install_routes()
+        plan = ctl.install_job(7, ["h1", "h2", "h5"])
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from controller import counters as C
+from controller import installer as I
+from controller.client import DEFAULT_TIMEOUT
+from controller.fabric import Fabric
+from controller.p4info import P4Schema
+from controller.planner import DEFAULT_SLOTS, JobPlan, JobSpec
+from controller.state import State
+from controller.topology import Topology
+
+LOG = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_P4INFO = REPO / "p4" / "build" / "p4ina.p4info.txtpb"
+DEFAULT_BMV2_JSON = REPO / "p4" / "build" / "p4ina.json"
+
+
+class Controller:
+    def __init__(
+        self,
+        topo: Topology,
+        *,
+        p4info: Path | P4Schema | None = DEFAULT_P4INFO,
+        device_config: Path | None = DEFAULT_BMV2_JSON,
+        state: State | None = None,
+        election_id: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.topo = topo
+        self.p4info_path = p4info if isinstance(p4info, Path) else None
+        schema = p4info if isinstance(p4info, P4Schema) else (P4Schema.load(p4info) if p4info is not None and Path(p4info).exists() else None)
+        self.device_config = device_config
+        self.state = state if state is not None else State()
+        self.fabric = Fabric(topo, schema, election_id=election_id, timeout=timeout)
+
+    @property
+    def schema(self) -> P4Schema:
+        if self.fabric.schema is None:
+            self.fabric.schema = self._schema_from_switch()
+        return self.fabric.schema
+
+    def _need_schema(self) -> None:
+        """Resolve the P4Info (file, else the switch's) before any write or read."""
+        _ = self.schema
+
+    def _schema_from_switch(self) -> P4Schema:
+        """The P4Info the switches run, when no local P4Info file is given."""
+        first = self.topo.switches[0].name
+        config = self.fabric.client(first).get_pipeline(with_p4info=True)
+        if config is None or not config.p4info.tables:
+            raise I.InstallError(f"no P4Info file ({self.p4info_path or 'none given'}) and switch {first} has no pipeline: run `make p4`, then `p4ina pipeline push`")
+        return P4Schema(config.p4info)
+
+    def _save(self) -> None:
+        self.state.save()
+
+    # -- operations ------------------------------------------------------------------------
+    def push_pipeline(self, force: bool = False, switches: Iterable[str] | None = None) -> dict[str, str]:
+        if self.p4info_path is None or self.device_config is None:
+            raise I.InstallError("pushing a pipeline needs a P4Info file and a BMv2 JSON (run `make p4`)")
+        p4info, config, cookie = I.load_pipeline(self.p4info_path, self.device_config)
+        self.fabric.schema = P4Schema(p4info)
+        out = I.push_pipeline(self.fabric, p4info, config, force=force, switches=switches)
+        self.state.pipeline_cookie = cookie
+        self._save()
+        return out
+
+    def install_routes(self) -> dict[str, I.SyncResult]:
+        self._need_schema()
+        out = I.install_routes(self.fabric, self.state)
+        self._save()
+        return out
+
+    def install_job(self, job_id: int, hosts: Iterable[str], quantize: str = "none", shift: int | None = None, slots: int = DEFAULT_SLOTS) -> JobPlan:
+        spec = JobSpec.make(job_id, hosts, quantize, shift, slots)
+        self._need_schema()
+        try:
+            return I.install_job(self.fabric, self.state, spec)
+        finally:  # install counters advance even when the install is rolled back
+            self._save()
+
+    def remove_job(self, job_id: int) -> JobPlan:
+        self._need_schema()
+        plan = I.remove_job(self.fabric, self.state, job_id)
+        self._save()
+        return plan
+
+    def jobs(self) -> list[JobPlan]:
+        return self.state.plans()
+
+    def job(self, job_id: int) -> JobPlan:
+        try:
+            return self.state.jobs[job_id]
+        except KeyError:
+            raise I.InstallError(f"job {job_id} is not installed (installed: {sorted(self.state.jobs) or 'none'})") from None
+
+    def counters(self, job_id: int) -> dict[str, C.SwitchCounters]:
+        self._need_schema()
+        return C.read_job(self.fabric, self.job(job_id))
+
+    def unattributed_drops(self) -> dict[str, C.SwitchCounters]:
+        """Drops that belong to no job (job index 0: not IPv4, no route, unknown job...) on every switch."""
+        self._need_schema()
+        return self.fabric.run_all("counters", lambda sw: C.read_switch(self.fabric, sw, 0), [s.name for s in self.topo.switches])
+
+    def verify(self) -> dict[str, I.Drift]:
+        self._need_schema()
+        return I.verify(self.fabric, self.state)
+
+    def repair(self) -> dict[str, I.SyncResult]:
+        self._need_schema()
+        return I.repair(self.fabric, self.state)
+
+    def close(self) -> None:
+        self.fabric.close()
+
+    def __enter__(self) -> Controller:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,249 @@
+"""p4ina: plan, install, observe and remove in-network aggregation jobs over P4Runtime.
+
+A state file (default ./state/p4ina-state.json) records the topology, the routes
+and the installed jobs, so later invocations know what is there; `verify` reads
+the switches back and compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from controller import names as N
+from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, Controller
+from controller.client import SwitchError
+from controller.draw import draw_job, draw_topology
+from controller.fabric import FabricError
+from controller.fattree import fat_tree
+from controller.installer import InstallError
+from controller.leafspine import leaf_spine
+from controller.p4info import P4InfoError
+from controller.planner import DEFAULT_SLOTS, QUANTIZE, PlanError
+from controller.state import DEFAULT_STATE, State, StateError, locked
+from controller.topology import Topology, TopologyError, host_names
+
+LOG = logging.getLogger("p4ina")
+
+
+class UsageError(Exception):
+    pass
+
+
+def load_topology(spec: str) -> Topology:
+    """'fat-tree:K', 'leaf-spine:LxSxH' (leaves x spines x hosts per leaf) or a topology JSON path."""
+    kind, sep, arg = spec.partition(":")
+    if sep and kind == "fat-tree":
+        try:
+            return fat_tree(int(arg))
+        except ValueError as ex:
+            raise TopologyError(f"--topology {spec!r}: {ex}") from ex
+    if sep and kind == "leaf-spine":
+        try:
+            leaves, spines, hosts = (int(x) for x in arg.split("x"))
+        except ValueError as ex:
+            raise TopologyError(f"--topology {spec!r}: want leaf-spine:LEAVESxSPINESxHOSTS, e.g. leaf-spine:4x2x4") from ex
+        return leaf_spine(leaves, spines, hosts)
+    return Topology.load(Path(spec))
+
+
+def _topology_spec(args: argparse.Namespace, state: State) -> str:
+    spec = args.topology or state.topology
+    if not spec:
+        raise UsageError("no topology: pass --topology PATH|fat-tree:K|leaf-spine:LxSxH (later runs remember it in the state file)")
+    if args.topology and Path(args.topology).exists():
+        spec = str(Path(args.topology).resolve())
+    return spec
+
+
+def _check_state_fits(topo: Topology, state: State, path: Path) -> None:
+    """Refuse a state whose jobs name switches or hosts this topology lacks (a state of another fabric)."""
+    for plan in state.plans():
+        missing = [sp.switch for sp in plan.switches if sp.switch not in {s.name for s in topo.switches}]
+        missing += [h for h in plan.spec.hosts if not topo.has_host(h)]
+        if missing:
+            raise UsageError(f"state file {path} has job {plan.job_id} on {', '.join(missing[:5])}, which this {topo.kind} topology lacks; use --state for another fabric")
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=1, sort_keys=False) if args.json else text)
+
+
+# -- commands -------------------------------------------------------------------------
+def cmd_topo_show(args: argparse.Namespace, ctl: Controller) -> int:
+    _emit(args, ctl.topo.to_dict(), draw_topology(ctl.topo))
+    return 0
+
+
+def cmd_pipeline_push(args: argparse.Namespace, ctl: Controller) -> int:
+    t0 = time.perf_counter()
+    res = ctl.push_pipeline(force=args.force)
+    took = time.perf_counter() - t0
+    pushed = sorted(n for n, r in res.items() if r == "pushed")
+    _emit(args, {"switches": res, "seconds": took}, f"pipeline pushed to {len(pushed)} switch(es), unchanged on {len(res) - len(pushed)} ({took:.2f} s)")
+    return 0
+
+
+def cmd_routes_install(args: argparse.Namespace, ctl: Controller) -> int:
+    t0 = time.perf_counter()
+    res = ctl.install_routes()
+    took = time.perf_counter() - t0
+    ins, mod, dele = (sum(getattr(r, f) for r in res.values()) for f in ("inserted", "modified", "deleted"))
+    data = {"switches": {n: vars(r) for n, r in res.items()}, "seconds": took}
+    _emit(args, data, f"routes on {len(res)} switches: {ins} inserted, {mod} modified, {dele} deleted ({took:.2f} s)")
+    return 0
+
+
+def cmd_job_install(args: argparse.Namespace, ctl: Controller) -> int:
+    hosts = host_names(ctl.topo, args.hosts)
+    t0 = time.perf_counter()
+    plan = ctl.install_job(args.job, hosts, args.quantize, args.shift, args.slots)
+    took = time.perf_counter() - t0
+    _emit(args, {**plan.to_dict(), "seconds": took}, draw_job(plan) + f"\ninstalled in {took:.2f} s")
+    return 0
+
+
+def cmd_job_remove(args: argparse.Namespace, ctl: Controller) -> int:
+    plan = ctl.remove_job(args.job)
+    _emit(args, {"removed": plan.job_id, "switches": [sp.switch for sp in plan.switches]}, f"job {plan.job_id} removed from {len(plan.switches)} switches")
+    return 0
+
+
+def cmd_job_list(args: argparse.Namespace, ctl: Controller) -> int:
+    rows = [
+        {"job_id": p.job_id, "hosts": list(p.spec.hosts), "root": p.root, "switches": len(p.switches), "quantize": p.spec.quantize, "shift": p.spec.shift, "slots": p.spec.slots}
+        for p in ctl.jobs()
+    ]
+    lines = [f"{'job':>5}  {'hosts':>5}  {'root':<6} {'switches':>8}  {'quantize':<8} {'shift':>5} {'slots':>5}"]
+    lines += [f"{r['job_id']:>5}  {len(r['hosts']):>5}  {r['root']:<6} {r['switches']:>8}  {r['quantize']:<8} {r['shift']:>5} {r['slots']:>5}" for r in rows]
+    _emit(args, rows, "\n".join(lines) if rows else "no jobs installed")
+    return 0
+
+
+def cmd_job_show(args: argparse.Namespace, ctl: Controller) -> int:
+    plan = ctl.job(args.job)
+    _emit(args, plan.to_dict(), draw_job(plan))
+    return 0
+
+
+def cmd_counters(args: argparse.Namespace, ctl: Controller) -> int:
+    job_ids = [args.job] if args.job is not None else [p.job_id for p in ctl.jobs()]
+    data: dict[str, Any] = {"jobs": {}}
+    lines = []
+    names = list(N.JOB_COUNTERS)
+    for jid in job_ids:
+        per = ctl.counters(jid)
+        data["jobs"][str(jid)] = {sw: sc.to_dict() for sw, sc in per.items()}
+        lines.append(f"job {jid}")
+        lines.append(f"  {'switch':<6} {'idx':>3} " + " ".join(f"{n:>15}" for n in names) + "  drops")
+        for sw, sc in per.items():
+            drops = ", ".join(f"{k}={v}" for k, v in sc.drops.items() if v) or "-"
+            lines.append(f"  {sw:<6} {sc.job_index:>3} " + " ".join(f"{sc.packets.get(n, 0):>15}" for n in names) + f"  {drops}")
+    if args.job is None:
+        per = ctl.unattributed_drops()
+        data["no_job_drops"] = {sw: sc.drops for sw, sc in per.items()}
+        nz = {sw: {k: v for k, v in sc.drops.items() if v} for sw, sc in per.items()}
+        nz = {sw: d for sw, d in nz.items() if d}
+        lines.append("drops of no job: " + ("; ".join(f"{sw} " + ", ".join(f"{k}={v}" for k, v in d.items()) for sw, d in nz.items()) or "none"))
+    _emit(args, data, "\n".join(lines))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, ctl: Controller) -> int:
+    if args.repair:
+        res = ctl.repair()
+        data = {n: vars(r) for n, r in res.items()}
+        changed = {n: r for n, r in res.items() if r.inserted or r.modified or r.deleted}
+        _emit(args, {"repaired": data}, "repaired: " + (", ".join(f"{n} (+{r.inserted} ~{r.modified} -{r.deleted})" for n, r in changed.items()) or "nothing to do"))
+        return 0
+    drift = ctl.verify()
+    dirty = {n: d for n, d in drift.items() if not d.clean}
+    data = {"clean": not dirty, "switches": {n: vars(d) for n, d in dirty.items()}}
+    if not dirty:
+        text = f"all {len(drift)} switches match the state ({len(ctl.jobs())} job(s), routes {'installed' if ctl.state.routes else 'not installed'})"
+    else:
+        text = "\n".join(
+            f"{n}: " + "; ".join(f"{what} {len(items)}: {', '.join(items[:3])}{' ...' if len(items) > 3 else ''}" for what, items in vars(d).items() if items)
+            for n, d in dirty.items()
+        )
+        text += "\n(`p4ina verify --repair` makes the switches match the state)"
+    _emit(args, data, text)
+    return 1 if dirty else 0
+
+
+# -- parser ---------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--topology", "-t", help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or leaf-spine:LxSxH; remembered in the state")
+    common.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"state file (default {DEFAULT_STATE})")
+    common.add_argument("--p4info", type=Path, default=DEFAULT_P4INFO, help="P4Info text file (default: the compiled p4/build one; else read from the switch)")
+    common.add_argument("--bmv2-json", type=Path, default=DEFAULT_BMV2_JSON, help="BMv2 JSON pushed as the device config")
+    common.add_argument("--election-id", type=int, default=1, help="P4Runtime election id (default 1; a higher one wins primary)")
+    common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a switch")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+    ap = argparse.ArgumentParser(prog="p4ina", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="group", required=True)
+
+    def leaf(parent: argparse._SubParsersAction, name: str, fn: Callable[..., int], help_: str) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, parents=[common], help=help_, description=help_)
+        p.set_defaults(fn=fn)
+        return p
+
+    topo = sub.add_parser("topo", help="the topology").add_subparsers(dest="cmd", required=True)
+    leaf(topo, "show", cmd_topo_show, "draw the topology (or print its JSON with --json)")
+    pipe = sub.add_parser("pipeline", help="the P4 program on the switches").add_subparsers(dest="cmd", required=True)
+    p = leaf(pipe, "push", cmd_pipeline_push, "push P4Info + BMv2 JSON to every switch whose pipeline differs")
+    p.add_argument("--force", action="store_true", help="push even where the switch already runs this pipeline")
+    routes = sub.add_parser("routes", help="IPv4 forwarding").add_subparsers(dest="cmd", required=True)
+    leaf(routes, "install", cmd_routes_install, "install shortest-path IPv4 routes (ECMP) and host ports on every switch")
+    job = sub.add_parser("job", help="aggregation jobs").add_subparsers(dest="cmd", required=True)
+    p = leaf(job, "install", cmd_job_install, "plan a job's aggregation tree and install it (all or nothing)")
+    p.add_argument("--job", type=int, required=True, help="job id (1..65535), carried in every packet")
+    p.add_argument("--hosts", required=True, help="member hosts: h1,h2,... ranges h1-h8, or all")
+    p.add_argument("--quantize", choices=sorted(QUANTIZE), default="none", help="result lane type: none (int32), int16, int8")
+    p.add_argument("--shift", type=int, help="right shift before narrowing (default 16 for int16, 24 for int8, 0 for none)")
+    p.add_argument("--slots", type=int, default=DEFAULT_SLOTS, help=f"aggregation slots of the job on each switch (default {DEFAULT_SLOTS})")
+    p = leaf(job, "remove", cmd_job_remove, "delete a job's entries and multicast groups")
+    p.add_argument("--job", type=int, required=True)
+    leaf(job, "list", cmd_job_list, "installed jobs")
+    p = leaf(job, "show", cmd_job_show, "draw a job's tree")
+    p.add_argument("--job", type=int, required=True)
+    p = leaf(sub, "counters", cmd_counters, "per-job counters from every switch of the job's tree")
+    p.add_argument("--job", type=int, help="one job (default: all jobs, plus drops of no job)")
+    p = leaf(sub, "verify", cmd_verify, "read the switches back and compare with the state (exit 1 on drift)")
+    p.add_argument("--repair", action="store_true", help="make the switches match the state instead")
+    return ap
+
+
+OFFLINE = {cmd_topo_show, cmd_job_list, cmd_job_show}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        with locked(args.state) as state:
+            spec = _topology_spec(args, state)
+            topo = load_topology(spec)
+            _check_state_fits(topo, state, args.state)
+            state.topology = spec
+            with Controller(topo, p4info=args.p4info, device_config=args.bmv2_json, state=state, election_id=args.election_id, timeout=args.timeout) as ctl:
+                return args.fn(args, ctl)
+    except (UsageError, TopologyError, PlanError, InstallError, FabricError, SwitchError, P4InfoError, StateError) as ex:
+        print(f"p4ina: error: {ex}", file=sys.stderr)
+        LOG.debug("details", exc_info=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

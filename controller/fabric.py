@@ -1,0 +1,94 @@
+"""Connections to all switches of a topology, opened on first use and driven in parallel."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from controller.client import DEFAULT_TIMEOUT, SwitchClient, SwitchError
+from controller.p4info import P4Schema
+from controller.topology import Topology
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class FabricError(Exception):
+    """One or more switches failed; `errors` maps switch name to its exception."""
+
+    def __init__(self, what: str, errors: dict[str, Exception]) -> None:
+        self.errors = errors
+        first = "; ".join(str(e) for e in list(errors.values())[:3])
+        more = f" (and {len(errors) - 3} more switches)" if len(errors) > 3 else ""
+        super().__init__(f"{what} failed on {len(errors)} switch(es): {first}{more}")
+
+
+class Fabric:
+    def __init__(self, topo: Topology, schema: P4Schema | None, election_id: int = 1, timeout: float = DEFAULT_TIMEOUT, workers: int = 32) -> None:
+        self.topo = topo
+        self.schema = schema
+        self.election_id = election_id
+        self.timeout = timeout
+        self.workers = workers
+        self._clients: dict[str, SwitchClient] = {}
+        self._lock = threading.Lock()
+        self._connecting: dict[str, threading.Lock] = {}
+
+    def client(self, name: str) -> SwitchClient:
+        with self._lock:
+            if name in self._clients:
+                return self._clients[name]
+            guard = self._connecting.setdefault(name, threading.Lock())
+        with guard:
+            with self._lock:
+                if name in self._clients:
+                    return self._clients[name]
+            sw = self.topo.switch(name)
+            if not sw.grpc_addr:
+                raise SwitchError(name, "the topology gives no P4Runtime address (grpc_addr) for this switch; use the topology JSON written by the emulation runner")
+            cl = SwitchClient(name, sw.grpc_addr, sw.device_id, self.election_id, self.timeout).connect()
+            with self._lock:
+                self._clients[name] = cl
+            return cl
+
+    def connect(self, switches: Iterable[str] | None = None) -> None:
+        """Open every session now, in parallel (before a long operation keeps the switches busy)."""
+        names = list(switches) if switches is not None else [s.name for s in self.topo.switches]
+        self.run_all("connect", self.client, names)
+
+    def run(self, fn: Callable[[str], T], switches: Iterable[str]) -> tuple[dict[str, T], dict[str, Exception]]:
+        """fn(switch) on every switch in parallel; results and exceptions, both by switch."""
+        names = list(switches)
+        results: dict[str, T] = {}
+        errors: dict[str, Exception] = {}
+        if not names:
+            return results, errors
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(names)), thread_name_prefix="fabric") as pool:
+            futures = {name: pool.submit(fn, name) for name in names}
+            for name, fut in futures.items():
+                try:
+                    results[name] = fut.result()
+                except Exception as ex:  # collected per switch: the caller decides (rollback, report)
+                    errors[name] = ex
+        return results, errors
+
+    def run_all(self, what: str, fn: Callable[[str], T], switches: Iterable[str]) -> dict[str, T]:
+        results, errors = self.run(fn, switches)
+        if errors:
+            raise FabricError(what, errors)
+        return results
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for cl in clients:
+            cl.close()
+
+    def __enter__(self) -> Fabric:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

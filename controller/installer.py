@@ -1,0 +1,392 @@
+"""Writing plans to switches: pipeline, routes, jobs (all or nothing), removal, read-back verify.
+
+A job is written switch by switch in parallel, in batches; if any write fails,
+every update that took effect (per-update status of the failed batch included)
+is deleted again, so a job is either fully installed or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+from controller import names as N
+from controller.client import ReadError, SwitchClient, SwitchError, WriteError, update
+from controller.entities import Entity, MulticastGroup, TableEntry, decode_entity
+from controller.fabric import Fabric, FabricError
+from controller.jobentries import job_entries
+from controller.p4info import P4Schema, pipeline_cookie
+from controller.planner import DuplicateJobError, JobPlan, JobSpec, plan_job
+from controller.routing import all_route_entries
+from controller.state import State
+
+LOG = logging.getLogger(__name__)
+
+BATCH = 500  # updates per Write RPC: large enough to amortise the RPC, far below gRPC's message limit
+
+
+class InstallError(Exception):
+    """A job or routes could not be installed; the message names switch, entry and reason."""
+
+
+class RollbackError(InstallError):
+    """Rolling back a failed install failed too: entries are left on switches (listed)."""
+
+
+class RemoveError(InstallError):
+    pass
+
+
+@dataclass
+class SyncResult:
+    inserted: int = 0
+    modified: int = 0
+    deleted: int = 0
+
+    def __add__(self, other: SyncResult) -> SyncResult:
+        return SyncResult(self.inserted + other.inserted, self.modified + other.modified, self.deleted + other.deleted)
+
+
+@dataclass
+class Drift:
+    """Differences between what should be on a switch and what is."""
+
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    different: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.missing or self.unexpected or self.different)
+
+
+class _PartialWrite(Exception):
+    def __init__(self, done: list[Entity], error: WriteError, entity: Entity) -> None:
+        super().__init__(str(error))
+        self.done = done
+        self.error = error
+        self.entity = entity
+
+
+# -- writing ------------------------------------------------------------------------------
+def write_entities(client: SwitchClient, schema: P4Schema, kind: str, entities: Sequence[Entity], batch: int = BATCH, ignore: Iterable[str] = ()) -> list[Entity]:
+    """Write in batches; return the entities that took effect.
+
+    Raises _PartialWrite with those that did when a batch fails for a reason not in `ignore`
+    (e.g. NOT_FOUND on delete). When the switch does not report per-update status, every update
+    of the failed batch counts as possibly done.
+    """
+    ignore = set(ignore)
+    done: list[Entity] = []
+    encoded = [e.encode(schema) for e in entities]
+    for start in range(0, len(entities), batch):
+        chunk = entities[start : start + batch]
+        try:
+            client.write([update(kind, m) for m in encoded[start : start + batch]], [str(e) for e in chunk])
+            done.extend(chunk)
+        except WriteError as ex:
+            ok = ex.succeeded()
+            bad = [s for s in ex.statuses if not s.ok]
+            if ok is not None and bad and all(s.code_name in ignore for s in bad):
+                done.extend(chunk[i] for i in ok)
+                continue
+            if ok is None and ex.code in ignore:
+                continue
+            done.extend(chunk if ok is None else [chunk[i] for i in ok])
+            failed = chunk[bad[0].index] if bad else chunk[0]
+            raise _PartialWrite(done, ex, failed) from ex
+    return done
+
+
+def read_entities(client: SwitchClient, schema: P4Schema, tables: Iterable[str], groups: Iterable[int] | None = None) -> list[Entity]:
+    """Read all entries of `tables`, and multicast groups (all, or those ids)."""
+    req = [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=schema.table(t).id)) for t in tables]
+    out = [decode_entity(m, schema) for m in client.read(req)] if req else []
+    if groups is None:
+        wildcard = p4runtime_pb2.Entity(packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(multicast_group_entry=p4runtime_pb2.MulticastGroupEntry()))
+        out += [decode_entity(m, schema) for m in client.read([wildcard])]
+    else:
+        for gid in groups:
+            one = MulticastGroup(gid, ()).encode()
+            try:
+                out += [decode_entity(m, schema) for m in client.read([one])]
+            except ReadError as ex:  # a missing group reads as NOT_FOUND on some targets
+                if ex.code == "UNIMPLEMENTED":
+                    raise
+                LOG.debug("%s: multicast group %d not readable (absent): %s", client.name, gid, ex)
+    return out
+
+
+def sync(client: SwitchClient, schema: P4Schema, desired: Sequence[Entity], actual: Sequence[Entity], delete_extra: bool = True) -> SyncResult:
+    """Make the switch hold `desired` (given what it holds, `actual`): insert, modify, delete."""
+    have = {e.key: e for e in actual}
+    want = {e.key: e for e in desired}
+    inserts = [e for e in desired if e.key not in have]
+    modifies = [e for e in desired if e.key in have and have[e.key] != e]
+    deletes = [e for e in reversed(actual) if e.key not in want] if delete_extra else []
+    try:
+        write_entities(client, schema, "insert", inserts)
+        write_entities(client, schema, "modify", modifies)
+        write_entities(client, schema, "delete", deletes, ignore={"NOT_FOUND"})
+    except _PartialWrite as ex:
+        raise InstallError(f"switch {client.name}: {ex.entity}: {ex.error}") from ex.error
+    return SyncResult(len(inserts), len(modifies), len(deletes))
+
+
+def diff(desired: Sequence[Entity], actual: Sequence[Entity]) -> Drift:
+    have = {e.key: e for e in actual}
+    want = {e.key: e for e in desired}
+    d = Drift()
+    d.missing = [str(e) for k, e in want.items() if k not in have]
+    d.unexpected = [str(e) for k, e in have.items() if k not in want]
+    d.different = [f"{want[k]} (switch has {have[k]})" for k in want if k in have and have[k] != want[k]]
+    return d
+
+
+# -- pipeline ----------------------------------------------------------------------------
+def load_pipeline(p4info_path: Path, device_config_path: Path) -> tuple[p4info_pb2.P4Info, bytes, int]:
+    schema = P4Schema.load(p4info_path)
+    try:
+        config = Path(device_config_path).read_bytes()
+    except OSError as ex:
+        raise InstallError(f"cannot read the BMv2 JSON {device_config_path}: {ex.strerror}; run `make p4`") from ex
+    return schema.p4info, config, pipeline_cookie(schema.p4info, config)
+
+
+def push_pipeline(fabric: Fabric, p4info: p4info_pb2.P4Info, device_config: bytes, force: bool = False, switches: Iterable[str] | None = None) -> dict[str, str]:
+    """Push where the switch's cookie differs (or always with force); switch -> 'pushed' | 'unchanged'."""
+    cookie = pipeline_cookie(p4info, device_config)
+
+    def one(name: str) -> str:
+        cl = fabric.client(name)
+        if not force:
+            try:
+                current = cl.get_pipeline()
+            except SwitchError as ex:
+                LOG.debug("%s: cannot read the pipeline cookie (%s); pushing", name, ex)
+                current = None
+            if current is not None and current.HasField("cookie") and current.cookie.cookie == cookie:
+                return "unchanged"
+        cl.set_pipeline(p4info, device_config, cookie)
+        return "pushed"
+
+    names = list(switches) if switches is not None else [s.name for s in fabric.topo.switches]
+    fabric.connect(names)  # sessions first: a switch loading a program may answer new ones late
+    return fabric.run_all("pipeline push", one, names)
+
+
+# -- routes ------------------------------------------------------------------------------
+def install_routes(fabric: Fabric, state: State | None = None) -> dict[str, SyncResult]:
+    """Make every switch hold exactly the topology's routes (idempotent; extra route entries are deleted)."""
+    schema = _schema(fabric)
+    desired = all_route_entries(fabric.topo)
+    for entries in desired.values():  # encoding errors before any write
+        for e in entries:
+            e.encode(schema)
+
+    def one(name: str) -> SyncResult:
+        cl = fabric.client(name)
+        actual = read_entities(cl, schema, N.ROUTE_TABLES, groups=())
+        # route_entries lists a group's ecmp members before the lpm entry that points at it
+        return sync(cl, schema, desired[name], actual)
+
+    out = fabric.run_all("routes install", one, desired)
+    if state is not None:
+        state.routes = True
+    return out
+
+
+# -- jobs --------------------------------------------------------------------------------
+def install_job(fabric: Fabric, state: State, spec: JobSpec) -> JobPlan:
+    """Plan and write a job on every switch of its tree, all or nothing; idempotent for the same spec."""
+    schema = _schema(fabric)
+    old = state.jobs.get(spec.job_id)
+    if old is not None:
+        if old.spec != spec:
+            raise DuplicateJobError(f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; remove it first or pick another id")
+        _reconcile(fabric, schema, old)
+        return old
+    plan = plan_job(fabric.topo, spec, state.plans(), state.installs)
+    entries = job_entries(plan)
+    for sw, ents in entries.items():
+        for e in ents:
+            e.encode(schema)
+
+    def one(name: str) -> list[Entity]:
+        # P4Runtime may apply the updates of one batch in any order: job_config, which makes the
+        # switch accept the job's packets, goes in a batch of its own after everything it refers to
+        cl, ents = fabric.client(name), entries[name]
+        done = write_entities(cl, schema, "insert", ents[:-1])
+        try:
+            return done + write_entities(cl, schema, "insert", ents[-1:])
+        except _PartialWrite as ex:
+            raise _PartialWrite(done + ex.done, ex.error, ex.entity) from ex.error
+
+    for sp in plan.switches:  # a new token per attempt, even one rolled back: its cells may have been used
+        state.installs[sp.switch] = state.installs.get(sp.switch, 0) + 1
+    results, errors = fabric.run(one, entries)
+    if errors:
+        written = dict(results)
+        for name, ex in errors.items():
+            if isinstance(ex, _PartialWrite):
+                written[name] = ex.done
+        _rollback(fabric, schema, plan, written)
+        name, ex = next(iter(errors.items()))
+        if isinstance(ex, _PartialWrite):
+            why = f"switch {name}: {ex.entity}: {_first_failure(ex.error)}"
+        else:
+            why = str(ex)
+        others = f" (and {len(errors) - 1} other switch(es))" if len(errors) > 1 else ""
+        raise InstallError(f"job {spec.job_id} not installed, {sum(map(len, written.values()))} written update(s) rolled back: {why}{others}") from (ex.error if isinstance(ex, _PartialWrite) else ex)
+    state.jobs[spec.job_id] = plan
+    LOG.info("job %d installed on %d switches (root %s)", spec.job_id, len(plan.switches), plan.root)
+    return plan
+
+
+def _first_failure(err: WriteError) -> str:
+    bad = [s for s in err.statuses if not s.ok]
+    if bad:
+        return f"{bad[0].code_name} {bad[0].message}".strip()
+    return f"{err.code}"
+
+
+def _rollback(fabric: Fabric, schema: P4Schema, plan: JobPlan, written: dict[str, list[Entity]]) -> None:
+    def undo(name: str) -> int:
+        ents = list(reversed(written.get(name, [])))
+        cl = fabric.client(name)
+        configs = [e for e in ents if isinstance(e, TableEntry) and e.table == N.T_JOB_CONFIG]
+        write_entities(cl, schema, "delete", configs, ignore={"NOT_FOUND"})
+        write_entities(cl, schema, "delete", [e for e in ents if e not in configs], ignore={"NOT_FOUND"})
+        return len(ents)
+
+    _, errors = fabric.run(undo, [n for n, ents in written.items() if ents])
+    if errors:
+        left = {n: [str(e) for e in written[n]] for n in errors}
+        raise RollbackError(f"job {plan.job_id}: rollback failed on {sorted(errors)}; entries possibly left: {left}") from next(iter(errors.values()))
+
+
+def _reconcile(fabric: Fabric, schema: P4Schema, plan: JobPlan) -> dict[str, SyncResult]:
+    """Re-write whatever of an installed job is missing or different (idempotent re-install)."""
+    entries = job_entries(plan)
+
+    def one(name: str) -> SyncResult:
+        cl, grp = fabric.client(name), plan.on(name).mcast_grp
+        try:
+            actual, groups_ok = read_entities(cl, schema, N.JOB_TABLES, groups=[grp]), True
+        except ReadError as ex:
+            if ex.code != "UNIMPLEMENTED":
+                raise
+            actual, groups_ok = read_entities(cl, schema, N.JOB_TABLES, groups=()), False
+        actual = [e for e in actual if _belongs(e, plan.job_id, grp)]
+        return sync(cl, schema, _comparable(entries[name], groups_ok), actual)
+
+    res = fabric.run_all(f"job {plan.job_id} re-install", one, entries)
+    changed = sum(r.inserted + r.modified + r.deleted for r in res.values())
+    LOG.info("job %d already installed; %d update(s) to repair drift", plan.job_id, changed)
+    return res
+
+
+def _belongs(e: Entity, job_id: int, mcast_grp: int) -> bool:
+    if isinstance(e, MulticastGroup):
+        return e.group_id == mcast_grp
+    return dict(e.match).get(N.K_JOB_ID) == job_id
+
+
+def remove_job(fabric: Fabric, state: State, job_id: int) -> JobPlan:
+    """Delete exactly the job's entries and groups (absent ones are fine), then forget the job."""
+    schema = _schema(fabric)
+    plan = state.jobs.get(job_id)
+    if plan is None:
+        raise RemoveError(f"job {job_id} is not installed (installed: {sorted(state.jobs) or 'none'})")
+    entries = job_entries(plan)
+
+    def one(name: str) -> int:
+        cl, ents = fabric.client(name), list(reversed(entries[name]))
+        # job_config first and alone: the switch stops accepting the job before its ports and group go
+        n = len(write_entities(cl, schema, "delete", ents[:1], ignore={"NOT_FOUND"}))
+        return n + len(write_entities(cl, schema, "delete", ents[1:], ignore={"NOT_FOUND"}))
+
+    _, errors = fabric.run(one, entries)
+    if errors:
+        raise RemoveError(f"job {job_id} only partly removed, it stays in the state; run `p4ina job remove --job {job_id}` again: {FabricError('remove', errors)}")
+    del state.jobs[job_id]
+    return plan
+
+
+# -- verify ------------------------------------------------------------------------------
+def expected_entries(fabric: Fabric, state: State) -> dict[str, list[Entity]]:
+    out: dict[str, list[Entity]] = {s.name: [] for s in fabric.topo.switches}
+    if state.routes:
+        for name, ents in all_route_entries(fabric.topo).items():
+            out[name] += ents
+    for plan in state.plans():
+        for name, ents in job_entries(plan).items():
+            out[name] += ents
+    return out
+
+
+def verify(fabric: Fabric, state: State, switches: Iterable[str] | None = None) -> dict[str, Drift]:
+    """Read every switch back and compare with what the state says should be there."""
+    schema = _schema(fabric)
+    want = expected_entries(fabric, state)
+    names = list(switches) if switches is not None else list(want)
+
+    def one(name: str) -> Drift:
+        actual, groups_ok = _read_switch(fabric.client(name), schema, want[name])
+        return diff(_comparable(want[name], groups_ok), actual)
+
+    return fabric.run_all("verify", one, names)
+
+
+def _read_switch(cl: SwitchClient, schema: P4Schema, want: Sequence[Entity]) -> tuple[list[Entity], bool]:
+    """Everything p4ina writes on a switch (its five tables, its multicast groups); and whether groups were readable."""
+    try:
+        return read_entities(cl, schema, N.JOB_TABLES + N.ROUTE_TABLES), True
+    except ReadError:  # a target that cannot read all groups at once: read the expected ones
+        LOG.debug("%s: wildcard multicast read refused; reading expected groups one by one", cl.name)
+    groups = [e.group_id for e in want if isinstance(e, MulticastGroup)]
+    try:
+        return read_entities(cl, schema, N.JOB_TABLES + N.ROUTE_TABLES, groups=groups), True
+    except ReadError as ex:
+        if ex.code != "UNIMPLEMENTED":
+            raise
+        LOG.warning("%s cannot read multicast groups back; they are not verified", cl.name)
+        return read_entities(cl, schema, N.JOB_TABLES + N.ROUTE_TABLES, groups=()), False
+
+
+def _comparable(want: Sequence[Entity], groups_readable: bool) -> list[Entity]:
+    return list(want) if groups_readable else [e for e in want if not isinstance(e, MulticastGroup)]
+
+
+def repair(fabric: Fabric, state: State, switches: Iterable[str] | None = None) -> dict[str, SyncResult]:
+    """Make the switches hold exactly what the state says (insert missing, fix different, delete unexpected)."""
+    schema = _schema(fabric)
+    want = expected_entries(fabric, state)
+    names = list(switches) if switches is not None else list(want)
+
+    def one(name: str) -> SyncResult:
+        cl = fabric.client(name)
+        actual, groups_ok = _read_switch(cl, schema, want[name])
+        if not groups_ok:
+            LOG.warning("%s: multicast groups not readable; repair leaves them as they are", name)
+        return sync(cl, schema, _comparable(want[name], groups_ok), actual)
+
+    return fabric.run_all("repair", one, names)
+
+
+def _schema(fabric: Fabric) -> P4Schema:
+    if fabric.schema is None:
+        raise InstallError("no P4Info: pass --p4info (p4/build/p4ina.p4info.txtpb) or push a pipeline first")
+    return fabric.schema
+
+
+def _spec_text(spec: JobSpec) -> str:
+    return f"hosts {','.join(spec.hosts)}, quantize {spec.quantize}, shift {spec.shift}, {spec.slots} slots"
+
+
+__all__ = ["InstallError", "RollbackError", "RemoveError", "SyncResult", "Drift", "TableEntry", "install_job", "install_routes", "remove_job", "verify", "repair", "push_pipeline", "load_pipeline", "write_entities", "read_entities", "sync", "diff", "expected_entries"]

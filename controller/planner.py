@@ -1,0 +1,325 @@
+"""Aggregation tree planning: which switches aggregate a job, in what tree, with which slots.
+
+A job's tree starts at the edge switches of its members (each aggregates its
+local hosts) and goes up to the lowest tier from which one switch reaches all
+member edges by down links; that switch is the root.  Among equal roots the
+least loaded wins (fewest jobs on the tree's non-edge switches), so concurrent
+jobs spread over aggregation and core switches; ties rotate with the job id.
+Pure: the plan depends only on the topology, the job and the plans already made.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from controller import names as N
+from controller.topology import Topology
+
+LOG = logging.getLogger(__name__)
+
+QUANTIZE = {"none": N.ELEM_INT32, "int16": N.ELEM_INT16, "int8": N.ELEM_INT8}
+# Hosts scale their fixed-point inputs so the job's int32 sum uses the full
+# int32 range (SwitchML's f = INT32_MAX / (n * 2^e)); the root then keeps the
+# top bits of the sum: 16 for int16 results, 8 for int8.  The host multiplies a
+# result by 2^shift (the shift travels in every result header, too).
+DEFAULT_SHIFT = {"none": 0, "int16": 16, "int8": 24}
+DEFAULT_SLOTS = 128
+MAX_JOB_ID = (1 << 16) - 1
+
+
+class PlanError(ValueError):
+    """A job cannot be planned; the message names the reason."""
+
+
+class UnknownHostError(PlanError):
+    pass
+
+
+class DuplicateJobError(PlanError):
+    pass
+
+
+class JobDoesNotFitError(PlanError):
+    pass
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: int
+    hosts: tuple[str, ...]
+    quantize: str = "none"
+    shift: int = 0
+    slots: int = DEFAULT_SLOTS
+
+    @classmethod
+    def make(cls, job_id: int, hosts: Iterable[str], quantize: str = "none", shift: int | None = None, slots: int = DEFAULT_SLOTS) -> JobSpec:
+        if quantize not in QUANTIZE:
+            raise PlanError(f"job {job_id}: quantize must be one of {sorted(QUANTIZE)}, got {quantize!r}")
+        spec = cls(job_id, tuple(hosts), quantize, DEFAULT_SHIFT[quantize] if shift is None else shift, slots)
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        if not 1 <= self.job_id <= MAX_JOB_ID:
+            raise PlanError(f"job id must be 1..{MAX_JOB_ID}, got {self.job_id}")
+        if not self.hosts:
+            raise PlanError(f"job {self.job_id} has no hosts")
+        if len(set(self.hosts)) != len(self.hosts):
+            raise PlanError(f"job {self.job_id} lists a host twice")
+        if self.quantize not in QUANTIZE:
+            raise PlanError(f"job {self.job_id}: quantize must be one of {sorted(QUANTIZE)}")
+        if not 0 <= self.shift <= 31:
+            raise PlanError(f"job {self.job_id}: shift must be 0..31, got {self.shift}")
+        if self.quantize == "none" and self.shift:
+            raise PlanError(f"job {self.job_id}: shift {self.shift} needs --quantize int16 or int8 (int32 results are not shifted)")
+        if not 1 <= self.slots <= N.NUM_SLOTS:
+            raise PlanError(f"job {self.job_id}: slots must be 1..{N.NUM_SLOTS}, got {self.slots}")
+
+    @property
+    def result_type(self) -> int:
+        return QUANTIZE[self.quantize]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["hosts"] = list(self.hosts)
+        d["result_type"] = self.result_type
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobSpec:
+        return cls.make(int(d["job_id"]), d["hosts"], d.get("quantize", "none"), d.get("shift"), int(d.get("slots", DEFAULT_SLOTS)))
+
+
+@dataclass(frozen=True)
+class Child:
+    port: int  # this switch's port facing the child
+    index: int  # the child's bit in the slot bitmap (and the multicast rid)
+    node: str  # host or switch name
+
+
+@dataclass(frozen=True)
+class SwitchPlan:
+    switch: str
+    role: int
+    job_index: int
+    slot_base: int
+    slot_count: int
+    mcast_grp: int
+    up_port: int  # 0 at the root
+    parent: str | None
+    children: tuple[Child, ...]
+    result_type: int
+    shift: int
+    token: int = 1  # 1..255, new at every install of a job on this switch (docs/DESIGN.md)
+
+    @property
+    def fan_in(self) -> int:
+        return len(self.children)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["children"] = [asdict(c) for c in self.children]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SwitchPlan:
+        kw = dict(d)
+        kw["children"] = tuple(Child(**c) for c in d["children"])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    spec: JobSpec
+    root: str
+    switches: tuple[SwitchPlan, ...]  # root first, then breadth-first
+
+    @property
+    def job_id(self) -> int:
+        return self.spec.job_id
+
+    def on(self, switch: str) -> SwitchPlan:
+        for sp in self.switches:
+            if sp.switch == switch:
+                return sp
+        raise KeyError(f"job {self.job_id} has no tree node on switch {switch!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec.to_dict(), "root": self.root, "switches": [s.to_dict() for s in self.switches]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobPlan:
+        return cls(JobSpec.from_dict(d["spec"]), d["root"], tuple(SwitchPlan.from_dict(s) for s in d["switches"]))
+
+
+@dataclass
+class SwitchUsage:
+    """What the existing jobs use on one switch."""
+
+    job_indexes: dict[int, int] = field(default_factory=dict)  # job_index -> job_id
+    ranges: list[tuple[int, int, int]] = field(default_factory=list)  # (base, size, job_id)
+
+    def free_job_index(self) -> int | None:
+        for i in range(1, N.MAX_JOBS):
+            if i not in self.job_indexes:
+                return i
+        return None
+
+    def free_slot_base(self, size: int) -> int | None:
+        """First fit: the lowest base where `size` slots are free."""
+        base = 0
+        for b, s, _ in sorted(self.ranges):
+            if b - base >= size:
+                return base
+            base = max(base, b + s)
+        return base if N.NUM_SLOTS - base >= size else None
+
+    def largest_free(self) -> int:
+        best, base = 0, 0
+        for b, s, _ in sorted(self.ranges):
+            best, base = max(best, b - base), max(base, b + s)
+        return max(best, N.NUM_SLOTS - base)
+
+
+def usage(plans: Iterable[JobPlan]) -> dict[str, SwitchUsage]:
+    out: dict[str, SwitchUsage] = {}
+    for plan in plans:
+        for sp in plan.switches:
+            u = out.setdefault(sp.switch, SwitchUsage())
+            u.job_indexes[sp.job_index] = plan.job_id
+            u.ranges.append((sp.slot_base, sp.slot_count, plan.job_id))
+    return out
+
+
+def _below(topo: Topology, targets: set[str]) -> dict[str, frozenset[str]]:
+    """switch -> the target edge switches it reaches by down links only."""
+    memo: dict[str, frozenset[str]] = {}
+    for s in sorted(topo.switches, key=lambda s: s.tier):  # lower tiers first
+        own = {s.name} & targets
+        for nb in topo.switch_neighbors(s.name):
+            if topo.switch(nb.peer).tier < s.tier:
+                own |= memo[nb.peer]
+        memo[s.name] = frozenset(own)
+    return memo
+
+
+def _tree(topo: Topology, root: str, members: Mapping[str, list[tuple[int, str]]], below: Mapping[str, frozenset[str]], load: Mapping[str, int]) -> dict[str, tuple[str | None, int, list[tuple[int, str]]]]:
+    """switch -> (parent, up port, [(child port, child node)]) for the tree rooted at `root`."""
+    tree: dict[str, tuple[str | None, int, list[tuple[int, str]]]] = {}
+    todo: list[tuple[str, str | None, int, frozenset[str]]] = [(root, None, 0, frozenset(members))]
+    while todo:
+        sw, parent, up_port, need = todo.pop(0)
+        children: list[tuple[int, str]] = []
+        if sw in need:  # an edge switch: its member hosts are its children
+            children += members[sw]
+        rest = set(need) - {sw}
+        downs = [nb for nb in topo.switch_neighbors(sw) if topo.switch(nb.peer).tier < topo.switch(sw).tier]
+        for nb in sorted(downs, key=lambda nb: (load.get(nb.peer, 0), nb.port)):
+            take = below[nb.peer] & rest
+            if take:
+                rest -= take
+                children.append((nb.port, nb.peer))
+                todo.append((nb.peer, sw, nb.peer_port, frozenset(take)))
+        if rest:
+            raise PlanError(f"switch {sw} cannot reach edge switches {sorted(rest)} downwards")
+        tree[sw] = (parent, up_port, sorted(children))
+    return tree
+
+
+def next_token(installs: int) -> int:
+    """The token of a switch's next job install, given how many installs it has had: 1..255, cycling.
+
+    Cells keep the token of the install that last used them; a different token makes a cell start
+    afresh, so a new job never sees an earlier job's leftovers in its slot range (P4Runtime cannot
+    clear registers).
+    """
+    return installs % 255 + 1
+
+
+def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), installs: Mapping[str, int] | None = None) -> JobPlan:
+    """Plan `spec` next to the `existing` plans, or raise a PlanError that says why not.
+
+    `installs` counts the job installs each switch has had so far (for its token).
+    """
+    spec.validate()
+    existing = list(existing)
+    if any(p.job_id == spec.job_id for p in existing):
+        raise DuplicateJobError(f"job {spec.job_id} is already installed; remove it first or pick another id")
+    unknown = [h for h in spec.hosts if not topo.has_host(h)]
+    if unknown:
+        raise UnknownHostError(f"job {spec.job_id}: unknown host(s) {', '.join(unknown)} (this {topo.kind} has {topo.hosts[0].name}..{topo.hosts[-1].name})" if topo.hosts else f"job {spec.job_id}: topology has no hosts")
+    members: dict[str, list[tuple[int, str]]] = {}
+    for name in spec.hosts:
+        h = topo.host(name)
+        members.setdefault(h.switch, []).append((h.port, h.name))
+    use = usage(existing)
+    load = {name: len(u.job_indexes) for name, u in use.items()}
+    below = _below(topo, set(members))
+    reasons: list[str] = []
+    for tier in range(topo.max_tier + 1):
+        candidates = [s.name for s in topo.by_tier(tier) if below[s.name] >= set(members)]
+        scored = []
+        for pos, root in enumerate(candidates):
+            try:
+                tree = _tree(topo, root, members, below, load)
+            except PlanError as ex:
+                reasons.append(str(ex))
+                continue
+            why = _fit(tree, spec, use)
+            if why:
+                reasons.append(f"root {root}: {why}")
+                continue
+            upper = [load.get(s, 0) for s in tree if topo.switch(s).tier > 0]
+            key = (max(upper, default=0), sum(upper), (pos - spec.job_id) % len(candidates))
+            scored.append((key, root, tree))
+        if scored:
+            _, root, tree = min(scored, key=lambda t: t[0])
+            return _assign(spec, root, tree, use, installs or {})
+        if candidates:
+            break  # the lowest tier that covers the members did not fit: say why
+    detail = "; ".join(dict.fromkeys(reasons)) or "no switch reaches all member edge switches"
+    raise JobDoesNotFitError(f"job {spec.job_id} does not fit: {detail}")
+
+
+def _fit(tree: Mapping[str, tuple[str | None, int, list[tuple[int, str]]]], spec: JobSpec, use: Mapping[str, SwitchUsage]) -> str | None:
+    for sw, (_, _, children) in tree.items():
+        u = use.get(sw, SwitchUsage())
+        if len(children) > N.MAX_FAN_IN:
+            return f"switch {sw} would have fan-in {len(children)} > {N.MAX_FAN_IN}"
+        if u.free_job_index() is None:
+            return f"switch {sw} already carries {N.MAX_JOBS - 1} jobs"
+        if u.free_slot_base(spec.slots) is None:
+            return f"switch {sw} has {u.largest_free()} contiguous free slots, job needs {spec.slots}"
+    return None
+
+
+def _assign(spec: JobSpec, root: str, tree: Mapping[str, tuple[str | None, int, list[tuple[int, str]]]], use: Mapping[str, SwitchUsage], installs: Mapping[str, int]) -> JobPlan:
+    out = []
+    for sw, (parent, up_port, children) in tree.items():  # insertion order: breadth-first from the root
+        u = use.get(sw, SwitchUsage())
+        job_index = u.free_job_index()
+        base = u.free_slot_base(spec.slots)
+        assert job_index is not None and base is not None  # checked by _fit
+        out.append(
+            SwitchPlan(
+                switch=sw,
+                role=N.ROLE_ROOT if parent is None else N.ROLE_INNER,
+                job_index=job_index,
+                slot_base=base,
+                slot_count=spec.slots,
+                mcast_grp=job_index,  # one group per job per switch: the job index is unique on the switch
+                up_port=up_port,
+                parent=parent,
+                children=tuple(Child(port, i, node) for i, (port, node) in enumerate(children)),
+                result_type=spec.result_type,
+                shift=spec.shift,
+                token=next_token(installs.get(sw, 0)),
+            )
+        )
+    plan = JobPlan(spec, root, tuple(out))
+    LOG.debug("job %d: root %s, %d switches", spec.job_id, root, len(out))
+    return plan
+

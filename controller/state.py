@@ -1,0 +1,97 @@
+"""What the controller installed, kept in a JSON file so a later invocation knows it.
+
+The switches are the truth for entries (`verify` reads them back); the state
+file is the truth for decisions (job plans: slot ranges, job indexes), which
+cannot be recovered from the entries alone without guessing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.planner import JobPlan
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_STATE = Path("state/p4ina-state.json")
+STATE_VERSION = 1
+
+
+class StateError(ValueError):
+    pass
+
+
+@dataclass
+class State:
+    path: Path | None = None
+    topology: str | None = None  # how the topology was given (path or builder spec), for later invocations
+    routes: bool = False
+    pipeline_cookie: int | None = None
+    jobs: dict[int, JobPlan] = field(default_factory=dict)
+    installs: dict[str, int] = field(default_factory=dict)  # switch -> job installs so far (tokens)
+
+    def plans(self) -> list[JobPlan]:
+        return [self.jobs[j] for j in sorted(self.jobs)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "topology": self.topology,
+            "routes": self.routes,
+            "pipeline_cookie": self.pipeline_cookie,
+            "jobs": {str(j): p.to_dict() for j, p in sorted(self.jobs.items())},
+            "installs": dict(sorted(self.installs.items())),
+        }
+
+    @classmethod
+    def load(cls, path: Path) -> State:
+        path = Path(path)
+        if not path.exists():
+            return cls(path)
+        try:
+            data = json.loads(path.read_text())
+            if data.get("version") != STATE_VERSION:
+                raise StateError(f"state file {path} has version {data.get('version')}, this controller writes {STATE_VERSION}")
+            jobs = {int(j): JobPlan.from_dict(p) for j, p in data.get("jobs", {}).items()}
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as ex:
+            if isinstance(ex, StateError):
+                raise
+            raise StateError(f"state file {path} is unreadable ({ex}); move it away and run `p4ina verify` to compare with the switches") from ex
+        installs = {str(k): int(v) for k, v in data.get("installs", {}).items()}
+        return cls(path, data.get("topology"), bool(data.get("routes")), data.get("pipeline_cookie"), jobs, installs)
+
+    def save(self) -> None:
+        """Atomic: a crash leaves the old or the new file, never half of one."""
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        os.replace(tmp, self.path)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[State]:
+    """Load the state under an exclusive lock (two CLI runs must not plan the same slots); save it on the way out.
+
+    Saved also when the command failed: the state changes only for what took effect (a job is
+    added after it is fully installed, removed after it is fully removed), and install counters
+    must advance even for an install that was rolled back.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = State.load(path)
+        try:
+            yield state
+        finally:
+            state.save()

@@ -1,0 +1,1 @@
+"""Emulation layer: the embedded software switch, Mininet topologies and the experiment runner."""

@@ -1,0 +1,508 @@
+"""The embedded switch: executes p4c's BMv2 JSON for v1model with simple_switch semantics.
+
+`SoftSwitch` is the in-process API the P4Runtime server and the port I/O use (see
+notes/SOFTSWITCH_API.md). A program is compiled once to Python (codegen.py); per packet the
+switch runs the generated parser, ingress, the replication engine, egress and deparser.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from emulation.softswitch import codegen, compilecache, program
+from emulation.softswitch.errors import (
+    ConstDefaultActionError,
+    InvalidEntryError,
+    NoProgramError,
+    SoftSwitchError,
+    UnknownObjectError,
+)
+from emulation.softswitch.pre import ReplicationEngine
+from emulation.softswitch.tables import Exact, KeySpec, Lpm, MatchKey, MatchTable, Range, Ternary
+
+LOG = logging.getLogger(__name__)
+
+__all__ = [
+    "ActionCall",
+    "ActionInfo",
+    "Exact",
+    "KeyFieldInfo",
+    "Lpm",
+    "MatchKey",
+    "Range",
+    "SoftSwitch",
+    "TableEntry",
+    "TableInfo",
+    "Ternary",
+]
+
+# JSON const entries use BMv2 priorities (lower value wins); the API uses P4Runtime's (higher wins).
+CONST_PRIORITY_BASE = 1 << 24
+
+
+@dataclass(frozen=True)
+class ActionCall:
+    name: str
+    params: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    key: tuple[MatchKey, ...]
+    action: ActionCall
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class KeyFieldInfo:
+    name: str
+    match_type: str
+    bitwidth: int
+
+
+@dataclass(frozen=True)
+class ActionInfo:
+    name: str
+    param_widths: tuple[int, ...]
+    param_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: str
+    keys: tuple[KeyFieldInfo, ...]
+    actions: tuple[str, ...]
+    size: int
+    const_default: bool
+
+
+class ProgramAssertion(Exception):
+    """An assert()/assume() in the P4 program failed (BMv2 aborts; we drop the packet)."""
+
+
+def _shl(a: int, b: int) -> int:
+    # p4c masks every shift result to the destination width; cap absurd shift counts so a
+    # packet cannot make us build a gigabyte integer.
+    if b < 0:
+        return a
+    return a << b if b <= 4096 else 0
+
+
+def _shr(a: int, b: int) -> int:
+    return a >> b if b >= 0 else a
+
+
+def _div(a: int, b: int) -> int:
+    return a // b if b else 0
+
+
+def _mod(a: int, b: int) -> int:
+    return a % b if b else 0
+
+
+def _rand(lo: int, hi: int) -> int:
+    return random.randint(lo, hi) if lo <= hi else lo
+
+
+class _Runtime:
+    """Everything built from one program: generated functions, tables, registers, counters."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.prog, comp, self.source = compilecache.compiled(raw)
+        self.lay = comp.lay
+        ns = dict(comp.ns)  # the generated module's globals: per switch, since they hold its state
+        ns.update(
+            _shl=_shl,
+            _shr=_shr,
+            _div=_div,
+            _mod=_mod,
+            _rand=_rand,
+            ProgramAssertion=ProgramAssertion,
+            _ZEROS=[0] * max((len(h.type.fields) for h in self.prog.headers), default=0),
+        )
+        self.registers: dict[str, list[int]] = {}
+        for i, r in enumerate(self.prog.registers):
+            self.registers[r.name] = ns[f"R{i}"] = [0] * r.size
+        self.counters: dict[str, tuple[list[int], list[int]]] = {}
+        for i, c in enumerate(self.prog.counters):
+            pk, by = [0] * c.size, [0] * c.size
+            ns[f"CP{i}"], ns[f"CB{i}"] = pk, by
+            self.counters[c.name] = (pk, by)
+        self.table_defs: dict[str, program.TableDef] = dict(comp.table_defs)
+        self.tables: dict[str, MatchTable] = {}
+        for t in self.table_defs.values():
+            specs = []
+            for k in t.keys:
+                w, _ = self.lay.width(k.header, k.field)
+                specs.append(KeySpec(k.name, k.match_type, w))
+            mt = MatchTable(t.name, t.match_type, tuple(specs), t.max_size, immutable=bool(t.const_entries))
+            ns[f"EX_{t.id}"] = mt.exact
+            ns[f"LPM_{t.id}"] = mt.lpm
+            ns[f"DEF_{t.id}"] = mt.default
+            ns[f"SCAN_{t.id}"] = mt.scan_lookup
+            self.tables[t.name] = mt
+        try:
+            code = compile(self.source, "<softswitch-program>", "exec")
+        except SyntaxError as ex:
+            raise RuntimeError(f"internal error: generated code does not compile: {ex}") from ex
+        exec(code, ns)  # noqa: S102 - our own generated source, compiled once per program
+        self.ns = ns
+        self.node_ids = comp.node_ids
+        self.parse = ns["parse"]
+        self.ingress = ns["run_ingress"]
+        self.egress = ns["run_egress"]
+        self.deparse = ns["deparse"]
+        self.template = self.lay.template
+        self.actions_by_id = {a.id: a for a in self.prog.actions}
+        self.action_infos: dict[str, ActionInfo] = {}
+        for a in self.prog.actions:
+            self.action_infos.setdefault(
+                a.name, ActionInfo(a.name, tuple(p.width for p in a.params), tuple(p.name for p in a.params))
+            )
+        self.std = {name: self.lay.std(name) for name in codegen.STANDARD_FIELDS}
+        if self.std["egress_spec"] is None or self.std["ingress_port"] is None:
+            raise program.UnsupportedProgramError("standard_metadata.egress_spec/ingress_port missing (v1model expected)")
+        for t in self.table_defs.values():
+            self._install_program_defaults(t)
+
+    # ---- table helpers -----------------------------------------------------------------------
+    def action_id_for(self, t: program.TableDef, name: str) -> int:
+        for i in t.action_ids:
+            if self.actions_by_id[i].name == name:
+                return i
+        raise InvalidEntryError(
+            f"action {name!r} is not an action of table {t.name!r} (has {self.table_action_names(t)})"
+        )
+
+    def table_action_names(self, t: program.TableDef) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.actions_by_id[i].name for i in t.action_ids))
+
+    def check_params(self, action_id: int, params: tuple[int, ...]) -> tuple[int, ...]:
+        a = self.actions_by_id[action_id]
+        params = tuple(params)
+        if len(params) != len(a.params):
+            raise InvalidEntryError(f"action {a.name!r} takes {len(a.params)} parameters, got {len(params)}")
+        for p, v in zip(a.params, params):
+            if not isinstance(v, int) or v < 0 or v >> p.width:
+                raise InvalidEntryError(f"action {a.name!r}: parameter {p.name!r} = {v!r} does not fit bit<{p.width}>")
+        return params
+
+    def result(self, t: program.TableDef, action_id: int, params: tuple[int, ...], hit: bool) -> tuple[Any, ...]:
+        a = self.actions_by_id[action_id]
+        nxt = codegen.next_node_name(t, a.name, hit)
+        node = None if nxt is None else self.ns[self.node_ids[nxt]]
+        return (self.ns[f"a_{action_id}"], params, node)
+
+    def _install_program_defaults(self, t: program.TableDef) -> None:
+        mt = self.tables[t.name]
+        if t.default_action_id is not None:
+            try:
+                self.check_params(t.default_action_id, t.default_action_data)
+            except InvalidEntryError as ex:
+                raise ValueError(f"table {t.name!r}: default action in the JSON is invalid: {ex}") from ex
+            mt.default[0] = self.result(t, t.default_action_id, t.default_action_data, hit=False)
+            mt.default_call = ActionCall(self.actions_by_id[t.default_action_id].name, t.default_action_data)
+        else:
+            mt.default[0] = (lambda F, P: None, (), self._miss_next(t))
+            mt.default_call = ActionCall("NoAction", ())
+        for e in t.const_entries:
+            key: list[MatchKey] = []
+            for kind, a, b in e.key:
+                key.append(
+                    Exact(a) if kind == "exact" else Lpm(a, b) if kind == "lpm" else Ternary(a, b) if kind == "ternary" else Range(a, b)
+                )
+            prio = CONST_PRIORITY_BASE - e.priority if t.match_type in ("ternary", "range") else 0
+            try:
+                params = self.check_params(e.action_id, e.action_data)
+                call = ActionCall(self.actions_by_id[e.action_id].name, params)
+                mt.insert(tuple(key), prio, call, self.result(t, e.action_id, params, hit=True), const=True)
+            except (SoftSwitchError, KeyError) as ex:
+                raise ValueError(f"table {t.name!r}: const entry {e} is invalid: {ex}") from ex
+
+    def _miss_next(self, t: program.TableDef) -> Any:
+        nxt = t.next_tables.get("__MISS__", t.base_default_next) if t.uses_hit_miss else t.base_default_next
+        return None if nxt is None else self.ns[self.node_ids[nxt]]
+
+    # ---- packets -----------------------------------------------------------------------------
+    def process(self, port: int, data: bytes, t0: float, mc: dict[int, tuple[tuple[int, int], ...]]) -> tuple[list[tuple[int, bytes]], int]:
+        """One packet through the pipeline; returns the outputs and the number of drops."""
+        std = self.std
+        F = self.template.copy()
+        n = len(data)
+        lay = self.lay
+        F[std["ingress_port"]] = port & 0x1FF
+        if std["packet_length"] is not None:
+            F[std["packet_length"]] = n & 0xFFFFFFFF
+        F[lay.LEN] = n
+        F[lay.INGLEN] = n
+        ts = std["ingress_global_timestamp"]
+        if ts is not None:
+            F[ts] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFFFFFF
+        off = self.parse(F, data)
+        payload = data[off:]
+        self.ingress(F)
+        F[lay.EXIT] = 0
+        mslot = std["mcast_grp"]
+        mgid = F[mslot] if mslot is not None else 0
+        out: list[tuple[int, bytes]] = []
+        drops = 0
+        itype = std["instance_type"]
+        if mgid:
+            replicas = mc.get(mgid, ())
+            if not replicas:
+                return out, 1
+            if itype is not None:
+                F[itype] = codegen.INSTANCE_REPLICATION
+            rslot = std["egress_rid"]
+            for eport, rid in replicas:
+                G = F.copy()
+                if rslot is not None:
+                    G[rslot] = rid
+                pkt = self._egress(G, eport, payload, t0)
+                if pkt is None:
+                    drops += 1
+                else:
+                    out.append((eport, pkt))
+            return out, drops
+        espec = F[std["egress_spec"]]
+        if espec == codegen.DROP_PORT:
+            return out, 1
+        if itype is not None:
+            F[itype] = codegen.INSTANCE_NORMAL
+        pkt = self._egress(F, espec, payload, t0)
+        if pkt is None:
+            return out, 1
+        out.append((espec, pkt))
+        return out, 0
+
+    def _egress(self, F: list[int], port: int, payload: bytes, t0: float) -> bytes | None:
+        std = self.std
+        if std["egress_port"] is not None:
+            F[std["egress_port"]] = port
+        es = std["egress_spec"]
+        F[es] = (codegen.DROP_PORT + 1) & 0x1FF
+        if std["packet_length"] is not None:
+            F[std["packet_length"]] = F[self.lay.LEN] & 0xFFFFFFFF
+        ts = std["egress_global_timestamp"]
+        if ts is not None:
+            F[ts] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFFFFFF
+        self.egress(F)
+        if F[es] == codegen.DROP_PORT:
+            return None
+        return self.deparse(F, payload)
+
+
+class SoftSwitch:
+    """One embedded switch; thread-safe (one lock for packets and control-plane calls)."""
+
+    def __init__(self, device_id: int = 0, name: str = "") -> None:
+        self.device_id = device_id
+        self.name = name or f"softswitch-{device_id}"
+        self._lock = threading.RLock()
+        self._rt: _Runtime | None = None
+        self._json: bytes | None = None
+        self._pre = ReplicationEngine()
+        self._t0 = time.monotonic()
+        self.stats: dict[str, int] = {"rx": 0, "tx": 0, "dropped": 0, "errors": 0}
+
+    # ---- program -----------------------------------------------------------------------------
+    def load_program(self, bmv2_json: str | bytes) -> None:
+        raw = bmv2_json.encode() if isinstance(bmv2_json, str) else bytes(bmv2_json)
+        try:
+            rt = _Runtime(raw)  # compile outside the lock: packets keep flowing on the old program
+        except (KeyError, TypeError, IndexError, AttributeError) as ex:
+            raise ValueError(f"malformed BMv2 JSON: {type(ex).__name__}: {ex}") from ex
+        with self._lock:
+            self._rt = rt
+            self._json = raw
+            self._pre.clear()
+        LOG.info("%s: loaded program (%d tables, %d actions)", self.name, len(rt.tables), len(rt.action_infos))
+
+    @property
+    def program_loaded(self) -> bool:
+        return self._rt is not None
+
+    @property
+    def program_json(self) -> bytes | None:
+        return self._json
+
+    @property
+    def generated_source(self) -> str | None:
+        """The Python the program was compiled to (for debugging)."""
+        return self._rt.source if self._rt else None
+
+    def _runtime(self) -> _Runtime:
+        if self._rt is None:
+            raise NoProgramError(f"{self.name}: no P4 program loaded")
+        return self._rt
+
+    def _table(self, name: str) -> tuple[_Runtime, program.TableDef, MatchTable]:
+        rt = self._runtime()
+        if name not in rt.tables:
+            raise UnknownObjectError(f"no table {name!r} in the loaded program")
+        return rt, rt.table_defs[name], rt.tables[name]
+
+    # ---- introspection -----------------------------------------------------------------------
+    def tables(self) -> dict[str, TableInfo]:
+        with self._lock:
+            rt = self._runtime()
+            out = {}
+            for name, t in rt.table_defs.items():
+                keys = tuple(KeyFieldInfo(s.name, s.match_type, s.width) for s in rt.tables[name].keys)
+                out[name] = TableInfo(name, keys, rt.table_action_names(t), t.max_size, t.default_const)
+            return out
+
+    def actions(self) -> dict[str, ActionInfo]:
+        with self._lock:
+            return dict(self._runtime().action_infos)
+
+    # ---- table entries -----------------------------------------------------------------------
+    def table_insert(self, table: str, entry: TableEntry) -> None:
+        with self._lock:
+            rt, t, mt = self._table(table)
+            aid = rt.action_id_for(t, entry.action.name)
+            params = rt.check_params(aid, entry.action.params)
+            call = ActionCall(entry.action.name, params)
+            mt.insert(tuple(entry.key), entry.priority, call, rt.result(t, aid, params, hit=True))
+
+    def table_modify(self, table: str, entry: TableEntry) -> None:
+        with self._lock:
+            rt, t, mt = self._table(table)
+            aid = rt.action_id_for(t, entry.action.name)
+            params = rt.check_params(aid, entry.action.params)
+            call = ActionCall(entry.action.name, params)
+            mt.modify(tuple(entry.key), entry.priority, call, rt.result(t, aid, params, hit=True))
+
+    def table_delete(self, table: str, key: tuple[MatchKey, ...], priority: int = 0) -> None:
+        with self._lock:
+            _, _, mt = self._table(table)
+            mt.delete(tuple(key), priority)
+
+    def table_entries(self, table: str) -> list[TableEntry]:
+        with self._lock:
+            _, _, mt = self._table(table)
+            return [TableEntry(key, call, prio) for key, prio, call, _ in mt.entries.values()]
+
+    def table_clear(self, table: str) -> None:
+        with self._lock:
+            _, _, mt = self._table(table)
+            mt.clear()
+
+    def table_set_default(self, table: str, action: ActionCall) -> None:
+        with self._lock:
+            rt, t, mt = self._table(table)
+            if t.default_const:
+                raise ConstDefaultActionError(f"table {table!r}: the program declares its default action const")
+            aid = rt.action_id_for(t, action.name)
+            params = rt.check_params(aid, action.params)
+            mt.default[0] = rt.result(t, aid, params, hit=False)
+            mt.default_call = ActionCall(action.name, params)
+
+    def table_get_default(self, table: str) -> ActionCall:
+        with self._lock:
+            _, _, mt = self._table(table)
+            return mt.default_call
+
+    def table_reset_default(self, table: str) -> None:
+        with self._lock:
+            rt, t, mt = self._table(table)
+            if t.default_action_id is not None:
+                mt.default[0] = rt.result(t, t.default_action_id, t.default_action_data, hit=False)
+                mt.default_call = ActionCall(rt.actions_by_id[t.default_action_id].name, t.default_action_data)
+
+    # ---- counters and registers ----------------------------------------------------------------
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return {name: len(pk) for name, (pk, _) in self._runtime().counters.items()}
+
+    def _counter(self, name: str, index: int) -> tuple[list[int], list[int]]:
+        rt = self._runtime()
+        if name not in rt.counters:
+            raise UnknownObjectError(f"no counter {name!r} in the loaded program")
+        pk, by = rt.counters[name]
+        if not isinstance(index, int) or not 0 <= index < len(pk):
+            raise InvalidEntryError(f"counter {name!r}: index {index!r} outside 0..{len(pk) - 1}")
+        return pk, by
+
+    def counter_read(self, name: str, index: int) -> tuple[int, int]:
+        with self._lock:
+            pk, by = self._counter(name, index)
+            return pk[index], by[index]
+
+    def counter_write(self, name: str, index: int, packets: int, bytes_: int) -> None:
+        with self._lock:
+            pk, by = self._counter(name, index)
+            for what, v in (("packets", packets), ("bytes", bytes_)):
+                if not isinstance(v, int) or not 0 <= v < 1 << 64:
+                    raise InvalidEntryError(f"counter {name!r}: {what} value {v!r} is not a 64-bit unsigned integer")
+            pk[index], by[index] = packets, bytes_
+
+    def registers(self) -> dict[str, tuple[int, int]]:
+        with self._lock:
+            rt = self._runtime()
+            return {r.name: (r.size, r.width) for r in rt.prog.registers}
+
+    def _register(self, name: str, index: int) -> tuple[list[int], int]:
+        rt = self._runtime()
+        if name not in rt.registers:
+            raise UnknownObjectError(f"no register {name!r} in the loaded program")
+        cells = rt.registers[name]
+        if not isinstance(index, int) or not 0 <= index < len(cells):
+            raise InvalidEntryError(f"register {name!r}: index {index!r} outside 0..{len(cells) - 1}")
+        width = next(r.width for r in rt.prog.registers if r.name == name)
+        return cells, width
+
+    def register_read(self, name: str, index: int) -> int:
+        with self._lock:
+            cells, _ = self._register(name, index)
+            return cells[index]
+
+    def register_write(self, name: str, index: int, value: int) -> None:
+        with self._lock:
+            cells, width = self._register(name, index)
+            if not isinstance(value, int) or value < 0 or value >> width:
+                raise InvalidEntryError(f"register {name!r}: value {value!r} does not fit bit<{width}>")
+            cells[index] = value
+
+    # ---- multicast -----------------------------------------------------------------------------
+    def mc_group_set(self, group_id: int, replicas: list[tuple[int, int]]) -> None:
+        with self._lock:
+            self._runtime()
+            self._pre.set(group_id, replicas)
+
+    def mc_group_delete(self, group_id: int) -> None:
+        with self._lock:
+            self._runtime()
+            self._pre.delete(group_id)
+
+    def mc_groups(self) -> dict[int, list[tuple[int, int]]]:
+        with self._lock:
+            self._runtime()
+            return self._pre.snapshot()
+
+    # ---- packets -------------------------------------------------------------------------------
+    def process_packet(self, ingress_port: int, data: bytes) -> list[tuple[int, bytes]]:
+        """One packet in, the packets out; never raises because of packet content."""
+        with self._lock:
+            stats = self.stats
+            stats["rx"] += 1
+            rt = self._rt
+            if rt is None:
+                stats["dropped"] += 1
+                return []
+            try:
+                out, drops = rt.process(int(ingress_port), bytes(data), self._t0, self._pre.groups)
+            except Exception:  # noqa: BLE001 - one bad packet must not take the switch down
+                stats["errors"] += 1
+                stats["dropped"] += 1
+                LOG.exception("%s: internal error processing a %d-byte packet from port %s; dropped",
+                              self.name, len(data), ingress_port)
+                return []
+            stats["dropped"] += drops
+            stats["tx"] += len(out)
+            return out
