@@ -41,6 +41,8 @@ class Field:
 class WireFormat:
     fields: tuple[Field, ...]
     udp_port: int
+    agg_mac: int
+    agg_ip: int
     version: int
     num_lanes: int
     ops: dict[str, int]
@@ -74,6 +76,14 @@ class WireFormat:
 
     def frame_bytes(self, elem_type: int) -> int:
         return ETH_LEN + IPV4_LEN + UDP_LEN + self.payload_bytes(elem_type)
+
+    @property
+    def agg_mac_text(self) -> str:
+        return ":".join(f"{b:02x}" for b in self.agg_mac.to_bytes(6, "big"))
+
+    @property
+    def agg_ip_text(self) -> str:
+        return ".".join(str(b) for b in self.agg_ip.to_bytes(4, "big"))
 
     def constants(self) -> dict[str, int]:
         """Every named constant, flat (for code generators and docs)."""
@@ -127,6 +137,8 @@ def _parse(raw: dict[str, Any]) -> WireFormat:
         wf = WireFormat(
             fields=fields,
             udp_port=int(consts["UDP_PORT_AGG"]),
+            agg_mac=int(consts["address"]["AGG_MAC"]),
+            agg_ip=int(consts["address"]["AGG_IP"]),
             version=int(consts["VERSION"]),
             num_lanes=int(consts["NUM_LANES"]),
             ops=dict(consts["op"]),

@@ -34,6 +34,8 @@ def render_header(wf: WireFormat) -> str:
     out = [BANNER, "#ifndef P4INA_GENERATED_AGG_HEADER_P4", "#define P4INA_GENERATED_AGG_HEADER_P4", ""]
     out.append(f"const bit<16> UDP_PORT_AGG = {wf.udp_port};")
     out.append(f"const bit<4> AGG_VERSION = {wf.version};")
+    out.append(f"const bit<48> AGG_MAC = 0x{wf.agg_mac:012x};  // {wf.agg_mac_text}")
+    out.append(f"const bit<32> AGG_IP = 0x{wf.agg_ip:08x};  // {wf.agg_ip_text}")
     out.append(f"#define NUM_LANES {wf.num_lanes}")
     for name, code in wf.ops.items():
         out.append(f"const bit<4> {name} = {code};")

@@ -5,6 +5,8 @@
 
 const bit<16> UDP_PORT_AGG = 16711;
 const bit<4> AGG_VERSION = 1;
+const bit<48> AGG_MAC = 0x027034696e61;  // 02:70:34:69:6e:61
+const bit<32> AGG_IP = 0x0afffffe;  // 10.255.255.254
 #define NUM_LANES 64
 const bit<4> OP_CONTRIB = 1;
 const bit<4> OP_RESULT = 2;

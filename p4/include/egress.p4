@@ -1,7 +1,9 @@
 #ifndef P4INA_EGRESS_P4
 #define P4INA_EGRESS_P4
 
-// Results leave addressed to the host on the port, so a plain UDP socket receives them.
+// Results leave addressed to the host on the port, from the aggregation address
+// (not from whichever worker's contribution completed the cell: a host drops
+// packets that claim its own address as source), so a plain UDP socket receives them.
 control P4inaEgress(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
 
@@ -10,6 +12,8 @@ control P4inaEgress(inout headers_t hdr, inout metadata_t meta,
     action set_host(bit<48> mac, bit<32> ip) {
         hdr.ethernet.dst_addr = mac;
         hdr.ipv4.dst_addr = ip;
+        hdr.ethernet.src_addr = AGG_MAC;
+        hdr.ipv4.src_addr = AGG_IP;
     }
 
     // One entry per host-facing port.

@@ -15,8 +15,8 @@ from wireformat.format import ETH_LEN, IPV4_LEN, UDP_LEN
 INT32, INT16, INT8 = (AGG.elem_types[k] for k in ("ELEM_INT32", "ELEM_INT16", "ELEM_INT8"))
 CONTRIB, RESULT = AGG.ops["OP_CONTRIB"], AGG.ops["OP_RESULT"]
 RETRANSMIT, OVERFLOW = AGG.flags["FLAG_RETRANSMIT"], AGG.flags["FLAG_OVERFLOW"]
-AGG_MAC = bytes.fromhex("02703469 6e61".replace(" ", ""))
-AGG_IP = bytes([10, 255, 255, 254])
+AGG_MAC = AGG.agg_mac.to_bytes(6, "big")
+AGG_IP = AGG.agg_ip.to_bytes(4, "big")
 
 
 def host_mac(port: int) -> bytes:
@@ -64,7 +64,9 @@ def contribution(port: int, values: list[int], *, job: int = 7, slot: int = 0, s
 @dataclass(frozen=True)
 class AggPacket:
     eth_dst: bytes
+    eth_src: bytes
     ip_dst: bytes
+    ip_src: bytes
     ip_total_len: int
     ip_checksum_ok: bool
     udp_len: int
@@ -86,6 +88,6 @@ def parse(frame: bytes) -> AggPacket:
     lanes_struct = AGG.lane_struct(header["elem_type"])
     lanes = list(lanes_struct.unpack(body[AGG.header_bytes : AGG.header_bytes + lanes_struct.size]))
     return AggPacket(
-        eth_dst=frame[:6], ip_dst=ip[16:20], ip_total_len=struct.unpack(">H", ip[2:4])[0],
+        eth_dst=frame[:6], eth_src=frame[6:12], ip_dst=ip[16:20], ip_src=ip[12:16], ip_total_len=struct.unpack(">H", ip[2:4])[0],
         ip_checksum_ok=ipv4_checksum(ip) == 0, udp_len=ulen, header=header, lanes=lanes,
     )

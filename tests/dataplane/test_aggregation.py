@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.dataplane.backends import Dut
-from tests.dataplane.frames import (CONTRIB, INT8, INT16, INT32, OVERFLOW, RESULT, RETRANSMIT, contribution,
+from tests.dataplane.frames import (AGG_IP, AGG_MAC, CONTRIB, INT8, INT16, INT32, OVERFLOW, RESULT, RETRANSMIT, contribution,
                                     host_ip, host_mac, parse)
 from tests.dataplane.program import INNER, JOB_CONFIG, Job, install_hosts, install_job
 
@@ -54,6 +54,7 @@ def test_sum_of_n_children_is_multicast_to_each(dut: Dut, n: int) -> None:
         assert (pkt.header["job_id"], pkt.header["slot"], pkt.header["shadow"]) == (7, 3, 1)
         assert (pkt.header["epoch"], pkt.header["exponent"], pkt.header["offset"]) == (5, -4, 192)
         assert pkt.eth_dst == host_mac(port) and pkt.ip_dst == host_ip(port), "results are addressed to the host"
+        assert pkt.eth_src == AGG_MAC and pkt.ip_src == AGG_IP, "results come from the aggregation address"
         assert pkt.ip_checksum_ok and pkt.ip_total_len == 300 and pkt.udp_len == 280
     assert dut.counter(C + "contributions", 1)[0] == n
     assert dut.counter(C + "completions", 1)[0] == 1

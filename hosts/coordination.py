@@ -1,0 +1,277 @@
+"""Workers of a job start together and report to the experiment runner.
+
+The one primitive is ``exchange(tag, value) -> [value of rank 0, ..., rank n-1]``:
+it returns once every rank has contributed to that tag, so it is a barrier,
+and with ``max`` over the values it is the agreement on the shared exponent.
+Two implementations: ``LocalGroup`` for threads of one process (tests), and a
+line-delimited JSON server (``CoordinatorServer``) that the runner hosts on a
+Unix socket or 127.0.0.1.  A Unix socket path is reachable from every Mininet
+host and network namespace (they share the file system, not the network), so
+control traffic never crosses the emulated network it would perturb.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import socketserver
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+LOG = logging.getLogger(__name__)
+
+
+class CoordinationError(RuntimeError):
+    """The coordinator is unreachable, timed out, or answered nonsense."""
+
+
+class Group(Protocol):
+    rank: int
+    size: int
+
+    def exchange(self, tag: str, value: Any) -> list[Any]: ...
+
+
+class SizeMismatchError(ValueError):
+    """The workers of one all-reduce passed tensors of different sizes."""
+
+
+def agree_max(group: Group) -> Callable[[str, float, int], float]:
+    """An Agreement for IncWorker: barrier, same tensor size everywhere, maximum of max|x|."""
+
+    def agree(tag: str, local: float, size: int) -> float:
+        values = group.exchange(tag, [float(local), int(size)])
+        return float(max(v[0] for v in values)) if same_size(values, tag) else 0.0
+
+    return agree
+
+
+def same_size(values: Sequence[Sequence[Any]], tag: str) -> bool:
+    """Raise SizeMismatchError unless every rank's [..., size] entry agrees."""
+    sizes = [int(v[-1]) for v in values]
+    if len(set(sizes)) > 1:
+        raise SizeMismatchError(f"{tag}: the workers' tensors differ in size (by rank: {sizes})")
+    return True
+
+
+# -- in one process ---------------------------------------------------------------------------
+class _LocalHub:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.cond = threading.Condition()
+        self.values: dict[str, dict[int, Any]] = defaultdict(dict)
+        self.taken: dict[str, int] = defaultdict(int)
+        self.failure: str | None = None  # set when a rank gave up: nobody waits for it any more
+
+    def fail(self, why: str) -> None:
+        with self.cond:
+            self.failure = self.failure or why
+            self.cond.notify_all()
+
+
+class LocalGroup:
+    """One member of a group of threads; make them with ``LocalGroup.create(n)``."""
+
+    def __init__(self, hub: _LocalHub, rank: int, timeout_s: float) -> None:
+        self._hub, self.rank, self.size, self.timeout_s = hub, rank, hub.size, timeout_s
+
+    @classmethod
+    def create(cls, size: int, timeout_s: float = 60.0) -> list[LocalGroup]:
+        hub = _LocalHub(size)
+        return [cls(hub, r, timeout_s) for r in range(size)]
+
+    def exchange(self, tag: str, value: Any) -> list[Any]:
+        hub = self._hub
+        with hub.cond:
+            if self.rank in hub.values[tag]:
+                raise CoordinationError(f"rank {self.rank} contributed to {tag!r} twice")
+            hub.values[tag][self.rank] = value
+            hub.cond.notify_all()
+            arrived = hub.cond.wait_for(lambda: len(hub.values[tag]) == hub.size or hub.failure, self.timeout_s)
+            if hub.failure and len(hub.values[tag]) < hub.size:
+                raise CoordinationError(f"{tag!r}: {hub.failure}")
+            if not arrived:
+                raise CoordinationError(f"{tag!r}: only ranks {sorted(hub.values[tag])} arrived in {self.timeout_s}s")
+            out = [hub.values[tag][r] for r in range(hub.size)]
+            hub.taken[tag] += 1
+            if hub.taken[tag] == hub.size:
+                del hub.values[tag], hub.taken[tag]
+            return out
+
+
+# -- across processes ---------------------------------------------------------------------------
+def parse_address(address: str) -> tuple[int, Any]:
+    """'unix:/path' or 'tcp:127.0.0.1:port' -> (socket family, sockaddr)."""
+    kind, _, rest = address.partition(":")
+    if kind == "unix" and rest:
+        return socket.AF_UNIX, rest
+    if kind == "tcp":
+        host, _, port = rest.rpartition(":")
+        if host and port.isdigit():
+            return socket.AF_INET, (host, int(port))
+    raise ValueError(f"coordinator address {address!r}: expected 'unix:/path' or 'tcp:HOST:PORT'")
+
+
+class CoordinatorServer:
+    """Serves exchanges for `size` ranks and collects their reports (JSON objects)."""
+
+    def __init__(self, address: str, size: int, timeout_s: float = 300.0) -> None:
+        self.size = size
+        self.timeout_s = timeout_s
+        self._hub = _LocalHub(size)
+        self.reports: dict[int, dict[str, Any]] = {}
+        self._reports_cond = threading.Condition()
+        family, sockaddr = parse_address(address)
+        if family == socket.AF_UNIX and os.path.exists(sockaddr):
+            os.unlink(sockaddr)
+        outer = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                for line in self.rfile:
+                    try:
+                        msg = json.loads(line)
+                        reply = outer._handle(msg)
+                    except (ValueError, KeyError, CoordinationError) as ex:
+                        reply = {"error": str(ex)}
+                    self.wfile.write((json.dumps(reply) + "\n").encode())
+                    self.wfile.flush()
+
+        base = socketserver.ThreadingUnixStreamServer if family == socket.AF_UNIX else socketserver.ThreadingTCPServer
+        base.allow_reuse_address = True
+        base.daemon_threads = True
+        self._server = base(sockaddr, Handler)
+        if family == socket.AF_UNIX:
+            self.address = f"unix:{sockaddr}"
+        else:
+            host, port = self._server.server_address[:2]
+            self.address = f"tcp:{host}:{port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="coordinator", daemon=True)
+
+    def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        rank = int(msg["rank"])
+        if not 0 <= rank < self.size:
+            raise CoordinationError(f"rank {rank} not in 0..{self.size - 1}")
+        if msg["op"] == "exchange":
+            member = LocalGroup(self._hub, rank, self.timeout_s)
+            return {"values": member.exchange(str(msg["tag"]), msg.get("value"))}
+        if msg["op"] == "report":
+            report = msg["report"]
+            if isinstance(report, dict) and "error" in report:
+                self._hub.fail(f"rank {rank} failed: {report['error']}")
+            with self._reports_cond:
+                self.reports[rank] = report
+                self._reports_cond.notify_all()
+            return {"ok": True}
+        raise CoordinationError(f"unknown op {msg['op']!r}")
+
+    def start(self) -> CoordinatorServer:
+        self._thread.start()
+        return self
+
+    def wait_reports(self, timeout_s: float) -> dict[int, dict[str, Any]]:
+        with self._reports_cond:
+            if not self._reports_cond.wait_for(lambda: len(self.reports) == self.size, timeout_s):
+                raise CoordinationError(f"only ranks {sorted(self.reports)} reported within {timeout_s}s")
+            return dict(self.reports)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        family, sockaddr = parse_address(self.address)
+        if family == socket.AF_UNIX and os.path.exists(sockaddr):
+            os.unlink(sockaddr)
+
+    def __enter__(self) -> CoordinatorServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CoordinatorClient:
+    """A worker's connection to the CoordinatorServer."""
+
+    def __init__(self, address: str, rank: int, size: int, timeout_s: float = 300.0) -> None:
+        family, sockaddr = parse_address(address)
+        self.rank, self.size = rank, size
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout_s)
+        try:
+            self._sock.connect(sockaddr)
+        except OSError as ex:
+            self._sock.close()
+            raise CoordinationError(f"cannot reach the coordinator at {address}: {ex}") from ex
+        self._file = self._sock.makefile("rwb")
+
+    def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self._file.write((json.dumps({**msg, "rank": self.rank}) + "\n").encode())
+            self._file.flush()
+            line = self._file.readline()
+        except OSError as ex:
+            raise CoordinationError(f"coordinator connection failed during {msg['op']}: {ex}") from ex
+        if not line:
+            raise CoordinationError("the coordinator closed the connection")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise CoordinationError(f"coordinator: {reply['error']}")
+        return reply
+
+    def exchange(self, tag: str, value: Any) -> list[Any]:
+        return list(self._call({"op": "exchange", "tag": tag, "value": value})["values"])
+
+    def barrier(self, tag: str) -> None:
+        self.exchange(tag, None)
+
+    def report(self, report: dict[str, Any]) -> None:
+        self._call({"op": "report", "report": report})
+
+    def close(self) -> None:
+        self._file.close()
+        self._sock.close()
+
+
+# -- checking results -------------------------------------------------------------------------
+def result_digest(result: np.ndarray) -> str:
+    """A short fingerprint of a float32 result; equal sums give equal digests."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(result, dtype=np.float32).tobytes()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    ok: bool
+    problems: tuple[str, ...]
+
+
+def check_reports(reports: Sequence[dict[str, Any]], size: int | None = None) -> CheckOutcome:
+    """Every worker got the same sum, and each sum is within its error bound of numpy's.
+
+    Each report carries 'digest' (of its result) and 'max_error_ratio': the
+    largest |result - float64 numpy sum of all inputs| / bound over the
+    elements, the bound being the quantization (or float32 summation) bound.
+    """
+    problems = []
+    if size is not None and len(reports) != size:
+        problems.append(f"{len(reports)} reports for {size} workers")
+    digests = {r.get("digest") for r in reports}
+    if len(digests) != 1:
+        problems.append(f"workers disagree on the sum: digests {sorted(map(str, digests))}")
+    for r in reports:
+        if "error" in r:
+            problems.append(f"rank {r.get('rank')}: {r['error']}")
+        elif not r.get("max_error_ratio", float("inf")) <= 1.0:
+            problems.append(
+                f"rank {r.get('rank')}: error {r.get('max_abs_error')} exceeds its bound "
+                f"(ratio {r.get('max_error_ratio')})"
+            )
+    return CheckOutcome(not problems, tuple(problems))

@@ -1,0 +1,128 @@
+"""Network namespaces and veth links for tests and benchmarks, removed on exit.
+
+Every name starts with ``p4ina-`` plus a random tag, so parallel runs do not
+collide and a crashed run's leftovers are recognisable.  Processes started
+here are killed by PID on exit, never by name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+LOG = logging.getLogger(__name__)
+
+
+class NetnsError(RuntimeError):
+    """An `ip`/`tc` command failed; the message has its stderr."""
+
+
+def sh(*cmd: str) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise NetnsError(f"{' '.join(cmd)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+class NetnsLab:
+    """A set of namespaces (and the veths inside them) owned by one test or benchmark."""
+
+    def __init__(self, tag: str | None = None) -> None:
+        self.tag = tag or uuid.uuid4().hex[:6]
+        self.namespaces: list[str] = []
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def ns(self, short: str) -> str:
+        """Create namespace p4ina-<tag>-<short> with its loopback up; returns the full name."""
+        name = f"p4ina-{self.tag}-{short}"
+        sh("ip", "netns", "add", name)
+        self.namespaces.append(name)
+        self.run(name, "ip", "link", "set", "lo", "up")
+        return name
+
+    def run(self, ns: str, *cmd: str) -> str:
+        return sh("ip", "netns", "exec", ns, *cmd)
+
+    def veth(self, ns_a: str, name_a: str, ns_b: str, name_b: str, *, mtu: int = 1500) -> None:
+        """A veth pair straight into two namespaces (names only need be unique within each)."""
+        sh("ip", "link", "add", name_a, "netns", ns_a, "mtu", str(mtu), "type", "veth",
+           "peer", "name", name_b, "netns", ns_b, "mtu", str(mtu))
+        for ns, name in ((ns_a, name_a), (ns_b, name_b)):
+            self.run(ns, "ip", "link", "set", name, "up")
+            # No IPv6 chatter (router solicitations, DAD) on links that only carry our traffic.
+            self.run(ns, "sysctl", "-qw", f"net.ipv6.conf.{name}.disable_ipv6=1")
+
+    def address(self, ns: str, dev: str, cidr: str) -> None:
+        self.run(ns, "ip", "addr", "add", cidr, "dev", dev)
+
+    def induce_loss(self, ns: str, dev: str, fraction: float) -> str:
+        """Drop `fraction` of the packets leaving `dev`, at random; returns the method used.
+
+        tc netem where the kernel has it; otherwise (kernels built without
+        sch_netem) a classic-BPF tc filter drawing the kernel's random number
+        per packet and redirecting the unlucky ones to a veth that is down.
+        """
+        if not 0.0 < fraction < 1.0:
+            raise ValueError(f"loss fraction must be in (0, 1), got {fraction}")
+        try:
+            self.run(ns, "tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", f"{fraction * 100:.3f}%")
+            return "netem"
+        except NetnsError as ex:
+            if "unknown" not in str(ex).lower():
+                raise
+        sink = f"lsink{len(self.namespaces)}{dev}"[:15]
+        self.run(ns, "ip", "link", "add", sink, "type", "veth", "peer", "name", f"{sink[:13]}p")
+        threshold = int((1.0 - fraction) * 2**32)
+        # A = random u32 (SKF_AD_RANDOM); A >= threshold -> match (-1), else no match (0).
+        program = f"4,32 0 0 {2**32 - 4096 + 56},53 1 0 {threshold},6 0 0 0,6 0 0 {2**32 - 1}"
+        self.run(ns, "tc", "qdisc", "add", "dev", dev, "clsact")
+        self.run(ns, "tc", "filter", "add", "dev", dev, "egress", "bpf", "bytecode", program,
+                 "action", "mirred", "egress", "redirect", "dev", sink)
+        return "tc-bpf"
+
+    def mac(self, ns: str, dev: str) -> str:
+        return self.run(ns, "cat", f"/sys/class/net/{dev}/address").strip()
+
+    def popen(self, ns: str, cmd: Sequence[str], **kw: object) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], text=True, **kw)  # type: ignore[call-overload]
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        for ns in reversed(self.namespaces):
+            try:
+                sh("ip", "netns", "del", ns)
+            except NetnsError as ex:
+                LOG.warning("cleanup: %s", ex)
+        self.namespaces.clear()
+
+    def __enter__(self) -> NetnsLab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def enter(ns: str) -> None:
+    """Move the calling thread into a namespace (Python 3.11 has no os.setns)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(Path("/var/run/netns") / ns, os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            raise NetnsError(f"setns({ns}): {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)

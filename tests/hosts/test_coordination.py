@@ -1,0 +1,126 @@
+"""Barriers, agreement and result checks, in threads and across a Unix socket."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hosts.coordination import (
+    CoordinationError,
+    CoordinatorClient,
+    CoordinatorServer,
+    SizeMismatchError,
+    LocalGroup,
+    agree_max,
+    check_reports,
+    parse_address,
+    result_digest,
+)
+from hosts import workload
+
+
+def in_threads(n: int, fn: Any) -> list[Any]:
+    out: list[Any] = [None] * n
+
+    def body(r: int) -> None:
+        out[r] = fn(r)
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out
+
+
+def test_local_group_exchange_and_agreement() -> None:
+    groups = LocalGroup.create(3)
+    out = in_threads(3, lambda r: (groups[r].exchange("a", r * 10), agree_max(groups[r])("b", float(r), 5)))
+    assert all(o == ([0, 10, 20], 2.0) for o in out)
+
+
+def test_local_group_times_out_naming_who_arrived() -> None:
+    groups = LocalGroup.create(2, timeout_s=0.05)
+    with pytest.raises(CoordinationError, match=r"only ranks \[0\]"):
+        groups[0].exchange("x", 1)
+
+
+@pytest.mark.parametrize("kind", ["unix", "tcp"])
+def test_server_barrier_agreement_and_reports(kind: str, tmp_path: Path) -> None:
+    address = f"unix:{tmp_path / 'coord.sock'}" if kind == "unix" else "tcp:127.0.0.1:0"
+    with CoordinatorServer(address, 3) as server:
+
+        def worker(r: int) -> float:
+            client = CoordinatorClient(server.address, r, 3)
+            try:
+                client.barrier("start")
+                m = agree_max(client)("max", [1.5, 7.0, -2.0][r], 100)
+                client.report({"rank": r, "digest": "d", "max_error_ratio": 0.5})
+                return m
+            finally:
+                client.close()
+
+        assert in_threads(3, worker) == [7.0, 7.0, 7.0]
+        reports = server.wait_reports(5)
+    assert check_reports([reports[r] for r in range(3)], 3).ok
+
+
+def test_different_tensor_sizes_are_refused() -> None:
+    groups = LocalGroup.create(2)
+    errors = in_threads(2, lambda r: _catch(lambda: agree_max(groups[r])("t", 1.0, 10 + r)))
+    assert all(isinstance(e, SizeMismatchError) and "[10, 11]" in str(e) for e in errors)
+
+
+def _catch(fn: Any) -> BaseException | None:
+    try:
+        fn()
+    except BaseException as ex:
+        return ex
+    return None
+
+
+def test_a_failed_rank_releases_the_others(tmp_path: Path) -> None:
+    with CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", 2) as server:
+        waiting = CoordinatorClient(server.address, 0, 2)
+        failing = CoordinatorClient(server.address, 1, 2)
+        try:
+            t = threading.Thread(target=lambda: failing.report({"rank": 1, "error": "NonFiniteError: nan"}))
+            t.start()
+            with pytest.raises(CoordinationError, match="rank 1 failed: NonFiniteError"):
+                waiting.barrier("start")
+            t.join()
+        finally:
+            waiting.close()
+            failing.close()
+
+
+def test_unreachable_coordinator_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(CoordinationError, match="cannot reach the coordinator"):
+        CoordinatorClient(f"unix:{tmp_path / 'none.sock'}", 0, 1)
+    with pytest.raises(ValueError, match="expected 'unix:/path'"):
+        parse_address("udp:1.2.3.4")
+
+
+def test_check_reports_finds_disagreement_and_large_errors() -> None:
+    good = {"rank": 0, "digest": "a", "max_error_ratio": 0.3}
+    assert check_reports([good, {**good, "rank": 1}]).ok
+    outcome = check_reports([good, {"rank": 1, "digest": "b", "max_error_ratio": 2.0, "max_abs_error": 1e-3}])
+    assert not outcome.ok
+    assert any("disagree" in p for p in outcome.problems) and any("rank 1: error" in p for p in outcome.problems)
+    assert "TimeoutError" in check_reports([{"rank": 0, "error": "TimeoutError: x", "digest": "a"}]).problems[0]
+    assert not check_reports([good], size=2).ok
+
+
+def test_workload_is_deterministic_and_digest_tracks_values() -> None:
+    a = workload.make_input("normal", 100, 2, seed=3)
+    assert np.array_equal(a, workload.make_input("normal", 100, 2, seed=3))
+    assert not np.array_equal(a, workload.make_input("normal", 100, 1, seed=3))
+    total, mag = workload.reference_sum("ones", 4, 3)
+    assert total.tolist() == [6.0] * 4 and mag.tolist() == [6.0] * 4
+    assert result_digest(a) == result_digest(a.copy()) != result_digest(a + 1)
+    with pytest.raises(ValueError, match="unknown input kind"):
+        workload.make_input("cats", 1, 0)

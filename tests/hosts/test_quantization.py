@@ -1,0 +1,157 @@
+"""Fixed-point properties: no overflow by construction, error within the documented bound."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from hosts import quantization as qz
+
+WIDTH_CASES = [
+    (qz.ELEM_INT32, qz.ELEM_INT32, 0),
+    (qz.ELEM_INT32, qz.ELEM_INT16, 8),
+    (qz.ELEM_INT32, qz.ELEM_INT8, 16),
+    (qz.ELEM_INT32, qz.ELEM_INT8, 0),
+    (qz.ELEM_INT16, qz.ELEM_INT16, 0),
+    (qz.ELEM_INT8, qz.ELEM_INT32, 0),
+]
+
+
+def switch_sum(contributions: list[np.ndarray], result_type: int, shift: int) -> tuple[np.ndarray, bool]:
+    """What the switch computes (DESIGN.md): int32 saturating sum, arithmetic shift, saturating narrow."""
+    total = np.sum([c.astype(np.int64) for c in contributions], axis=0)
+    overflow = bool((total > 2**31 - 1).any() or (total < -(2**31)).any())
+    total = np.clip(total, -(2**31), 2**31 - 1) >> shift
+    bits = qz.ELEM_BITS[result_type]
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    overflow |= bool((total > hi).any() or (total < lo).any())
+    return np.clip(total, lo, hi), overflow
+
+
+def run_allreduce(xs: list[np.ndarray], contrib: int, result: int, shift: int) -> tuple[np.ndarray, qz.FixedPoint, bool]:
+    m = max(qz.max_abs(x) for x in xs)
+    fp = qz.plan(m, len(xs), contrib_type=contrib, result_type=result, shift=shift)
+    lanes, overflow = switch_sum([fp.quantize(x) for x in xs], result, shift)
+    return fp.dequantize(lanes).astype(np.float32), fp, overflow
+
+
+def assert_within_bound(xs: list[np.ndarray], out: np.ndarray, fp: qz.FixedPoint) -> None:
+    ref = np.sum([x.astype(np.float64) for x in xs], axis=0)
+    err = np.abs(out.astype(np.float64) - ref)
+    tol = fp.tolerance(ref)
+    worst = int(np.argmax(err - tol))
+    assert (err <= tol).all(), f"element {worst}: error {err[worst]} > bound {tol[worst]} (exponent {fp.exponent})"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    m=st.floats(min_value=1e-30, max_value=3e38, allow_nan=False, allow_infinity=False),
+    n=st.integers(1, 64),
+    case=st.sampled_from(WIDTH_CASES),
+)
+def test_exponent_is_the_largest_that_cannot_overflow(m: float, n: int, case: tuple[int, int, int]) -> None:
+    contrib, result, shift = case
+    try:
+        limit = qz.q_limit(n, contrib_type=contrib, result_type=result, shift=shift)
+    except qz.QuantizationError:
+        assume(False)
+    try:
+        e = qz.choose_exponent(m, n, contrib_type=contrib, result_type=result, shift=shift)
+    except qz.QuantizationError:
+        assert math.ldexp(m, qz.EXPONENT_MIN) > limit  # only refused when even the smallest exponent overflows
+        return
+    q = abs(int(np.rint(math.ldexp(m, e))))
+    headroom = min(31, qz.ELEM_BITS[result] - 1 + shift)
+    assert q <= limit and n * q <= 2**headroom - 1
+    assert e == qz.EXPONENT_MAX or math.ldexp(m, e + 1) > limit
+
+
+@pytest.mark.parametrize(("contrib", "result", "shift"), WIDTH_CASES)
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 16])
+def test_random_tensors_within_bound_and_never_overflow(contrib: int, result: int, shift: int, n: int) -> None:
+    rng = np.random.default_rng(n * 100 + shift)
+    xs = [rng.normal(0, 10.0 ** rng.uniform(-3, 3), 2000).astype(np.float32) for _ in range(n)]
+    out, fp, overflow = run_allreduce(xs, contrib, result, shift)
+    assert not overflow
+    assert_within_bound(xs, out, fp)
+
+
+@pytest.mark.parametrize(("contrib", "result", "shift"), WIDTH_CASES)
+def test_adversarial_all_equal_at_the_maximum_does_not_overflow(contrib: int, result: int, shift: int) -> None:
+    """Every worker at +M (and -M) in every lane: the worst case the scale is chosen for."""
+    n = 8
+    for sign in (1.0, -1.0):
+        xs = [np.full(300, sign * 3.3e7, dtype=np.float32) for _ in range(n)]
+        out, fp, overflow = run_allreduce(xs, contrib, result, shift)
+        assert not overflow
+        assert_within_bound(xs, out, fp)
+
+
+@pytest.mark.parametrize(("contrib", "result", "shift"), WIDTH_CASES)
+def test_adversarial_large_dynamic_range(contrib: int, result: int, shift: int) -> None:
+    """1e-20..1e20 in one tensor: small values lose relative precision, the absolute bound holds."""
+    rng = np.random.default_rng(7)
+    xs = [(rng.choice([-1.0, 1.0], 1000) * 10.0 ** rng.uniform(-20, 20, 1000)).astype(np.float32) for _ in range(4)]
+    out, fp, overflow = run_allreduce(xs, contrib, result, shift)
+    assert not overflow
+    assert_within_bound(xs, out, fp)
+
+
+def test_extremes_of_float32() -> None:
+    big = np.finfo(np.float32).max / 2  # two of them still sum to a float32
+    tiny = np.float32(1e-45)  # a denormal
+    xs = [np.array([big, -big, tiny, 0.0], dtype=np.float32), np.array([big, big, -tiny, 0.0], dtype=np.float32)]
+    out, fp, overflow = run_allreduce(xs, qz.ELEM_INT32, qz.ELEM_INT32, 0)
+    assert not overflow
+    assert fp.exponent < 0
+    assert_within_bound(xs, out, fp)
+
+
+def test_zeros_give_exact_zeros() -> None:
+    xs = [np.zeros(100, dtype=np.float32) for _ in range(3)]
+    out, fp, overflow = run_allreduce(xs, qz.ELEM_INT32, qz.ELEM_INT8, 4)
+    assert fp.exponent == qz.EXPONENT_MAX and not overflow
+    # The int8 path decodes the midpoint of the 2^shift integers a lane stands for: within the bound, not 0.
+    assert (np.abs(out) <= fp.error_bound()).all()
+    out32, _, _ = run_allreduce(xs, qz.ELEM_INT32, qz.ELEM_INT32, 0)
+    assert (out32 == 0).all()
+
+
+def test_int32_error_is_tiny_relative_to_the_maximum() -> None:
+    rng = np.random.default_rng(1)
+    xs = [rng.uniform(-1, 1, 5000).astype(np.float32) for _ in range(4)]
+    out, fp, _ = run_allreduce(xs, qz.ELEM_INT32, qz.ELEM_INT32, 0)
+    assert fp.error_bound() < 1e-8  # 4 workers: 2^-(e+1) * 4 with 2^e ~ 2^29
+    ref = np.sum([x.astype(np.float64) for x in xs], axis=0)
+    assert np.abs(out - ref).max() < 1e-6
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_refused_with_a_clear_error(bad: float) -> None:
+    x = np.ones(10, dtype=np.float32)
+    x[3] = bad
+    with pytest.raises(qz.NonFiniteError, match=r"1 non-finite value.*index 3"):
+        qz.max_abs(x)
+    with pytest.raises(qz.NonFiniteError):
+        qz.quantize(x, 0)
+
+
+def test_exponent_too_large_for_the_data_is_refused() -> None:
+    with pytest.raises(qz.QuantizationError, match="beyond int8"):
+        qz.quantize(np.array([1.0], dtype=np.float32), 7, qz.ELEM_INT8)
+
+
+def test_too_many_workers_for_a_narrow_result_is_refused() -> None:
+    with pytest.raises(qz.QuantizationError, match="raise the job's shift"):
+        qz.q_limit(200, result_type=qz.ELEM_INT8, shift=0)
+    assert qz.q_limit(200, result_type=qz.ELEM_INT8, shift=8) == (2**15 - 1) // 200
+
+
+def test_dequantize_decodes_the_midpoint_of_a_shifted_lane() -> None:
+    # lane 3 with shift 2 stands for the integer sums 12..15: decoded as 13.5 (times 2^-e).
+    assert qz.dequantize(np.array([3, -1]), exponent=1, shift=2).tolist() == [13.5 / 2, -2.5 / 2]
+    assert qz.dequantize(np.array([3]), exponent=-2).tolist() == [12.0]

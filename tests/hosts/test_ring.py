@@ -1,0 +1,153 @@
+"""Ring all-reduce over loopback UDP, ranks as threads; loss injected at the sender."""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hosts.coordination import LocalGroup
+from hosts.quantization import NonFiniteError
+from hosts.ring import RingAllreduce, RingConfig, RingTimeoutError, segment_bounds, topology_order
+from hosts.stats import AllreduceStats
+
+
+class LossySocket:
+    """A UDP socket whose sendto drops a fraction of datagrams (seeded)."""
+
+    def __init__(self, sock: socket.socket, loss: float, seed: int) -> None:
+        self._sock, self._loss, self._rng = sock, loss, random.Random(seed)
+        self.dropped = 0
+
+    def sendto(self, data: bytes, addr: Any) -> int:
+        if self._rng.random() < self._loss:
+            self.dropped += 1
+            return len(data)
+        return self._sock.sendto(data, addr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def make_rings(n: int, loss: float = 0.0, order: tuple[int, ...] | None = None, **cfg: Any) -> list[RingAllreduce]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    peers = tuple(s.getsockname() for s in socks)
+    groups = LocalGroup.create(n, timeout_s=60)
+    return [
+        RingAllreduce(RingConfig(rank=r, peers=peers, order=order, timeout_s=0.01, **cfg), groups[r],
+                      LossySocket(socks[r], loss, r) if loss else socks[r])  # type: ignore[arg-type]
+        for r in range(n)
+    ]
+
+
+def run(rings: list[RingAllreduce], inputs: list[np.ndarray], calls: int = 1) -> list[np.ndarray]:
+    out: list[Any] = [None] * len(rings)
+    errors: list[BaseException] = []
+
+    def body(r: int) -> None:
+        try:
+            for _ in range(calls):
+                out[r] = rings[r].allreduce(inputs[r])
+            rings[r].barrier("done")
+        except BaseException as ex:
+            errors.append(ex)
+        finally:
+            rings[r].close()
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(len(rings))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    if errors:
+        raise errors[0]
+    return out
+
+
+def check(inputs: list[np.ndarray], results: list[np.ndarray]) -> None:
+    ref = np.sum([x.astype(np.float64) for x in inputs], axis=0)
+    mag = np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0)
+    for res in results:
+        assert res.dtype == np.float32 and res.shape == inputs[0].shape
+        assert np.array_equal(res, results[0])  # bit-identical on every rank
+        assert (np.abs(res - ref) <= len(inputs) * 2.0**-24 * mag).all()
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("size", [1, 5, 1000, 30_001])
+def test_sums(n: int, size: int) -> None:
+    inputs = [np.random.default_rng(r).normal(0, 1, size).astype(np.float32) for r in range(n)]
+    rings = make_rings(n)
+    check(inputs, run(rings, inputs))
+    stats = rings[0].last_stats
+    assert isinstance(stats, AllreduceStats) and stats.method == "ring" and stats.elements == size
+
+
+def test_sums_of_a_shaped_tensor_over_repeated_calls() -> None:
+    inputs = [np.full((30, 40), r + 1.0, dtype=np.float32) for r in range(3)]
+    results = run(make_rings(3), inputs, calls=3)
+    assert np.array_equal(results[0], np.full((30, 40), 6.0, dtype=np.float32))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_loss_is_recovered(n: int) -> None:
+    inputs = [np.random.default_rng(r).uniform(-1, 1, 20_000).astype(np.float32) for r in range(n)]
+    rings = make_rings(n, loss=0.05)
+    results = run(rings, inputs, calls=2)
+    check(inputs, results)
+    assert sum(r.sock.dropped for r in rings) > 0  # type: ignore[attr-defined]
+    assert sum(r.last_stats.retransmissions for r in rings if r.last_stats) > 0
+
+
+def test_topology_order_keeps_groups_together() -> None:
+    assert topology_order(["e1", "e2", "e1", "e2"]) == (0, 2, 1, 3)
+    assert topology_order(["a", "a", "b"]) == (0, 1, 2)
+    inputs = [np.arange(100, dtype=np.float32) * (r + 1) for r in range(4)]
+    results = run(make_rings(4, order=(0, 2, 1, 3)), inputs)
+    check(inputs, results)
+
+
+def test_segments_cover_the_tensor() -> None:
+    b = segment_bounds(10, 4)
+    assert b.tolist() == [0, 2, 5, 7, 10]
+    assert segment_bounds(2, 4).tolist() == [0, 0, 1, 1, 2]
+
+
+def test_single_rank_and_bad_input() -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    ring = RingAllreduce(RingConfig(rank=0, peers=(s.getsockname(),)), None, s)
+    try:
+        assert ring.allreduce(np.ones(3, dtype=np.float32)).tolist() == [1.0, 1.0, 1.0]
+        with pytest.raises(NonFiniteError):
+            ring.allreduce(np.array([np.inf], dtype=np.float32))
+    finally:
+        ring.close()
+
+
+def test_config_is_validated() -> None:
+    peers = (("127.0.0.1", 1), ("127.0.0.1", 2))
+    with pytest.raises(ValueError, match="not a permutation"):
+        RingConfig(rank=0, peers=peers, order=(0, 0))
+    with pytest.raises(ValueError, match="MTU"):
+        RingConfig(rank=0, peers=peers, elements_per_packet=1000)
+
+
+def test_silent_neighbour_times_out() -> None:
+    rings = make_rings(2, max_retries=5)
+    rings[1].close()
+    rings[0].group = None  # no barrier: rank 0 starts alone
+    try:
+        with pytest.raises(RingTimeoutError, match="after 5 retransmissions|nothing from"):
+            rings[0].allreduce(np.ones(10, dtype=np.float32))
+    finally:
+        rings[0].close()
