@@ -113,6 +113,20 @@ def test_sums_through_the_embedded_switch(lab: NetnsLab, tmp_path: Path, n: int)
     assert all(r["packets_sent"] == CHUNKS * 2 + r["retransmissions"] for r in reports)
 
 
+def test_plain_udp_sockets_receive_results(lab: NetnsLab, tmp_path: Path) -> None:
+    """Results come from the aggregation address, so the host's kernel delivers them to a UDP socket."""
+    n = 2
+    net = star(lab, n)
+    switch = real_switch(net.addrs, slot_count=4)
+    io = attach(lab, switch, n)
+    try:
+        reports = run_workers(net, tmp_path, 4, SIZE, 1, ["--recv-mode", "udp"])
+    finally:
+        io.stop()
+    assert counter(switch, "completions") == CHUNKS
+    assert all(r["retransmissions"] == 0 for r in reports), "results reached the UDP sockets the first time"
+
+
 def test_dropped_contribution_and_result_are_recovered_once(lab: NetnsLab, tmp_path: Path) -> None:
     n = 3
     net = star(lab, n)
