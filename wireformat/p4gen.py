@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from wireformat.format import AGG, ETH_LEN, IPV4_LEN, UDP_LEN, WireFormat
+from wireformat.format import AGG, IPV4_LEN, UDP_LEN, WireFormat
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "p4" / "generated"

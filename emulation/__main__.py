@@ -1,0 +1,171 @@
+"""`python -m emulation` (make emulate): how much faster is an all-reduce when the switches aggregate?
+
+Starts a Mininet fat-tree of P4 switches (the embedded switch unless BMv2 is
+asked for), installs routes and aggregation jobs with the controller, and for
+each host count and size runs the in-network all-reduce (int32 results), the
+same with int8 results narrowed by the switches, and a ring all-reduce between
+the hosts. Prints a table with the speed-up over the ring and writes a results
+folder (raw data, summary.json, plots). Needs root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from emulation.experiment import DEFAULT_BW_MBPS, DEFAULT_HOST_COUNTS, DEFAULT_SIZES, METHODS, ConfigError, ExperimentConfig, Measurement
+from emulation.nodes import BACKENDS, default_backend
+from emulation.topo import LinkShape, LinkShapeError
+
+LOG = logging.getLogger("emulation")
+
+
+def parse_size(text: str) -> int:
+    """'1K' -> 1024, '256k' -> 262144, '1M' -> 1048576, '1000' -> 1000."""
+    t = text.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20}.get(t[-1:], 1)
+    digits = t[:-1] if mult > 1 else t
+    if not digits.isdigit() or int(digits) < 1:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not a positive number of elements (e.g. 1024, 16K, 1M)")
+    return int(digits) * mult
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as ex:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from ex
+
+
+def size_list(text: str) -> tuple[int, ...]:
+    return tuple(parse_size(x) for x in text.split(",") if x.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m emulation", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    topo = ap.add_mutually_exclusive_group()
+    topo.add_argument("--k", type=int, help="fat-tree arity (default 4: 16 hosts, 20 switches)")
+    topo.add_argument("--topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON (instead of --k)")
+    ap.add_argument("--hosts", type=int_list, default=DEFAULT_HOST_COUNTS,
+                    help=f"host counts to sweep, comma-separated (default {','.join(map(str, DEFAULT_HOST_COUNTS))})")
+    ap.add_argument("--sizes", type=size_list, default=DEFAULT_SIZES,
+                    help="all-reduce sizes in float32 elements, K/M suffixes allowed (default 1K,16K,256K)")
+    ap.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
+    ap.add_argument("--reps", type=int, default=3, help="measured repetitions per point (default 3)")
+    ap.add_argument("--warmup", type=int, default=1, help="warm-up all-reduces before them, not counted (default 1)")
+    ap.add_argument("--switch", choices=(*BACKENDS, "auto"), default="embedded",
+                    help=f"switch back end (default embedded, so runs compare across machines; auto = bmv2 when "
+                         f"simple_switch_grpc is installed, here {default_backend()})")
+    ap.add_argument("--bw", type=float, default=DEFAULT_BW_MBPS,
+                    help=f"link bandwidth in Mbit/s (default {DEFAULT_BW_MBPS:g}; 0 = unshaped, then the switches' CPU is the limit)")
+    ap.add_argument("--delay", type=float, default=0.0, help="one-way delay per link, ms")
+    ap.add_argument("--loss", type=float, default=0.0, help="packet loss per link and direction, percent")
+    ap.add_argument("--slots", type=int, default=128, help="in-network window: aggregation slots per job (default 128)")
+    ap.add_argument("--input", default="normal", help="worker input kind (hosts.workload.KINDS)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("results"), help="parent of the results folder (default results/)")
+    ap.add_argument("--name", default="", help="extra label for the results folder")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--json", action="store_true", help="print summary.json instead of the table")
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return ap
+
+
+def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
+    topology = args.topology or f"fat-tree:{args.k or 4}"
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    shape = LinkShape(bw_mbps=args.bw or None, delay_ms=args.delay or None, loss_pct=args.loss or None)
+    return ExperimentConfig(
+        topology=topology, host_counts=args.hosts, sizes=args.sizes, methods=methods, reps=args.reps,
+        warmup=args.warmup, backend=default_backend() if args.switch == "auto" else args.switch, shape=shape, slots=args.slots,
+        input_kind=args.input, seed=args.seed, results_root=args.out, name=args.name)
+
+
+class Progress:
+    """A tqdm bar over the measurements, with the last result as its postfix."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.bar: Any = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="point", file=sys.stderr, dynamic_ncols=True)
+
+    def __call__(self, what: str, m: Measurement | None) -> None:
+        if m is None:
+            if self.bar is not None:
+                self.bar.set_description(what)
+            else:
+                LOG.info("running %s", what)
+            return
+        text = f"{m.median_s * 1e3:.1f} ms" if m.median_s else "FAILED"
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"last: {text}")
+            self.bar.update(1)
+        else:
+            LOG.info("%s, %d hosts, %d elements: %s", m.method, m.hosts, m.size, text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _terminate(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM tears down like Ctrl-C does
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except (ConfigError, LinkShapeError) as ex:
+        print(f"python -m emulation: error: {ex}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("python -m emulation: needs root (Mininet); run it with sudo or as root", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+
+    from controller.client import SwitchError
+    from controller.fabric import FabricError
+    from controller.installer import InstallError
+    from emulation import report
+    from emulation.network import NetworkError
+    from emulation.nodes import SwitchStartError
+    from emulation.runner import ExperimentError, run_experiment
+
+    total = len(config.host_counts) * len(config.sizes) * len(config.methods)
+    bar = Progress(total, not args.no_progress and not args.json)
+    print(f"p4ina: {config.topology} on the {config.backend} switch, hosts {list(config.host_counts)}, "
+          f"sizes {[report.human_size(s) for s in config.sizes]}, {config.reps} reps + {config.warmup} warm-up, "
+          f"links {config.shape.bw_mbps or 'unshaped'} Mbit/s", file=sys.stderr)
+    try:
+        result = run_experiment(config, progress=bar)
+    except KeyboardInterrupt:
+        bar.close()
+        print("interrupted: the network was torn down; partial results (if any) are in the results folder", file=sys.stderr)
+        return 130
+    except (ExperimentError, ConfigError, NetworkError, SwitchStartError, InstallError, FabricError, SwitchError) as ex:
+        bar.close()
+        print(f"python -m emulation: error: {ex}", file=sys.stderr)
+        return 1
+    bar.close()
+    if args.json:
+        print(json.dumps(report.summary(result), indent=1))
+    else:
+        print(report.table(result))
+        print(f"\nresults: {result.out_dir}  ({result.duration_s:.0f} s, of which {result.startup_s or 0:.0f} s start-up)")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

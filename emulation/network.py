@@ -1,0 +1,280 @@
+"""An emulated p4ina network: Mininet hosts and links, P4 switch processes, and a teardown that always runs.
+
+    with EmulatedNetwork(fat_tree(4), NetworkConfig(run_dir=Path("runs/x"))) as net:
+        topo = net.topology          # the model with each switch's grpc_addr filled in
+        net.popen("h1", ["python", "-m", "hosts", ...])
+
+Hosts are quiet: IPv6 is off in their namespaces before any link exists, and
+on the switches' root-side ports before the switches start; ARP is static
+(the switches drop ARP); transmit checksum offload is off, so UDP checksums
+are real when a frame leaves through a switch's raw socket. A run record
+(see emulation.cleanup) lists every process started, so `make clean-net`
+can undo a run that was killed before its own teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mininet.link import Link, TCLink
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import Host
+
+# mininet.log makes MininetLogger (with its own console handler) the class of every logger created after it.
+logging.setLoggerClass(logging.Logger)
+
+from controller.topology import Topology
+from emulation import cleanup
+from emulation.nodes import BACKENDS, SWITCH_CLASSES, P4Switch, default_backend, port_iface, stop_process, wait_ready
+from emulation.topo import LinkShape, ModelTopo
+
+LOG = logging.getLogger(__name__)
+
+
+class NetworkError(RuntimeError):
+    """The network could not be built or started; the message says which part."""
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    run_dir: Path
+    backend: str = field(default_factory=default_backend)
+    shape: LinkShape = LinkShape()
+    switch_log_level: str = "warn"
+    ready_timeout_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise NetworkError(f"switch back end {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+
+
+class QuietHost(Host):
+    """A Mininet host whose namespace never enables IPv6 (no DAD, router or MLD chatter to count)."""
+
+    def __init__(self, name: str, **params: Any) -> None:
+        super().__init__(name, **params)
+        self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+
+
+class EmulatedNetwork:
+    def __init__(self, model: Topology, config: NetworkConfig) -> None:
+        self.model = model
+        self.config = config
+        self.net: Mininet | None = None
+        self.record: cleanup.RunRecord | None = None
+        self.tag = ""
+        self._procs: list[subprocess.Popen[Any]] = []
+        self._stopped = False
+        self.startup_s: float | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> EmulatedNetwork:
+        if os.geteuid() != 0:
+            raise NetworkError("the emulation needs root (Mininet creates namespaces and links)")
+        t0 = time.monotonic()
+        if self.config.shape.delay_ms or self.config.shape.loss_pct:
+            why = netem_missing()
+            if why:
+                raise NetworkError(f"link delay and loss need tc's netem qdisc, which this kernel lacks ({why}); "
+                                   "run without --delay/--loss, or on a kernel with sch_netem")
+        self.config.run_dir.mkdir(parents=True, exist_ok=True)
+        self.tag = cleanup.new_tag()
+        self.record = cleanup.RunRecord(self.tag, cleanup.this_process(), str(self.config.run_dir))
+        self.record.save()
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def _start(self) -> None:
+        assert self.record is not None
+        cls = SWITCH_CLASSES[self.config.backend]
+        opts = {"run_dir": str(self.config.run_dir), "tag": self.tag, "log_level": self.config.switch_log_level}
+        # Mininet reports tc's harmless HTB quantum warnings as errors; its real failures raise or show in our checks.
+        setLogLevel(os.environ.get("P4INA_MININET_LOG", "critical"))
+        tag = self.tag
+        topo = ModelTopo(self.model, self.config.shape, cls, opts, lambda sw, dev, port: port_iface(tag, sw, dev, port))
+        link_cls = TCLink if self.config.shape.shaped or self.config.shape.max_queue else Link
+        self.net = Mininet(topo=topo, host=QuietHost, link=link_cls, controller=None, build=False,
+                           autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        try:
+            self.net.build()
+        finally:  # whatever was made before a failure is recorded, so a crash leaves nothing unknown
+            self._record_nodes()
+        for sw in self.switches:
+            for intf in sw.intfList():
+                if intf.name != "lo":
+                    _disable_ipv6_root(intf.name)
+        for host in self.net.hosts:
+            intf = host.defaultIntf()
+            host.cmd(f"ethtool -K {intf.name} tx off >/dev/null 2>&1")
+        self._static_arp()
+        LOG.info("starting %d %s switches", len(self.switches), self.config.backend)
+        self.net.start()
+        for sw in self.switches:
+            if sw.proc is not None:
+                self.record.add(cleanup.Proc(sw.proc.pid, cleanup.start_time(sw.proc.pid) or 0, f"switch {sw.name}"))
+        self.record.save()
+        took = wait_ready(self.switches, self.config.ready_timeout_s)
+        LOG.info("%d switches ready in %.1f s", len(self.switches), took)
+
+    def _record_nodes(self) -> None:
+        assert self.record is not None and self.net is not None
+        for node in self.net.hosts + self.net.switches:
+            pid = getattr(node, "pid", None)
+            if pid:
+                ino = cleanup.netns_inode(pid) if node in self.net.hosts else None
+                self.record.add(cleanup.Proc(pid, cleanup.start_time(pid) or 0, f"shell {node.name}", ino))
+        self.record.save()
+
+    def _static_arp(self) -> None:
+        assert self.net is not None
+        for h in self.model.hosts:
+            node = self.net.get(h.name)
+            intf = node.defaultIntf().name
+            entries = [f"ip neigh replace {o.ip} lladdr {o.mac} dev {intf} nud permanent"
+                       for o in self.model.hosts if o.name != h.name]
+            if entries:
+                out = node.cmd(" && ".join(entries) + " && echo ok")
+                if "ok" not in out:
+                    raise NetworkError(f"static ARP on {h.name} failed: {out.strip()}")
+
+    def stop(self) -> None:
+        """Stop workers, switches, links and hosts; safe to call twice, and against a second Ctrl-C."""
+        if self._stopped:
+            return
+        self._stopped = True
+        with _sigint_deferred():
+            for proc in self._procs:
+                stop_process(proc, grace_s=2.0)
+            if self.net is not None:
+                self._stop_switches()  # before Mininet deletes the links under them
+                try:
+                    self.net.stop()
+                except Exception:  # keep going: the sweep below removes what Mininet could not
+                    LOG.exception("Mininet's stop failed; removing the rest by hand")
+            report = cleanup.CleanupReport()
+            if self.record is not None:
+                cleanup.clean_record(self.record, report)  # anything still alive in our namespaces
+                cleanup.delete_interfaces({self.tag}, set(), report)
+            if report.processes or report.interfaces:
+                LOG.warning("teardown removed %d leftover process(es) and interfaces %s", report.processes, report.interfaces)
+
+    def _stop_switches(self, grace_s: float = 5.0) -> None:
+        """SIGTERM every switch process at once, then wait (and SIGKILL the stubborn), by PID."""
+        procs = [s.proc for s in self.switches if s.proc is not None and s.proc.poll() is None]
+        for proc in procs:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stop_process(proc, grace_s=0.1)
+
+    def __enter__(self) -> EmulatedNetwork:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- access ------------------------------------------------------------------------------
+    @property
+    def switches(self) -> list[P4Switch]:
+        assert self.net is not None
+        return [s for s in self.net.switches if isinstance(s, P4Switch)]
+
+    @property
+    def topology(self) -> Topology:
+        """The model with each switch's P4Runtime address, for the controller."""
+        return self.model.with_grpc({s.name: s.grpc_addr for s in self.switches})
+
+    def host(self, name: str) -> Host:
+        assert self.net is not None
+        return self.net.get(name)
+
+    def host_iface(self, name: str) -> str:
+        return self.host(name).defaultIntf().name
+
+    def popen(self, host: str, cmd: Sequence[str], log: Path | None = None, **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start a process inside a host's namespace; it is stopped at teardown if still running."""
+        node = self.host(host)
+        out: Any = open(log, "wb") if log is not None else subprocess.DEVNULL
+        try:
+            proc = node.popen(list(cmd), stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL, **kwargs)
+        finally:
+            if log is not None:
+                out.close()
+        self._procs.append(proc)
+        self._procs = [p for p in self._procs if p.poll() is None or p is proc]
+        return proc
+
+    def switch_cpu_seconds(self) -> dict[str, float]:
+        return {s.name: cpu for s in self.switches if (cpu := s.cpu_seconds()) is not None}
+
+    def switch_pids(self) -> dict[str, int]:
+        return {s.name: s.proc.pid for s in self.switches if s.proc is not None}
+
+
+def netem_missing() -> str | None:
+    """None when a netem qdisc can be attached here, else tc's complaint (Mininet would silently skip it)."""
+    ns = f"p4ina-netem-{os.getpid()}"
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        subprocess.run(["ip", "-n", ns, "link", "add", "p4ina-probe0", "type", "veth", "peer", "name", "p4ina-probe1"],
+                       check=True, capture_output=True)
+        done = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "p4ina-probe0", "root", "netem",
+                               "delay", "1ms"], capture_output=True, text=True)
+        return None if done.returncode == 0 else (done.stderr.strip() or f"tc exited with {done.returncode}")
+    except subprocess.CalledProcessError as ex:
+        return f"cannot probe: {ex.stderr.decode(errors='replace').strip() if ex.stderr else ex}"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _disable_ipv6_root(iface: str) -> None:
+    path = Path(f"/proc/sys/net/ipv6/conf/{iface}/disable_ipv6")
+    if path.exists():
+        path.write_text("1")
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold Ctrl-C until the teardown is done (then re-raise it), so a second one cannot leave debris."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, _frame: got.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if got:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def running(model: Topology, config: NetworkConfig) -> Iterator[EmulatedNetwork]:
+    net = EmulatedNetwork(model, config)
+    try:
+        yield net.start()
+    finally:
+        net.stop()

@@ -1,0 +1,151 @@
+"""The Mininet network on its own (no P4 program needed): it starts, is wired as the model says, and leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.fattree import fat_tree
+from controller.leafspine import leaf_spine
+from emulation import cleanup
+from emulation.network import EmulatedNetwork, NetworkConfig, NetworkError, netem_missing
+from emulation.topo import LinkShape
+from tests.e2e.conftest import BACKENDS, our_interfaces
+
+pytestmark = pytest.mark.mininet
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fat_tree_k2_starts_wired_as_the_model_and_leaves_nothing(backend: str, tmp_path: Path, leak_check: None) -> None:
+    model = fat_tree(2)
+    net = EmulatedNetwork(model, NetworkConfig(run_dir=tmp_path, backend=backend, shape=LinkShape(bw_mbps=50)))
+    with net:
+        topo = net.topology
+        assert all(s.grpc_addr and s.grpc_addr.startswith("127.0.0.1:") for s in topo.switches)
+        pids = list(net.switch_pids().values())
+        assert len(pids) == len(model.switches)
+        # every switch port is the root-side interface the model's port number names
+        for sw in net.switches:
+            ports = {p: i.name for i, p in sw.ports.items() if p > 0}
+            assert sorted(ports) == [n.port for n in model.neighbors(sw.name)]
+            assert all(name.startswith(f"p4ina{net.tag}-") for name in ports.values())
+            for name in ports.values():
+                assert Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").read_text().strip() == "1"
+        for h in model.hosts:
+            node = net.host(h.name)
+            assert f"inet {h.ip}/8" in node.cmd("ip -4 addr show dev " + net.host_iface(h.name))
+            assert node.cmd("sysctl -n net.ipv6.conf.all.disable_ipv6").strip() == "1"
+            for other in model.hosts:
+                if other.name != h.name:
+                    assert other.mac in node.cmd(f"ip neigh show {other.ip}")
+        tag = net.tag
+    assert not any(n.startswith(f"p4ina{tag}-") for n in our_interfaces())
+    assert not any(_alive(p) for p in pids)
+    assert not (cleanup.RECORD_DIR / f"{tag}.json").exists()
+
+
+def test_teardown_runs_when_the_body_fails(tmp_path: Path, leak_check: None) -> None:
+    net = EmulatedNetwork(leaf_spine(2, 1, 1), NetworkConfig(run_dir=tmp_path, backend="embedded"))
+    with pytest.raises(RuntimeError, match="boom"):
+        with net:
+            pids = list(net.switch_pids().values())
+            raise RuntimeError("boom")
+    assert not any(_alive(p) for p in pids)
+    assert not any(n.startswith(f"p4ina{net.tag}-") for n in our_interfaces())
+
+
+def test_cleanup_removes_a_killed_run(tmp_path: Path, leak_check: None) -> None:
+    """A runner killed with SIGKILL cannot tear down; `python -m emulation.cleanup` must."""
+    ready = tmp_path / "ready"
+    script = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from controller.leafspine import leaf_spine
+        from emulation.network import EmulatedNetwork, NetworkConfig, NetworkError, netem_missing
+        net = EmulatedNetwork(leaf_spine(2, 1, 1), NetworkConfig(run_dir=Path({str(tmp_path)!r}), backend="embedded")).start()
+        pids = [str(p) for p in net.switch_pids().values()]
+        Path({str(ready)!r}).write_text(net.tag + " " + " ".join(pids))
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2])
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert ready.exists(), "the network did not start"
+        tag, *pids = ready.read_text().split()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        assert any(n.startswith(f"p4ina{tag}-") for n in our_interfaces())
+        done = subprocess.run([sys.executable, "-m", "emulation.cleanup", "--json"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert tag in done.stdout
+        assert not any(n.startswith(f"p4ina{tag}-") for n in our_interfaces())
+        deadline = time.monotonic() + 10
+        while any(_alive(int(p)) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(int(p)) for p in pids)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_ctrl_c_tears_the_network_down(tmp_path: Path, leak_check: None) -> None:
+    ready = tmp_path / "ready"
+    script = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from controller.leafspine import leaf_spine
+        from emulation.network import EmulatedNetwork, NetworkConfig, NetworkError, netem_missing
+        with EmulatedNetwork(leaf_spine(2, 1, 1), NetworkConfig(run_dir=Path({str(tmp_path)!r}), backend="embedded")) as net:
+            pids = [str(p) for p in net.switch_pids().values()]
+            Path({str(ready)!r}).write_text(net.tag + " " + " ".join(pids))
+            time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert ready.exists(), "the network did not start"
+        tag, *pids = ready.read_text().split()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+        assert "KeyboardInterrupt" in err
+        assert not any(n.startswith(f"p4ina{tag}-") for n in our_interfaces())
+        assert not any(_alive(int(p)) for p in pids)
+        assert not (cleanup.RECORD_DIR / f"{tag}.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_delay_and_loss_use_netem_or_are_refused_by_name(tmp_path: Path, leak_check: None) -> None:
+    """Mininet skips a netem qdisc the kernel lacks without a word; we must not report a lossless run as lossy."""
+    shape = LinkShape(bw_mbps=10, delay_ms=1, loss_pct=1)
+    net = EmulatedNetwork(leaf_spine(1, 1, 1), NetworkConfig(run_dir=tmp_path, backend="embedded", shape=shape))
+    if netem_missing():
+        with pytest.raises(NetworkError, match="netem"):
+            net.start()
+        net.stop()
+    else:
+        with net:
+            assert "netem" in net.host("h1").cmd("tc qdisc show dev " + net.host_iface("h1"))
