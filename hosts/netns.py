@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +58,38 @@ class NetnsLab:
             self.run(ns, "ip", "link", "set", name, "up")
             # No IPv6 chatter (router solicitations, DAD) on links that only carry our traffic.
             self.run(ns, "sysctl", "-qw", f"net.ipv6.conf.{name}.disable_ipv6=1")
+
+    def veth_to_root(self, root_end: str, ns: str, ns_end: str) -> None:
+        """A veth pair with one end left in the root namespace, for a switch process running there.
+
+        The root end gets no address and has IPv6 off, so the root namespace
+        neither routes to the namespace nor sends anything on the link itself.
+        """
+        sh("ip", "link", "add", root_end, "type", "veth", "peer", "name", ns_end, "netns", ns)
+        sh("sysctl", "-qw", f"net.ipv6.conf.{root_end}.disable_ipv6=1")
+        sh("ip", "link", "set", root_end, "up")
+        self.run(ns, "sysctl", "-qw", f"net.ipv6.conf.{ns_end}.disable_ipv6=1")
+        self.run(ns, "ip", "link", "set", ns_end, "up")
+
+    def packet_socket(self, ns: str, dev: str) -> socket.socket:
+        """An AF_PACKET socket on `dev` inside `ns`, opened from a thread that entered it (sockets keep their namespace)."""
+        box: list[socket.socket | BaseException] = []
+
+        def body() -> None:
+            try:
+                enter(ns)
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))  # ETH_P_ALL
+                sock.bind((dev, 0))
+                box.append(sock)
+            except BaseException as ex:  # handed to the caller's thread
+                box.append(ex)
+
+        t = threading.Thread(target=body, name=f"setns-{ns}")
+        t.start()
+        t.join()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
 
     def address(self, ns: str, dev: str, cidr: str) -> None:
         self.run(ns, "ip", "addr", "add", cidr, "dev", dev)

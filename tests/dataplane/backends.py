@@ -20,7 +20,7 @@ from pathlib import Path
 from controller.client import SwitchClient
 from controller.entities import MulticastGroup, TableEntry
 from controller.p4info import P4Schema
-from emulation.netns import Namespace, packet_socket, unique
+from hosts.netns import NetnsLab
 from p4.v1 import p4runtime_pb2
 
 LOG = logging.getLogger(__name__)
@@ -103,15 +103,15 @@ class Bmv2Dut(Dut):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ns = Namespace().create()
+        self.lab = NetnsLab()
         self._proc: subprocess.Popen | None = None
+        self.socks: dict[int, socket.socket] = {}
         try:
-            tag = unique("", 6)
-            self.sw_ifaces = {p: f"p4s{tag}{p}" for p in PORTS}
-            host_ifaces = {p: f"p4h{tag}{p}" for p in PORTS}
+            ns = self.lab.ns("dut")
+            self.sw_ifaces = {p: f"p4ina{self.lab.tag}s{p}" for p in PORTS}   # root side, BMv2's ports
             for p in PORTS:
-                self.ns.veth(self.sw_ifaces[p], host_ifaces[p])
-            self.socks = {p: packet_socket(host_ifaces[p], self.ns.name) for p in PORTS}
+                self.lab.veth_to_root(self.sw_ifaces[p], ns, f"h{p}")
+            self.socks = {p: self.lab.packet_socket(ns, f"h{p}") for p in PORTS}
             for s in self.socks.values():
                 s.setblocking(False)
             port = _free_port()
@@ -162,9 +162,11 @@ class Bmv2Dut(Dut):
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        for s in getattr(self, "socks", {}).values():
+        for s in self.socks.values():
             s.close()
-        self.ns.delete()
+        for iface in self.sw_ifaces.values() if hasattr(self, "sw_ifaces") else ():
+            subprocess.run(["ip", "link", "del", iface], capture_output=True)   # gone with the namespace anyway
+        self.lab.close()
 
 
 def _free_port() -> int:
