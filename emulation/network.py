@@ -15,6 +15,7 @@ can undo a run that was killed before its own teardown.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -36,8 +37,9 @@ logging.setLoggerClass(logging.Logger)
 
 from controller.topology import Topology
 from emulation import cleanup
-from emulation.nodes import BACKENDS, SWITCH_CLASSES, P4Switch, default_backend, port_iface, stop_process, wait_ready
+from emulation.nodes import BACKENDS, IFACE_PREFIX, SWITCH_CLASSES, P4Switch, default_backend, port_iface, stop_process, wait_ready
 from emulation.topo import LinkShape, ModelTopo
+from hosts.netns import NetnsError, add_random_loss, sh
 
 LOG = logging.getLogger(__name__)
 
@@ -76,6 +78,8 @@ class EmulatedNetwork:
         self.tag = ""
         self._procs: list[subprocess.Popen[Any]] = []
         self._stopped = False
+        self._bpf_loss = False
+        self._loss_sinks: list[str] = []
         self.startup_s: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -83,11 +87,14 @@ class EmulatedNetwork:
         if os.geteuid() != 0:
             raise NetworkError("the emulation needs root (Mininet creates namespaces and links)")
         t0 = time.monotonic()
+        self._bpf_loss = False
         if self.config.shape.delay_ms or self.config.shape.loss_pct:
             why = netem_missing()
-            if why:
-                raise NetworkError(f"link delay and loss need tc's netem qdisc, which this kernel lacks ({why}); "
-                                   "run without --delay/--loss, or on a kernel with sch_netem")
+            if why and self.config.shape.delay_ms:
+                raise NetworkError(f"link delay needs tc's netem qdisc, which this kernel lacks ({why}); "
+                                   "run without --delay, or on a kernel with sch_netem")
+            # Without netem, loss comes from a tc BPF filter on both ends of every link instead.
+            self._bpf_loss = bool(why)
         self.config.run_dir.mkdir(parents=True, exist_ok=True)
         self.tag = cleanup.new_tag()
         self.record = cleanup.RunRecord(self.tag, cleanup.this_process(), str(self.config.run_dir))
@@ -107,7 +114,8 @@ class EmulatedNetwork:
         # Mininet reports tc's harmless HTB quantum warnings as errors; its real failures raise or show in our checks.
         setLogLevel(os.environ.get("P4INA_MININET_LOG", "critical"))
         tag = self.tag
-        topo = ModelTopo(self.model, self.config.shape, cls, opts, lambda sw, dev, port: port_iface(tag, sw, dev, port))
+        shape = dataclasses.replace(self.config.shape, loss_pct=None) if self._bpf_loss else self.config.shape
+        topo = ModelTopo(self.model, shape, cls, opts, lambda sw, dev, port: port_iface(tag, sw, dev, port))
         link_cls = TCLink if self.config.shape.shaped or self.config.shape.max_queue else Link
         self.net = Mininet(topo=topo, host=QuietHost, link=link_cls, controller=None, build=False,
                            autoSetMacs=False, autoStaticArp=False, waitConnected=False)
@@ -122,6 +130,8 @@ class EmulatedNetwork:
         for host in self.net.hosts:
             intf = host.defaultIntf()
             host.cmd(f"ethtool -K {intf.name} tx off >/dev/null 2>&1")
+        if self._bpf_loss:
+            self._random_loss(self.config.shape.loss_pct / 100.0)
         self._static_arp()
         LOG.info("starting %d %s switches", len(self.switches), self.config.backend)
         self.net.start()
@@ -131,6 +141,26 @@ class EmulatedNetwork:
         self.record.save()
         took = wait_ready(self.switches, self.config.ready_timeout_s)
         LOG.info("%d switches ready in %.1f s", len(self.switches), took)
+
+    def _random_loss(self, fraction: float) -> None:
+        """Loss on both ends of every link where netem is missing (hosts.netns.add_random_loss)."""
+        for i, link in enumerate(self.net.links):
+            for j, intf in enumerate((link.intf1, link.intf2)):
+                node = intf.node
+                if node in self.net.hosts:
+                    def run(*cmd: str, node: Any = node) -> str:
+                        out, err, code = node.pexec(list(cmd))
+                        if code:
+                            raise NetnsError(f"{node.name}: {' '.join(cmd)}: {err.strip() or out.strip()}")
+                        return out
+                else:
+                    run = sh  # switch ports live in the root namespace
+                sink = f"{IFACE_PREFIX}{self.tag}-L{i}{j}"
+                if run is sh:
+                    self._loss_sinks.append(sink)
+                add_random_loss(run, intf.name, fraction, sink=sink)
+        LOG.info("%.2f%% random loss on both ends of %d links (tc BPF filter; this kernel has no netem)",
+                 fraction * 100, len(self.net.links))
 
     def _record_nodes(self) -> None:
         assert self.record is not None and self.net is not None
@@ -167,6 +197,8 @@ class EmulatedNetwork:
                     self.net.stop()
                 except Exception:  # keep going: the sweep below removes what Mininet could not
                     LOG.exception("Mininet's stop failed; removing the rest by hand")
+            for sink in self._loss_sinks:  # ours, in the root namespace; Mininet does not know them
+                subprocess.run(["ip", "link", "del", sink], capture_output=True)
             report = cleanup.CleanupReport()
             if self.record is not None:
                 cleanup.clean_record(self.record, report)  # anything still alive in our namespaces

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 LOG = logging.getLogger(__name__)
@@ -95,29 +95,8 @@ class NetnsLab:
         self.run(ns, "ip", "addr", "add", cidr, "dev", dev)
 
     def induce_loss(self, ns: str, dev: str, fraction: float) -> str:
-        """Drop `fraction` of the packets leaving `dev`, at random; returns the method used.
-
-        tc netem where the kernel has it; otherwise (kernels built without
-        sch_netem) a classic-BPF tc filter drawing the kernel's random number
-        per packet and redirecting the unlucky ones to a veth that is down.
-        """
-        if not 0.0 < fraction < 1.0:
-            raise ValueError(f"loss fraction must be in (0, 1), got {fraction}")
-        try:
-            self.run(ns, "tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", f"{fraction * 100:.3f}%")
-            return "netem"
-        except NetnsError as ex:
-            if "unknown" not in str(ex).lower():
-                raise
-        sink = f"lsink{len(self.namespaces)}{dev}"[:15]
-        self.run(ns, "ip", "link", "add", sink, "type", "veth", "peer", "name", f"{sink[:13]}p")
-        threshold = int((1.0 - fraction) * 2**32)
-        # A = random u32 (SKF_AD_RANDOM); A >= threshold -> match (-1), else no match (0).
-        program = f"4,32 0 0 {2**32 - 4096 + 56},53 1 0 {threshold},6 0 0 0,6 0 0 {2**32 - 1}"
-        self.run(ns, "tc", "qdisc", "add", "dev", dev, "clsact")
-        self.run(ns, "tc", "filter", "add", "dev", dev, "egress", "bpf", "bytecode", program,
-                 "action", "mirred", "egress", "redirect", "dev", sink)
-        return "tc-bpf"
+        """Drop `fraction` of the packets leaving `dev`, at random; returns the method used ("netem" or "tc-bpf")."""
+        return add_random_loss(lambda *cmd: self.run(ns, *cmd), dev, fraction, f"lsink{len(self.namespaces)}{dev}"[:15])
 
     def mac(self, ns: str, dev: str) -> str:
         return self.run(ns, "cat", f"/sys/class/net/{dev}/address").strip()
@@ -147,6 +126,34 @@ class NetnsLab:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def add_random_loss(run: Callable[..., str], dev: str, fraction: float, sink: str) -> str:
+    """Drop `fraction` of the packets leaving `dev` at random, with `run(*cmd)` executing in dev's namespace.
+
+    tc netem where the kernel has it; otherwise (kernels built without
+    sch_netem, and here without the gact "drop" action too) a classic-BPF tc
+    filter draws the kernel's random number per packet and redirects the
+    unlucky ones to `sink`, a veth created here and left down.  Composes with
+    an HTB rate limit on the same device (clsact is separate from the root
+    qdisc). Returns the method used.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"loss fraction must be in (0, 1), got {fraction}")
+    try:
+        run("tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", f"{fraction * 100:.3f}%")
+        return "netem"
+    except NetnsError as ex:
+        if "unknown" not in str(ex).lower():
+            raise
+    run("ip", "link", "add", sink, "type", "veth", "peer", "name", f"{sink[:13]}p")
+    threshold = int((1.0 - fraction) * 2**32)
+    # A = random u32 (SKF_AD_RANDOM); A >= threshold -> match (-1), else no match (0).
+    program = f"4,32 0 0 {2**32 - 4096 + 56},53 1 0 {threshold},6 0 0 0,6 0 0 {2**32 - 1}"
+    run("tc", "qdisc", "add", "dev", dev, "clsact")
+    run("tc", "filter", "add", "dev", dev, "egress", "bpf", "bytecode", program,
+        "action", "mirred", "egress", "redirect", "dev", sink)
+    return "tc-bpf"
 
 
 def enter(ns: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from controller.api import Controller
 from controller.fattree import fat_tree
 from controller.leafspine import leaf_spine
+from controller.state import State
 from emulation import cleanup
 from emulation.network import EmulatedNetwork, NetworkConfig, NetworkError, netem_missing
 from emulation.topo import LinkShape
@@ -149,3 +152,22 @@ def test_delay_and_loss_use_netem_or_are_refused_by_name(tmp_path: Path, leak_ch
     else:
         with net:
             assert "netem" in net.host("h1").cmd("tc qdisc show dev " + net.host_iface("h1"))
+
+
+def test_loss_without_netem_drops_on_both_ends_of_every_link(tmp_path: Path, leak_check: None) -> None:
+    """Where netem is missing, --loss is a tc BPF filter on each link end; pings get lost at the expected rate."""
+    shape = LinkShape(bw_mbps=10, loss_pct=20)
+    with EmulatedNetwork(leaf_spine(1, 1, 2), NetworkConfig(run_dir=tmp_path, backend="embedded", shape=shape)) as net:
+        h1 = net.host("h1")
+        qdiscs = h1.cmd("tc filter show dev " + net.host_iface("h1") + " egress")
+        assert ("bpf" in qdiscs) != (netem_missing() is None), qdiscs
+        with Controller(net.topology, state=State(tmp_path / "state.json")) as ctl:
+            ctl.push_pipeline()
+            ctl.install_routes()
+        h2 = net.topology.host("h2")
+        out, err, _ = h1.pexec(["ping", "-c", "60", "-i", "0.02", "-W", "1", "-q", h2.ip])
+        got = re.search(r"(\d+) received", out)
+        assert got, f"no ping summary: {out} {err}"
+        received = int(got.group(1))
+        # h1 -> leaf -> h2 and back crosses 4 lossy link ends: 0.8^4 = 41% of 60 pings (24.6, sd 3.8) come back.
+        assert 8 <= received <= 45, f"expected about 25 of 60 pings back: {out}"
