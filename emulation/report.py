@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -216,12 +216,25 @@ def _pyplot() -> Any:
     return plt
 
 
+def _axes(ax: Any, path: Path | None) -> tuple[Any, Callable[[], None]]:
+    """The axes to draw on (a new figure when none is given) and what to call when done (save and close it)."""
+    if ax is not None:
+        return ax, lambda: None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+
+    def done() -> None:
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
+
+    return ax, done
+
+
 def plot_latency(measurements: Sequence[Measurement], path: Path | None = None, ax: Any = None) -> Any:
     """Median latency against size, one line per method (and per host count when there are several)."""
-    plt = _pyplot()
-    own = ax is None
-    if own:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax, done = _axes(ax, path)
     ok = [m for m in measurements if m.median_s]
     counts = sorted({m.hosts for m in ok})
     widths = {n: 1.0 + 1.2 * i for i, n in enumerate(counts)}
@@ -245,20 +258,13 @@ def plot_latency(measurements: Sequence[Measurement], path: Path | None = None, 
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    if own:
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
+    done()
     return ax
 
 
 def plot_speedup(measurements: Sequence[Measurement], path: Path | None = None, ax: Any = None) -> Any:
     """Speed-up of in-network aggregation over the ring against host count, one line per method and size."""
-    plt = _pyplot()
-    own = ax is None
-    if own:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax, done = _axes(ax, path)
     sp = speedups(measurements)
     sizes = sorted({size for (_m, _n, size) in sp})
     for method in (INC_INT32, INC_INT8):
@@ -282,9 +288,5 @@ def plot_speedup(measurements: Sequence[Measurement], path: Path | None = None, 
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    if own:
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
+    done()
     return ax

@@ -362,21 +362,22 @@ class SoftSwitch:
             return dict(self._runtime().action_infos)
 
     # ---- table entries -----------------------------------------------------------------------
+    def _checked_call(self, table: str, entry: TableEntry) -> tuple[Any, ActionCall, Any]:
+        """The entry's table, its action call validated against the program, and the compiled hit result."""
+        rt, t, mt = self._table(table)
+        aid = rt.action_id_for(t, entry.action.name)
+        params = rt.check_params(aid, entry.action.params)
+        return mt, ActionCall(entry.action.name, params), rt.result(t, aid, params, hit=True)
+
     def table_insert(self, table: str, entry: TableEntry) -> None:
         with self._lock:
-            rt, t, mt = self._table(table)
-            aid = rt.action_id_for(t, entry.action.name)
-            params = rt.check_params(aid, entry.action.params)
-            call = ActionCall(entry.action.name, params)
-            mt.insert(tuple(entry.key), entry.priority, call, rt.result(t, aid, params, hit=True))
+            mt, call, result = self._checked_call(table, entry)
+            mt.insert(tuple(entry.key), entry.priority, call, result)
 
     def table_modify(self, table: str, entry: TableEntry) -> None:
         with self._lock:
-            rt, t, mt = self._table(table)
-            aid = rt.action_id_for(t, entry.action.name)
-            params = rt.check_params(aid, entry.action.params)
-            call = ActionCall(entry.action.name, params)
-            mt.modify(tuple(entry.key), entry.priority, call, rt.result(t, aid, params, hit=True))
+            mt, call, result = self._checked_call(table, entry)
+            mt.modify(tuple(entry.key), entry.priority, call, result)
 
     def table_delete(self, table: str, key: tuple[MatchKey, ...], priority: int = 0) -> None:
         with self._lock:

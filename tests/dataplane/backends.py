@@ -164,9 +164,7 @@ class Bmv2Dut(Dut):
                 self._proc.wait()
         for s in self.socks.values():
             s.close()
-        for iface in self.sw_ifaces.values() if hasattr(self, "sw_ifaces") else ():
-            subprocess.run(["ip", "link", "del", iface], capture_output=True)   # gone with the namespace anyway
-        self.lab.close()
+        self.lab.close()   # deleting the namespace deletes both ends of every veth
 
 
 def _free_port() -> int:

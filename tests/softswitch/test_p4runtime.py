@@ -219,14 +219,21 @@ def embedded() -> Iterator[Backend]:
         yield backend
 
 
-@pytest.fixture
-def client(server: Backend) -> Iterator[Client]:
-    c = Client(server.port, election_id=10)
+@contextlib.contextmanager
+def _primary(backend: Backend) -> Iterator[Client]:
+    """A client that won arbitration (election id 10), closed afterwards."""
+    c = Client(backend.port, election_id=10)
     try:
         assert c.arbitrate().status.code == code_pb2.OK
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def client(server: Backend) -> Iterator[Client]:
+    with _primary(server) as c:
+        yield c
 
 
 @pytest.fixture
@@ -237,12 +244,8 @@ def loaded(client: Client) -> Client:
 
 @pytest.fixture
 def embedded_client(embedded: Backend) -> Iterator[Client]:
-    c = Client(embedded.port, election_id=10)
-    try:
-        assert c.arbitrate().status.code == code_pb2.OK
+    with _primary(embedded) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture
