@@ -1,6 +1,6 @@
 """Controller install times against embedded switches (P4Runtime over loopback, no Mininet).
 
-The switches run in a child process (`python -m controller.localnet`), so the
+The switches run in a child process (`python -m emulation.localnet`), so the
 controller and the switches use separate cores as they would in an emulation.
 Measured per fat-tree (k=4 and k=8): pipeline push, routes on every switch,
 and one job over all hosts (the issue's target: routes + job < 10 s at k=8);
@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.results import Figure, Figures
 from controller.api import Controller
 from controller.fattree import fat_tree
-from controller.localnet import bmv2_switches
+from emulation.localnet import bmv2_switches
 from controller.state import State
 from controller.topology import Topology
 
@@ -33,11 +33,11 @@ START_TIMEOUT = 300.0
 
 def _serve(k: int, workdir: Path) -> tuple[subprocess.Popen, Topology]:
     out = workdir / f"fat-tree-{k}.json"
-    proc = subprocess.Popen([sys.executable, "-m", "controller.localnet", f"fat-tree:{k}", str(out)])
+    proc = subprocess.Popen([sys.executable, "-m", "emulation.localnet", f"fat-tree:{k}", str(out)])
     deadline = time.monotonic() + START_TIMEOUT
     while not out.exists():
         if proc.poll() is not None:
-            raise RuntimeError(f"controller.localnet for k={k} exited with {proc.returncode}")
+            raise RuntimeError(f"emulation.localnet for k={k} exited with {proc.returncode}")
         if time.monotonic() > deadline:
             proc.terminate()
             raise RuntimeError(f"switches for k={k} not up within {START_TIMEOUT:.0f} s")

@@ -28,20 +28,21 @@ LOG = logging.getLogger(__name__)
 
 PACKETS = 300_000
 RECV_PACKETS = 200_000
-CHUNKS = 4096  # frames built per "tensor" (256 Ki elements); the sender cycles through them
+CHUNKS = 4096  # frames built per "tensor" (1 Mi elements); the sender cycles through them
 
 
 def send(iface: str, ip: str, packets: int) -> dict[str, float]:
     """Runs inside the sender's namespace."""
-    from hosts.packets import ContributionFrames, frame_prefix
+    from hosts.packets import ContributionFrames
     from hosts.transport import RawSocketTransport, interface_endpoint
+    from wireformat import AGG
 
     me = interface_endpoint(iface)
-    prefix = frame_prefix(me, 0)  # Scapy, once per worker (its import is not timed)
-    lanes = np.random.default_rng(0).integers(-(2**20), 2**20, size=(CHUNKS, 64))
+    lanes = np.random.default_rng(0).integers(-(2**20), 2**20, size=(CHUNKS, AGG.num_lanes))
     t0 = time.perf_counter()
-    frames = ContributionFrames(prefix, lanes, job_id=1, rank=0, epoch=1, exponent=10,
-                                elem_type=0, slot_count=256)
+    frames = ContributionFrames(me, np.full(CHUNKS, 10), job_id=1, rank=0, epoch=1, elem_type=0, slot_count=256)
+    for k in range(CHUNKS):  # what the worker does per chunk once its exponent is agreed
+        frames.fill(k, 10, lanes[k])
     build_s = time.perf_counter() - t0
     with RawSocketTransport(iface, ip) as tx:
         send_frame, frame = tx.send, frames.frame

@@ -83,8 +83,9 @@ class Controller:
         self._save()
         return out
 
-    def install_job(self, job_id: int, hosts: Iterable[str], quantize: str = "none", shift: int | None = None, slots: int = DEFAULT_SLOTS) -> JobPlan:
-        spec = JobSpec.make(job_id, hosts, quantize, shift, slots)
+    def install_job(self, job_id: int, hosts: Iterable[str], quantize: str = "none", shift: int | None = None,
+                    slots: int = DEFAULT_SLOTS, contrib: str | None = None) -> JobPlan:
+        spec = JobSpec.make(job_id, hosts, quantize, shift, slots, contrib)
         self._need_schema()
         try:
             return I.install_job(self.fabric, self.state, spec)

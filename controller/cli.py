@@ -21,36 +21,18 @@ from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, Controller
 from controller.client import SwitchError
 from controller.draw import draw_job, draw_topology
 from controller.fabric import FabricError
-from controller.fattree import fat_tree
 from controller.installer import InstallError
-from controller.leafspine import leaf_spine
 from controller.p4info import P4InfoError
 from controller.planner import DEFAULT_SLOTS, QUANTIZE, PlanError
 from controller.state import DEFAULT_STATE, State, StateError, locked
 from controller.topology import Topology, TopologyError, host_names
+from controller.topospec import load_topology
 
 LOG = logging.getLogger("p4ina")
 
 
 class UsageError(Exception):
     pass
-
-
-def load_topology(spec: str) -> Topology:
-    """'fat-tree:K', 'leaf-spine:LxSxH' (leaves x spines x hosts per leaf) or a topology JSON path."""
-    kind, sep, arg = spec.partition(":")
-    if sep and kind == "fat-tree":
-        try:
-            return fat_tree(int(arg))
-        except ValueError as ex:
-            raise TopologyError(f"--topology {spec!r}: {ex}") from ex
-    if sep and kind == "leaf-spine":
-        try:
-            leaves, spines, hosts = (int(x) for x in arg.split("x"))
-        except ValueError as ex:
-            raise TopologyError(f"--topology {spec!r}: want leaf-spine:LEAVESxSPINESxHOSTS, e.g. leaf-spine:4x2x4") from ex
-        return leaf_spine(leaves, spines, hosts)
-    return Topology.load(Path(spec))
 
 
 def _topology_spec(args: argparse.Namespace, state: State) -> str:
@@ -103,7 +85,7 @@ def cmd_routes_install(args: argparse.Namespace, ctl: Controller) -> int:
 def cmd_job_install(args: argparse.Namespace, ctl: Controller) -> int:
     hosts = host_names(ctl.topo, args.hosts)
     t0 = time.perf_counter()
-    plan = ctl.install_job(args.job, hosts, args.quantize, args.shift, args.slots)
+    plan = ctl.install_job(args.job, hosts, args.quantize, args.shift, args.slots, args.contrib)
     took = time.perf_counter() - t0
     _emit(args, {**plan.to_dict(), "seconds": took}, draw_job(plan) + f"\ninstalled in {took:.2f} s")
     return 0
@@ -117,7 +99,7 @@ def cmd_job_remove(args: argparse.Namespace, ctl: Controller) -> int:
 
 def cmd_job_list(args: argparse.Namespace, ctl: Controller) -> int:
     rows = [
-        {"job_id": p.job_id, "hosts": list(p.spec.hosts), "root": p.root, "switches": len(p.switches), "quantize": p.spec.quantize, "shift": p.spec.shift, "slots": p.spec.slots}
+        {"job_id": p.job_id, "hosts": list(p.spec.hosts), "root": p.root, "switches": len(p.switches), "quantize": p.spec.quantize, "contrib": p.spec.contrib, "shift": p.spec.shift, "slots": p.spec.slots}
         for p in ctl.jobs()
     ]
     lines = [f"{'job':>5}  {'hosts':>5}  {'root':<6} {'switches':>8}  {'quantize':<8} {'shift':>5} {'slots':>5}"]
@@ -209,7 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", type=int, required=True, help="job id (1..65535), carried in every packet")
     p.add_argument("--hosts", required=True, help="member hosts: h1,h2,... ranges h1-h8, or all")
     p.add_argument("--quantize", choices=sorted(QUANTIZE), default="none", help="result lane type: none (int32), int16, int8")
-    p.add_argument("--shift", type=int, help="right shift before narrowing (default 16 for int16, 24 for int8, 0 for none)")
+    p.add_argument("--contrib", choices=("int32", "int16", "int8"),
+                   help="lane type hosts send (default: the result's: narrow lanes both ways)")
+    p.add_argument("--shift", type=int, help="right shift before narrowing (default: the headroom the job's sum needs, "
+                                             "e.g. 4 for int8 lanes both ways of 16 hosts, 24 for int32 up and int8 down)")
     p.add_argument("--slots", type=int, default=DEFAULT_SLOTS, help=f"aggregation slots of the job on each switch (default {DEFAULT_SLOTS})")
     p = leaf(job, "remove", cmd_job_remove, "delete a job's entries and multicast groups")
     p.add_argument("--job", type=int, required=True)

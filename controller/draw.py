@@ -39,7 +39,8 @@ def draw_topology(topo: Topology) -> str:
 def draw_job(plan: JobPlan) -> str:
     spec = plan.spec
     result = {"none": "int32", "int16": "int16", "int8": "int8"}[spec.quantize]
-    head = f"job {plan.job_id}: {len(spec.hosts)} hosts, {result} results (shift {spec.shift}), {spec.slots} slots, root {plan.root}, {len(plan.switches)} switches"
+    head = (f"job {plan.job_id}: {len(spec.hosts)} hosts, {spec.contrib} up, {result} results (shift {spec.shift}), "
+            f"{spec.slots} slots, root {plan.root}, {len(plan.switches)} switches")
     nodes = {sp.switch: sp for sp in plan.switches}
     lines = [head]
 

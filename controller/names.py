@@ -9,7 +9,7 @@ from wireformat import AGG
 
 # -- constants (p4/include/types.p4) -------------------------------------------
 MAX_JOBS = 16  # job indexes 1..MAX_JOBS-1 per switch; 0 is "no job"
-NUM_SLOTS = 1024  # aggregation slots per switch, shared by its jobs
+NUM_SLOTS = 512  # aggregation slots per switch, shared by its jobs (p4/include/types.p4 says why)
 NUM_DROP_REASONS = 16  # stride of the drops counter
 MAX_FAN_IN = 32  # a child is a bit in the 32-bit slot bitmap
 PORT_BITS = 9  # v1model port width

@@ -17,15 +17,16 @@ from typing import Any
 
 from controller import names as N
 from controller.topology import Topology
+from wireformat import fixedpoint as fxp
 
 LOG = logging.getLogger(__name__)
 
 QUANTIZE = {"none": N.ELEM_INT32, "int16": N.ELEM_INT16, "int8": N.ELEM_INT8}
-# Hosts scale their fixed-point inputs so the job's int32 sum uses the full
-# int32 range (SwitchML's f = INT32_MAX / (n * 2^e)); the root then keeps the
-# top bits of the sum: 16 for int16 results, 8 for int8.  The host multiplies a
-# result by 2^shift (the shift travels in every result header, too).
-DEFAULT_SHIFT = {"none": 0, "int16": 16, "int8": 24}
+LANE_BITS = {"none": 32, "int32": 32, "int16": 16, "int8": 8}
+# The root narrows a sum by the shift that gives n contributions exactly the headroom they
+# need (wireformat.fixedpoint.default_shift: int8 lanes both ways of 16 hosts -> 4; int32
+# contributions with int8 results -> 24); the host multiplies a result by 2^shift (the shift
+# travels in every result header, too). Other shifts are refused when they lose bits.
 DEFAULT_SLOTS = 128
 MAX_JOB_ID = (1 << 16) - 1
 
@@ -50,15 +51,25 @@ class JobDoesNotFitError(PlanError):
 class JobSpec:
     job_id: int
     hosts: tuple[str, ...]
-    quantize: str = "none"
+    quantize: str = "none"  # result lanes: none (int32), int16, int8
     shift: int = 0
     slots: int = DEFAULT_SLOTS
+    contrib: str = "int32"  # the lanes hosts send up (the switches widen them and sum in int32)
 
     @classmethod
-    def make(cls, job_id: int, hosts: Iterable[str], quantize: str = "none", shift: int | None = None, slots: int = DEFAULT_SLOTS) -> JobSpec:
+    def make(cls, job_id: int, hosts: Iterable[str], quantize: str = "none", shift: int | None = None,
+             slots: int = DEFAULT_SLOTS, contrib: str | None = None) -> JobSpec:
+        """A checked job; contributions default to the result's width (narrow lanes both ways), the shift
+        to the one that gives the sum of this many hosts the headroom it needs."""
         if quantize not in QUANTIZE:
             raise PlanError(f"job {job_id}: quantize must be one of {sorted(QUANTIZE)}, got {quantize!r}")
-        spec = cls(job_id, tuple(hosts), quantize, DEFAULT_SHIFT[quantize] if shift is None else shift, slots)
+        contrib = contrib or ("int32" if quantize == "none" else quantize)
+        if contrib not in fxp.ELEM_NAMES:
+            raise PlanError(f"job {job_id}: contributions must be one of {', '.join(fxp.ELEM_NAMES)}, got {contrib!r}")
+        hosts = tuple(hosts)
+        if shift is None:
+            shift = fxp.default_shift(max(1, len(hosts)), LANE_BITS[contrib], LANE_BITS[quantize])
+        spec = cls(job_id, hosts, quantize, shift, slots, contrib)
         spec.validate()
         return spec
 
@@ -77,10 +88,18 @@ class JobSpec:
             raise PlanError(f"job {self.job_id}: shift {self.shift} needs --quantize int16 or int8 (int32 results are not shifted)")
         if not 1 <= self.slots <= N.NUM_SLOTS:
             raise PlanError(f"job {self.job_id}: slots must be 1..{N.NUM_SLOTS}, got {self.slots}")
+        try:  # the workers refuse the same configurations (hosts/inc_worker.py), with the same message
+            fxp.check(len(self.hosts), LANE_BITS[self.contrib], LANE_BITS[self.quantize], self.shift)
+        except fxp.FixedPointConfigError as ex:
+            raise PlanError(f"job {self.job_id}: {ex}") from ex
 
     @property
     def result_type(self) -> int:
         return QUANTIZE[self.quantize]
+
+    @property
+    def contrib_type(self) -> int:
+        return fxp.BITS_ELEM[LANE_BITS[self.contrib]]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -90,7 +109,8 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobSpec:
-        return cls.make(int(d["job_id"]), d["hosts"], d.get("quantize", "none"), d.get("shift"), int(d.get("slots", DEFAULT_SLOTS)))
+        return cls.make(int(d["job_id"]), d["hosts"], d.get("quantize", "none"), d.get("shift"),
+                        int(d.get("slots", DEFAULT_SLOTS)), d.get("contrib"))
 
 
 @dataclass(frozen=True)

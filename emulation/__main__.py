@@ -2,10 +2,12 @@
 
 Starts a Mininet fat-tree of P4 switches (the embedded switch unless BMv2 is
 asked for), installs routes and aggregation jobs with the controller, and for
-each host count and size runs the in-network all-reduce (int32 results), the
-same with int8 results narrowed by the switches, and a ring all-reduce between
-the hosts. Prints a table with the speed-up over the ring and writes a results
-folder (raw data, summary.json, plots). Needs root.
+each host count and size runs the in-network all-reduce with int32, int16 and
+int8 lanes and the host baselines (a float32 ring, a bfloat16 ring), in a
+shuffled order per repetition, timed the same way. Prints a table with the
+speed-ups, what bounded each point (the wire, the chain of hops, or the CPUs)
+and whether each sum met its accuracy target, and writes a results folder
+(raw.csv, summary.json, plots). Needs root.
 """
 
 from __future__ import annotations
@@ -19,9 +21,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from emulation.experiment import DEFAULT_BW_MBPS, DEFAULT_HOST_COUNTS, DEFAULT_SIZES, METHODS, ConfigError, ExperimentConfig, Measurement
+from emulation.experiment import (
+    DEFAULT_BW_MBPS,
+    DEFAULT_HOST_COUNTS,
+    DEFAULT_METHODS,
+    DEFAULT_REPS,
+    DEFAULT_SIZES,
+    ConfigError,
+    ExperimentConfig,
+    Sample,
+)
+from hosts.methods import METHODS
 from emulation.nodes import BACKENDS, default_backend
-from emulation.topo import LinkShape, LinkShapeError
+from emulation.shaping import LinkShape, LinkShapeError
 
 LOG = logging.getLogger("emulation")
 
@@ -57,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"host counts to sweep, comma-separated (default {','.join(map(str, DEFAULT_HOST_COUNTS))})")
     ap.add_argument("--sizes", type=size_list, default=DEFAULT_SIZES,
                     help="all-reduce sizes in float32 elements, K/M suffixes allowed (default 1K,16K,256K)")
-    ap.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
-    ap.add_argument("--reps", type=int, default=3, help="measured repetitions per point (default 3)")
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"any of {','.join(METHODS)}")
+    ap.add_argument("--reps", type=int, default=DEFAULT_REPS, help=f"measured repetitions per point (default {DEFAULT_REPS})")
     ap.add_argument("--warmup", type=int, default=1, help="warm-up all-reduces before them, not counted (default 1)")
     ap.add_argument("--switch", choices=(*BACKENDS, "auto"), default="embedded",
                     help=f"switch back end (default embedded, so runs compare across machines; auto = bmv2 when "
@@ -89,7 +101,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
 
 
 class Progress:
-    """A tqdm bar over the measurements, with the last result as its postfix."""
+    """A tqdm bar over the steps (one method's all-reduce), with the last latency as its postfix."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.bar: Any = None
@@ -98,19 +110,19 @@ class Progress:
 
             self.bar = tqdm(total=total, unit="point", file=sys.stderr, dynamic_ncols=True)
 
-    def __call__(self, what: str, m: Measurement | None) -> None:
-        if m is None:
+    def __call__(self, what: str, s: Sample | None) -> None:
+        if s is None:
             if self.bar is not None:
                 self.bar.set_description(what)
             else:
                 LOG.info("running %s", what)
             return
-        text = f"{m.median_s * 1e3:.1f} ms" if m.median_s else "FAILED"
+        text = "FAILED" if s.error else f"{s.latency_s * 1e3:.1f} ms"
         if self.bar is not None:
             self.bar.set_postfix_str(f"last: {text}")
             self.bar.update(1)
         else:
-            LOG.info("%s, %d hosts, %d elements: %s", m.method, m.hosts, m.size, text)
+            LOG.info("%s: %s", what, text)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -143,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     from emulation.nodes import SwitchStartError
     from emulation.runner import ExperimentError, run_experiment
 
-    total = len(config.host_counts) * len(config.sizes) * len(config.methods)
+    total = len(config.host_counts) * len(config.sizes) * len(config.methods) * config.iterations
     bar = Progress(total, not args.no_progress and not args.json)
     print(f"p4ina: {config.topology} on the {config.backend} switch, hosts {list(config.host_counts)}, "
           f"sizes {[report.human_size(s) for s in config.sizes]}, {config.reps} reps + {config.warmup} warm-up, "
@@ -159,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m emulation: error: {ex}", file=sys.stderr)
         return 1
     bar.close()
+    summary = report.summary_of(result)
     if args.json:
-        print(json.dumps(report.summary(result), indent=1))
+        print(json.dumps(summary, indent=1))
     else:
-        print(report.table(result))
+        print(report.table(summary))
         print(f"\nresults: {result.out_dir}  ({result.duration_s:.0f} s, of which {result.startup_s or 0:.0f} s start-up)")
-    return 0 if result.ok else 1
+    return 0 if summary["ok"] else 1
 
 
 if __name__ == "__main__":

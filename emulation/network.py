@@ -15,7 +15,6 @@ can undo a run that was killed before its own teardown.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import signal
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mininet.link import Link, TCLink
+from mininet.link import Link
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host
@@ -38,7 +37,8 @@ logging.setLoggerClass(logging.Logger)
 from controller.topology import Topology
 from emulation import cleanup
 from emulation.nodes import BACKENDS, IFACE_PREFIX, SWITCH_CLASSES, P4Switch, default_backend, port_iface, stop_process, wait_ready
-from emulation.topo import LinkShape, ModelTopo
+from emulation.shaping import LinkShape
+from emulation.topo import ModelTopo
 from hosts.netns import NetnsError, add_random_loss, sh
 
 LOG = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class EmulatedNetwork:
         self._stopped = False
         self._bpf_loss = False
         self._loss_sinks: list[str] = []
+        self._link_names: list[str] = []
         self.startup_s: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -114,10 +115,8 @@ class EmulatedNetwork:
         # Mininet reports tc's harmless HTB quantum warnings as errors; its real failures raise or show in our checks.
         setLogLevel(os.environ.get("P4INA_MININET_LOG", "critical"))
         tag = self.tag
-        shape = dataclasses.replace(self.config.shape, loss_pct=None) if self._bpf_loss else self.config.shape
-        topo = ModelTopo(self.model, shape, cls, opts, lambda sw, dev, port: port_iface(tag, sw, dev, port))
-        link_cls = TCLink if self.config.shape.shaped or self.config.shape.max_queue else Link
-        self.net = Mininet(topo=topo, host=QuietHost, link=link_cls, controller=None, build=False,
+        topo = ModelTopo(self.model, cls, opts, lambda sw, dev, port: port_iface(tag, sw, dev, port))
+        self.net = Mininet(topo=topo, host=QuietHost, link=Link, controller=None, build=False,
                            autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         try:
             self.net.build()
@@ -130,9 +129,11 @@ class EmulatedNetwork:
         for host in self.net.hosts:
             intf = host.defaultIntf()
             host.cmd(f"ethtool -K {intf.name} tx off >/dev/null 2>&1")
+        self._shape_links()
         if self._bpf_loss:
             self._random_loss(self.config.shape.loss_pct / 100.0)
         self._static_arp()
+        self._link_names = sorted(self.link_ports())
         LOG.info("starting %d %s switches", len(self.switches), self.config.backend)
         self.net.start()
         for sw in self.switches:
@@ -142,19 +143,85 @@ class EmulatedNetwork:
         took = wait_ready(self.switches, self.config.ready_timeout_s)
         LOG.info("%d switches ready in %.1f s", len(self.switches), took)
 
+    def _runner(self, node: Any) -> Any:
+        """run(*cmd) in the namespace of an interface's node (switch ports are in the root namespace)."""
+        if node not in self.net.hosts:
+            return sh
+
+        def run(*cmd: str) -> str:
+            out, err, code = node.pexec(list(cmd))
+            if code:
+                raise NetnsError(f"{node.name}: {' '.join(cmd)}: {err.strip() or out.strip()}")
+            return out
+
+        return run
+
+    def _shape_links(self) -> None:
+        """Rate (HTB, one-frame burst), and netem delay/loss where the kernel has netem, on both ends of every link."""
+        shape = self.config.shape
+        shaping = shape.shaping()
+        netem: list[str] = []
+        if shape.delay_ms:
+            netem += ["delay", f"{shape.delay_ms}ms"]
+        if shape.loss_pct and not self._bpf_loss:
+            netem += ["loss", f"{shape.loss_pct}%"]
+        if shaping is None and not netem:
+            return
+        for link in self.net.links:
+            for intf in (link.intf1, link.intf2):
+                run = self._runner(intf.node)
+                if shaping is not None:
+                    shaping.apply(run, intf.name)
+                if netem:
+                    parent = ["parent", "5:1", "handle", "10:"] if shaping is not None else ["root", "handle", "10:"]
+                    verb = "replace" if shaping is not None else "add"
+                    run("tc", "qdisc", verb, "dev", intf.name, *parent, "netem", *netem,
+                        "limit", str(shape.max_queue or 1000))
+        LOG.info("links shaped: %s Mbit/s (HTB, one-frame burst)%s", shape.bw_mbps or "unlimited",
+                 f", netem {' '.join(netem)}" if netem else "")
+
+    def shaping_report(self) -> dict[str, Any]:
+        """What tc says one link is shaped to (as applied, read back), for the results' config."""
+        shaping = self.config.shape.shaping()
+        out: dict[str, Any] = {"rate_bps": shaping.rate_bps if shaping else None,
+                               "burst_bytes": shaping.burst_bytes if shaping else None}
+        if shaping and self._link_names:
+            from emulation.shaping import read_class_config
+
+            dev = self._link_names[0]
+            out["tc_class"] = {"dev": dev, **read_class_config(sh("tc", "class", "show", "dev", dev))}
+        return out
+
+    def link_ports(self) -> dict[str, tuple[str, int, str]]:
+        """Every switch interface (root namespace) -> (switch, port, the node at the other end)."""
+        out = {}
+        for link in self.net.links:
+            for mine, other in ((link.intf1, link.intf2), (link.intf2, link.intf1)):
+                if mine.node in self.switches:
+                    port = mine.node.ports.get(mine)
+                    out[mine.name] = (mine.node.name, int(port) if port is not None else -1, other.node.name)
+        return out
+
+    def link_bytes(self) -> dict[str, tuple[int, int]]:
+        """Bytes each switch interface sent and received so far: (to the neighbour, from the neighbour).
+
+        Together they give both directions of every link (every link has a switch end), as the
+        frames were on the wire: Ethernet header and payload, what the shapers let through.
+        """
+        out = {}
+        for name in self._link_names:
+            base = Path("/sys/class/net") / name / "statistics"
+            try:
+                out[name] = (int((base / "tx_bytes").read_text()), int((base / "rx_bytes").read_text()))
+            except OSError:
+                continue
+        return out
+
     def _random_loss(self, fraction: float) -> None:
         """Loss on both ends of every link where netem is missing (hosts.netns.add_random_loss)."""
         for i, link in enumerate(self.net.links):
             for j, intf in enumerate((link.intf1, link.intf2)):
-                node = intf.node
-                if node in self.net.hosts:
-                    def run(*cmd: str, node: Any = node) -> str:
-                        out, err, code = node.pexec(list(cmd))
-                        if code:
-                            raise NetnsError(f"{node.name}: {' '.join(cmd)}: {err.strip() or out.strip()}")
-                        return out
-                else:
-                    run = sh  # switch ports live in the root namespace
+                run = self._runner(intf.node)
                 sink = f"{IFACE_PREFIX}{self.tag}-L{i}{j}"
                 if run is sh:
                     self._loss_sinks.append(sink)

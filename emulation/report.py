@@ -1,39 +1,33 @@
-"""What an experiment shows: the table, raw CSV/JSON, summary.json and the plots of a results folder.
+"""What an experiment shows: a results folder, its tables, notes and plots, all derived from raw.csv.
 
-A results folder holds config.json (configuration + environment), results.json
-(every measurement with its per-repetition raw data), raw.csv (one row per
-repetition), summary.json (per method, host count and size: median latency and
-speed-up over the ring, plus notes on what limited the run), table.txt and
-latency.png / speedup.png. `load_results(folder)` reads it back.
+A results folder holds config.json (configuration + environment), raw.csv (one
+row per worker and repetition: emulation.experiment.Sample), summary.json
+(emulation.analysis.summarize of raw.csv), table.txt, latency.png,
+speedup.png and bounds.png. `load_results(folder)` reads it back and
+recomputes the summary from raw.csv.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from emulation.experiment import (
-    INC_INT8,
-    INC_INT32,
-    METHODS,
-    RING,
-    ExperimentConfig,
-    Measurement,
-    speedups,
-    theory_ratio,
-)
-
-if TYPE_CHECKING:
-    from emulation.runner import ExperimentResult
+from emulation import analysis, bounds
+from emulation.experiment import ExperimentConfig, ExperimentResult, Sample, read_raw, write_raw
+from hosts.methods import METHODS
 
 LOG = logging.getLogger(__name__)
 
-LABELS = {INC_INT32: "in-network (int32)", INC_INT8: "in-network (int8 results)", RING: "ring (hosts)"}
-STYLE = {INC_INT32: ("tab:blue", "o", "-"), INC_INT8: ("tab:green", "s", "--"), RING: ("tab:red", "^", "-")}
+SHORT = {"inc-int32": "inc32", "inc-int16": "inc16", "inc-int8": "inc8", "ring": "ring", "ring-bf16": "ring16",
+         "hier": "hier", "tree": "tree"}
+STYLE = {"inc-int32": ("tab:blue", "o", "-"), "inc-int16": ("tab:cyan", "D", "-"), "inc-int8": ("tab:green", "s", "--"),
+         "ring": ("tab:red", "^", "-"), "ring-bf16": ("tab:orange", "v", "--"), "hier": ("tab:purple", "P", ":"),
+         "tree": ("tab:brown", "X", ":")}
 
 
 def human_size(n: int) -> str:
@@ -44,168 +38,171 @@ def human_size(n: int) -> str:
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None else (f"{x * 1e3:.1f}" if x < 10 else f"{x * 1e3:.0f}")
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x * 1e3:.2f}" if x < 0.01 else (f"{x * 1e3:.1f}" if x < 10 else f"{x * 1e3:.0f}")
 
 
-# -- the table ---------------------------------------------------------------------------------
-def table(result: ExperimentResult) -> str:
-    """One row per host count and size: median latency [min-max] per method, speed-ups, what bounded it."""
-    ms = result.measurements
-    methods = [m for m in METHODS if any(x.method == m for x in ms)]
-    sp = speedups(ms)
-    by = {(m.method, m.hosts, m.size): m for m in ms}
-    keys = sorted({(m.hosts, m.size) for m in ms})
-    head = ["hosts", "elements"] + [f"{LABELS[m]} ms" for m in methods]
-    inc_methods = [m for m in methods if m != RING]
-    if RING in methods:
-        head += [f"speed-up {m.removeprefix('inc-')}" for m in inc_methods]
-    head += ["bound", "retx", "check"]
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _grid(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    return [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows]
+
+
+# -- the tables ----------------------------------------------------------------------------------
+def table(summary: dict[str, Any]) -> str:
+    """Latency per method (median [95% CI]) and speed-ups; then, per point, the bounds and the checks."""
+    cfg = ExperimentConfig.from_dict(summary["config"])
+    pts = summary["points"]
+    methods = [m for m in cfg.methods if any(p["method"] == m for p in pts)]
+    inc = [m for m in methods if METHODS[m].in_network]
+    by = {(p["method"], p["hosts"], p["elements"]): p for p in pts}
+    keys = sorted({(p["hosts"], p["elements"]) for p in pts})
+    head = ["hosts", "elements"] + [f"{SHORT[m]} ms" for m in methods]
+    head += [f"{SHORT[m]} vs best host" for m in inc] + [f"{SHORT[m]} vs ring" for m in inc]
     rows = []
     for n, size in keys:
         row = [str(n), human_size(size)]
-        bounds, retx, checks = [], 0, []
-        for method in methods:
-            m = by.get((method, n, size))
-            if m is None or m.median_s is None:
-                row.append("failed" if m is not None else "-")
+        for m in methods:
+            p = by.get((m, n, size))
+            if p is None:
+                row.append("-")
+            elif not p["ok"]:
+                row.append("FAILED")
             else:
-                lo, hi = m.spread_s or (None, None)
-                row.append(f"{_ms(m.median_s)} [{_ms(lo)}-{_ms(hi)}]")
-            if m is not None:
-                bounds.append(f"{method.removeprefix('inc-')}:{m.bound}")
-                retx += m.retransmissions
-                checks.append(m.ok)
-        if RING in methods:
-            row += [f"{sp[(m, n, size)]:.2f}x" if (m, n, size) in sp else "-" for m in inc_methods]
-        row += [" ".join(bounds), str(retx), "ok" if all(checks) else "FAILED"]
+                lo, hi = p["ci95_latency_s"]
+                row.append(f"{_ms(p['median_latency_s'])} [{_ms(lo)}-{_ms(hi)}]")
+        for key in ("speedup_over_best_host", "speedup_over_ring"):
+            for m in inc:
+                sp = (by.get((m, n, size)) or {}).get(key)
+                if sp is None:
+                    row.append("-")
+                else:
+                    mark = "" if sp["headline"] else "*"
+                    base = f" {SHORT.get(sp['baseline'], sp['baseline'])}" if key == "speedup_over_best_host" else ""
+                    row.append(f"{sp['value']:.2f}x{mark}{base}")
         rows.append(row)
-    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows]
-    cfg = result.config
     shape = cfg.shape
-    lines.insert(0, f"{cfg.topology} on the {cfg.backend} switch; links {shape.bw_mbps or 'unlimited'} Mbit/s, "
-                    f"delay {shape.delay_ms or 0} ms, loss {shape.loss_pct or 0}%; median of {cfg.reps} "
-                    f"repetitions after {cfg.warmup} warm-up [min-max]; speed-up = ring / in-network latency")
-    for note in result.notes:
+    lines = [f"{cfg.topology} on the {cfg.backend} switch; links {shape.bw_mbps or 'unlimited'} Mbit/s, delay "
+             f"{shape.delay_ms or 0} ms, loss {shape.loss_pct or 0}%; median of {cfg.reps} repetitions after "
+             f"{cfg.warmup} warm-up [95% bootstrap CI], methods in a shuffled order per repetition; latency from the "
+             "common start to the slowest worker's float32 result; speed-up = baseline / in-network latency, "
+             "* = not a headline (a point not link- or latency-bound)"]
+    lines += _grid(head, rows)
+    lines.append("")
+    lines += bounds_table(summary)
+    for note in summary.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
 
 
-# -- notes: what limited the numbers -----------------------------------------------------------
-def notes(result: ExperimentResult) -> list[str]:
+def bounds_table(summary: dict[str, Any]) -> list[str]:
+    """Per point: measured over the wire and path bounds, the verdict, bytes per element, accuracy, checks."""
+    head = ["method", "hosts", "elements", "t/T_wire", "t/T_path", "bound", "B/elem up", "B/elem down", "rel L2",
+            "target", "retx", "check"]
+    rows = []
+    for p in summary["points"]:
+        rows.append([p["method"], str(p["hosts"]), human_size(p["elements"]), _x(p["t_over_wire"]),
+                     _x(p["t_over_path"]), p["bound"], _x(p["bytes_per_element_up"]), _x(p["bytes_per_element_down"]),
+                     "-" if p["rel_l2_error"] is None else f"{p['rel_l2_error']:.2g}", f"{p['rel_l2_target']:.2g}",
+                     str(p["retransmissions"]), "ok" if p["ok"] else "FAILED"])
+    return _grid(head, rows)
+
+
+# -- notes: what limited the numbers ------------------------------------------------------------
+def notes(summary: dict[str, Any], environment: dict[str, Any] | None = None) -> list[str]:
     out = []
-    ms = [m for m in result.measurements if m.ok]
-    failed = [m for m in result.measurements if not m.ok]
+    pts = summary["points"]
+    failed = [p for p in pts if not p["ok"]]
     if failed:
-        out.append(f"{len(failed)} measurement(s) failed: " + "; ".join(
-            f"{m.method} {m.hosts} hosts {human_size(m.size)}: {'; '.join(m.problems) or 'no result'}" for m in failed[:5]))
-    cpu = [m for m in ms if m.bound == "cpu"]
-    if cpu:
-        worst = max(cpu, key=lambda m: (m.machine_busy or 0.0, (m.max_switch_busy or ("", 0.0))[1]))
-        busy = worst.max_switch_busy
-        machine = f", all cores {worst.machine_busy * 100:.0f}% busy" if worst.machine_busy is not None else ""
+        out.append(f"{len(failed)} point(s) failed: " + "; ".join(
+            f"{p['method']} {p['hosts']} hosts {human_size(p['elements'])}: {'; '.join(p['problems'][:2]) or 'no result'}"
+            for p in failed[:4]))
+    for problem in summary.get("problems", []):
+        out.append(problem)
+    good = [p for p in pts if p["ok"]]
+    link = [p for p in good if p["bound"] == "link"]
+    lat = [p for p in good if p["bound"] == "latency"]
+    rest = [p for p in good if p["bound"] not in analysis.GOOD_BOUNDS]
+    if good:
+        out.append(f"{len(link)} of {len(good)} points were link-bound (measured <= {bounds.BOUND_SLACK} x what the "
+                   f"busiest link's bytes allow) and {len(lat)} latency-bound (<= {bounds.BOUND_SLACK} x the method's "
+                   "chain of hops): only those are headlines.")
+    if rest:
+        worst = max(rest, key=lambda p: p["t_over_wire"] or 0.0)
+        cpu = [p for p in rest if p["bound"] == "cpu"]
         out.append(
-            f"{len(cpu)} of {len(ms)} measurements were limited by CPU (switch processes and host agents share "
-            f"the machine's cores), not by the links (e.g. {worst.method}, {worst.hosts} hosts, "
-            f"{human_size(worst.size)}: busiest host link {(worst.link_utilisation or 0) * 100:.0f}% utilised, "
-            f"switch {busy[0] if busy else '?'} busy {(busy[1] if busy else 0) * 100:.0f}%{machine}); those "
-            "latencies measure the emulator, not the network. Lower --bw to keep the links the bottleneck.")
-    large = [m for m in ms if m.bound == "link"]
-    if large:
-        out.append(f"{len(large)} of {len(ms)} measurements were link-bound (host link >= 60% utilised): "
-                   "their speed-ups compare bytes on the wire, as on real hardware.")
-    others = [(m.machine_busy or 0.0) - (m.emulation_busy or 0.0) for m in result.measurements
-              if m.machine_busy is not None and m.emulation_busy is not None]
+            f"{len(rest)} point(s) were neither ({len(cpu)} cpu, {len(rest) - len(cpu)} unexplained); they measure the "
+            f"emulator, not the network (worst: {worst['method']}, {worst['hosts']} hosts, "
+            f"{human_size(worst['elements'])}: {analysis._why_not(worst)}).")
+    others = [(p["cores_busy"] or 0.0) - (p["ours_busy"] or 0.0) for p in pts
+              if p["cores_busy"] is not None and p["ours_busy"] is not None]
     if others and max(others) > 0.2:
         out.append(f"other programs on this machine used up to {max(others) * 100:.0f}% of its cores during the "
                    "all-reduces; latencies may be pessimistic (run on an otherwise idle machine)")
-    if any(m.retransmissions for m in ms) and not result.config.shape.loss_pct:
+    cfg = summary["config"]
+    if any(p["retransmissions"] for p in good) and not (cfg.get("shape") or {}).get("loss_pct"):
         out.append("retransmissions without configured loss: queues overflowed or a timeout was too short")
+    misses = [p for p in good if not p["accuracy_ok"]]
+    if misses:
+        out.append("accuracy targets missed: " + ", ".join(f"{p['method']} {p['hosts']}h {human_size(p['elements'])}"
+                                                          for p in misses[:5]))
     return out
 
 
-# -- files -------------------------------------------------------------------------------------
-def summary(result: ExperimentResult) -> dict[str, Any]:
-    sp = speedups(result.measurements)
-    per: dict[str, dict[str, dict[str, Any]]] = {}
-    for m in result.measurements:
-        entry = {
-            "median_latency_s": m.median_s,
-            "min_latency_s": m.spread_s[0] if m.spread_s else None,
-            "max_latency_s": m.spread_s[1] if m.spread_s else None,
-            "goodput_bps": m.goodput_bps,
-            "speedup_over_ring": sp.get((m.method, m.hosts, m.size)),
-            "theory_bandwidth_speedup": theory_ratio(m.hosts, m.method) if m.method != RING else None,
-            "retransmissions": m.retransmissions,
-            "bound": m.bound,
-            "link_utilisation": m.link_utilisation,
-            "cores_busy": m.machine_busy,
-            "cores_busy_by_emulation": m.emulation_busy,
-            "busiest_switch": dict(zip(("switch", "busy"), m.max_switch_busy)) if m.max_switch_busy else None,
-            "ok": m.ok,
-        }
-        per.setdefault(m.method, {}).setdefault(str(m.hosts), {})[str(m.size)] = entry
-    return {
-        "config": result.config.to_dict(),
-        "backend": result.config.backend,
-        "duration_s": result.duration_s,
-        "startup_s": result.startup_s,
-        "ok": result.ok,
-        "notes": result.notes,
-        "methods": per,
-    }
-
-
-CSV_FIELDS = ["method", "hosts", "elements", "rep", "warmup", "latency_s", "goodput_bps", "packets_sent",
-              "retransmissions", "bytes_sent", "max_rank_bytes", "rank_latency_s", "ok"]
-
-
-def write_csv(measurements: Iterable[Measurement], path: Path) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(CSV_FIELDS)
-        for m in measurements:
-            for r in m.reps:
-                w.writerow([m.method, m.hosts, m.size, r.index, int(r.warmup), f"{r.latency_s:.6f}",
-                            f"{r.goodput_bps(m.size):.0f}", r.packets_sent, r.retransmissions, r.bytes_sent,
-                            r.max_rank_bytes, " ".join(f"{x:.6f}" for x in r.rank_latency_s), int(m.ok)])
+# -- files ---------------------------------------------------------------------------------------
+def summary_of(result: ExperimentResult) -> dict[str, Any]:
+    s = analysis.summarize(result.config, result.samples, problems=result.problems, duration_s=result.duration_s,
+                           startup_s=result.startup_s)
+    s["notes"] = notes(s, result.environment)
+    return s
 
 
 def write_all(result: ExperimentResult) -> Path:
     out = result.out_dir
     assert out is not None
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps({"config": result.config.to_dict(), "environment": result.environment}, indent=1) + "\n")
-    (out / "results.json").write_text(json.dumps({
-        "config": result.config.to_dict(), "environment": result.environment, "startup_s": result.startup_s,
-        "duration_s": result.duration_s, "notes": result.notes,
-        "measurements": [m.to_dict() for m in result.measurements]}, indent=1) + "\n")
-    write_csv(result.measurements, out / "raw.csv")
-    (out / "summary.json").write_text(json.dumps(summary(result), indent=1) + "\n")
-    (out / "table.txt").write_text(table(result) + "\n")
-    if any(m.median_s for m in result.measurements):
+    (out / "config.json").write_text(json.dumps({"config": result.config.to_dict(), "environment": result.environment,
+                                                 "startup_s": result.startup_s, "duration_s": result.duration_s,
+                                                 "problems": result.problems}, indent=1) + "\n")
+    write_raw(result.samples, out / "raw.csv")
+    summary = summary_of(result)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "table.txt").write_text(table(summary) + "\n")
+    if any(p["median_latency_s"] for p in summary["points"]):
         try:
-            plot_latency(result.measurements, out / "latency.png")
-            plot_speedup(result.measurements, out / "speedup.png")
+            plot_latency(summary, out / "latency.png")
+            plot_speedup(summary, out / "speedup.png")
+            plot_bounds(summary, out / "bounds.png")
         except Exception:  # a plot must never cost the raw data written above
             LOG.exception("plotting failed; the raw results are in %s", out)
     return out
 
 
-def load_results(folder: Path | str) -> ExperimentResult:
-    from emulation.runner import ExperimentResult
+@dataclass
+class LoadedResults:
+    config: ExperimentConfig
+    samples: list[Sample]
+    summary: dict[str, Any]
+    environment: dict[str, Any] = field(default_factory=dict)
+    folder: Path | None = None
 
+
+def load_results(folder: Path | str) -> LoadedResults:
+    """A results folder read back; the summary recomputed from raw.csv (it must equal summary.json)."""
     folder = Path(folder)
-    data = json.loads((folder / "results.json").read_text())
-    return ExperimentResult(
-        config=ExperimentConfig.from_dict(data["config"]),
-        measurements=[Measurement.from_dict(m) for m in data["measurements"]],
-        out_dir=folder, environment=data.get("environment", {}), startup_s=data.get("startup_s"),
-        duration_s=data.get("duration_s"), notes=data.get("notes", []))
+    meta = json.loads((folder / "config.json").read_text())
+    result = ExperimentResult(ExperimentConfig.from_dict(meta["config"]), read_raw(folder / "raw.csv"), folder,
+                              meta.get("environment", {}), meta.get("startup_s"), meta.get("duration_s"),
+                              list(meta.get("problems", [])))
+    return LoadedResults(result.config, result.samples, summary_of(result), result.environment, folder)
 
 
-# -- plots -------------------------------------------------------------------------------------
+# -- plots ---------------------------------------------------------------------------------------
 def _pyplot() -> Any:
     import matplotlib
 
@@ -221,7 +218,7 @@ def _axes(ax: Any, path: Path | None) -> tuple[Any, Callable[[], None]]:
     if ax is not None:
         return ax, lambda: None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
 
     def done() -> None:
         fig.tight_layout()
@@ -232,29 +229,33 @@ def _axes(ax: Any, path: Path | None) -> tuple[Any, Callable[[], None]]:
     return ax, done
 
 
-def plot_latency(measurements: Sequence[Measurement], path: Path | None = None, ax: Any = None) -> Any:
-    """Median latency against size, one line per method (and per host count when there are several)."""
+def _methods(summary: dict[str, Any]) -> list[str]:
+    return [m for m in summary["config"]["methods"] if any(p["method"] == m for p in summary["points"])]
+
+
+def plot_latency(summary: dict[str, Any], path: Path | None = None, ax: Any = None) -> Any:
+    """Median latency (95% CI bars) against size, per method, at the largest host count."""
     ax, done = _axes(ax, path)
-    ok = [m for m in measurements if m.median_s]
-    counts = sorted({m.hosts for m in ok})
-    widths = {n: 1.0 + 1.2 * i for i, n in enumerate(counts)}
-    for method in METHODS:
-        for n in counts:
-            pts = sorted((m.size, m.median_s, *(m.spread_s or (m.median_s, m.median_s))) for m in ok if m.method == method and m.hosts == n)
-            if not pts:
-                continue
-            color, marker, ls = STYLE[method]
-            xs = [p[0] for p in pts]
-            ys = [p[1] * 1e3 for p in pts]
-            err = [[(p[1] - p[2]) * 1e3 for p in pts], [(p[3] - p[1]) * 1e3 for p in pts]]
-            label = LABELS[method] + (f", {n} hosts" if len(counts) > 1 else "")
-            ax.errorbar(xs, ys, yerr=err, color=color, marker=marker, linestyle=ls, linewidth=widths[n] if len(counts) > 1 else 1.5,
-                        alpha=0.45 + 0.55 * (n / max(counts)), capsize=3, label=label)
+    pts = [p for p in summary["points"] if p["ok"] and p["median_latency_s"]]
+    n = max((p["hosts"] for p in pts), default=0)
+    for m in _methods(summary):
+        sel = sorted((p for p in pts if p["method"] == m and p["hosts"] == n), key=lambda p: p["elements"])
+        if not sel:
+            continue
+        color, marker, ls = STYLE.get(m, ("gray", "o", "-"))
+        ys = [p["median_latency_s"] * 1e3 for p in sel]
+        err = [[y - p["ci95_latency_s"][0] * 1e3 for y, p in zip(ys, sel)],
+               [p["ci95_latency_s"][1] * 1e3 - y for y, p in zip(ys, sel)]]
+        ax.errorbar([p["elements"] for p in sel], ys, yerr=err, color=color, marker=marker, linestyle=ls, capsize=3,
+                    label=METHODS[m].label)
+        for p, y in zip(sel, ys):
+            if not p["headline"]:
+                ax.plot([p["elements"]], [y], marker="o", markersize=11, markerfacecolor="none", color="gray")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("all-reduce size (float32 elements)")
-    ax.set_ylabel("latency (ms, median; bars min-max)")
-    ax.set_title("All-reduce latency against size")
+    ax.set_ylabel("latency, ms (median, 95% CI)")
+    ax.set_title(f"All-reduce latency, {n} hosts (grey rings: not link- or latency-bound)")
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
@@ -262,31 +263,62 @@ def plot_latency(measurements: Sequence[Measurement], path: Path | None = None, 
     return ax
 
 
-def plot_speedup(measurements: Sequence[Measurement], path: Path | None = None, ax: Any = None) -> Any:
-    """Speed-up of in-network aggregation over the ring against host count, one line per method and size."""
+def plot_speedup(summary: dict[str, Any], path: Path | None = None, ax: Any = None,
+                 key: str = "speedup_over_best_host") -> Any:
+    """Speed-up of each in-network method over the best host method, against host count, one line per size."""
     ax, done = _axes(ax, path)
-    sp = speedups(measurements)
-    sizes = sorted({size for (_m, _n, size) in sp})
-    for method in (INC_INT32, INC_INT8):
+    pts = [p for p in summary["points"] if METHODS[p["method"]].in_network and p.get(key)]
+    sizes = sorted({p["elements"] for p in pts})
+    for m in [m for m in _methods(summary) if METHODS[m].in_network]:
+        color, marker, ls = STYLE.get(m, ("gray", "o", "-"))
         for i, size in enumerate(sizes):
-            pts = sorted((n, v) for (mm, n, s), v in sp.items() if mm == method and s == size)
-            if not pts:
+            sel = sorted((p for p in pts if p["method"] == m and p["elements"] == size), key=lambda p: p["hosts"])
+            if not sel:
                 continue
-            color, marker, ls = STYLE[method]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker, linestyle=ls,
-                    alpha=0.4 + 0.6 * (i + 1) / len(sizes), label=f"{LABELS[method]}, {human_size(size)} elements")
-    counts = sorted({n for (_m, n, _s) in sp})
-    if counts:
-        ax.plot(counts, [theory_ratio(n) for n in counts], color="gray", linestyle=":",
-                label="bandwidth bound (bytes on a host link)")
+            xs = [p["hosts"] for p in sel]
+            ys = [p[key]["value"] for p in sel]
+            ax.plot(xs, ys, color=color, marker=marker, linestyle=ls, alpha=0.35 + 0.65 * (i + 1) / len(sizes),
+                    label=f"{METHODS[m].label}, {human_size(size)}")
+            for p, x, y in zip(sel, xs, ys):
+                if not p[key]["headline"]:
+                    ax.plot([x], [y], marker="o", markersize=11, markerfacecolor="none", color="gray")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel("hosts in the job")
-    ax.set_ylabel("speed-up over ring (ring latency / in-network latency)")
-    ax.set_title("In-network aggregation against the ring")
+    ax.set_ylabel("speed-up (best host method latency / in-network latency)")
+    ax.set_title("In-network aggregation against the best host method (grey rings: not headlines)")
+    counts = sorted({p["hosts"] for p in pts})
     if counts:
         ax.set_xticks(counts)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, ncol=2)
+    done()
+    return ax
+
+
+def plot_bounds(summary: dict[str, Any], path: Path | None = None, ax: Any = None) -> Any:
+    """Measured latency over the larger bound (T_wire or T_path), per point: 1 is what the network allows."""
+    ax, done = _axes(ax, path)
+    pts = [p for p in summary["points"] if p["ok"]]
+    for i, m in enumerate(_methods(summary)):
+        sel = [p for p in pts if p["method"] == m]
+        ratios = [min(x for x in (p["t_over_wire"], p["t_over_path"]) if x is not None)
+                  if (p["t_over_wire"] is not None or p["t_over_path"] is not None) else None for p in sel]
+        xs = [j + 0.1 * i for j, (p, r) in enumerate(zip(sel, ratios)) if r is not None]
+        color, marker, _ = STYLE.get(m, ("gray", "o", "-"))
+        ax.scatter(xs, [r for r in ratios if r is not None], color=color, marker=marker, label=METHODS[m].label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(bounds.BOUND_SLACK, color="gray", linestyle="--", linewidth=0.8, label=f"{bounds.BOUND_SLACK}: bound rule")
+    ax.set_yscale("log")
+    ax.set_xlabel("point (host count x size, in table order)")
+    ax.set_ylabel("measured / max(T_wire, T_path)")
+    ax.set_title("How close each point came to what the network allows")
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     done()
     return ax
+
+
+def points_of(summary: dict[str, Any], method: str) -> Sequence[dict[str, Any]]:
+    return [p for p in summary["points"] if p["method"] == method]

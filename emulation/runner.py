@@ -1,16 +1,19 @@
-"""Run an experiment: start the network, install routes and jobs, sweep methods x host counts x sizes, record.
+"""Run an experiment: start the network, install routes and jobs, sweep host counts x sizes x repetitions, record.
 
     result = run_experiment(ExperimentConfig(topology="fat-tree:2", host_counts=(4,), sizes=(1024,)))
-    print(report.table(result))
+    print(report.table(analysis.summarize(result.config, result.samples)))
 
-Each (method, host count, size) is one measurement: one worker process per
-host (`python -m hosts inc|ring`) runs warm-up + repetitions all-reduces back
-to back; the coordinator (in this process, on a Unix socket) holds the
-barriers and collects their reports, which are checked for correctness
-(every worker got the same sum, within the error bound of numpy's float64
-sum). Each switch process's CPU time is read around each measurement and the
-machine's CPU counters are sampled while the all-reduces run, so the report
-can say whether the links or the CPUs were the limit.
+For each host count the runner installs one job per in-network method and
+starts one agent per host (`python -m hosts agent`, hosts.agent), which keeps
+its sockets for the whole sweep. Then, for each size and repetition, the
+methods run one after the other in a shuffled order (seeded, a new order per
+repetition, so no method always follows another), each as one numbered step:
+the agents meet at the step's barrier; at its release the runner reads every
+link's byte counters, every switch and agent process's CPU time and the
+machine's CPU counters, and reads them again once every agent reported. So each
+repetition knows what it put on the wire (T_wire, emulation.bounds) and what
+the CPUs were doing, and the timing is the same for every method: from the
+release to the slowest worker holding its float32 result, on one clock.
 """
 
 from __future__ import annotations
@@ -20,13 +23,11 @@ import json
 import logging
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,32 +36,27 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, Controller
-from controller.cli import load_topology
-from controller.counters import totals
+from controller.planner import JobPlan
 from controller.state import State
 from controller.topology import Topology
-from emulation.experiment import (
-    INC_INT8,
-    METHODS,
-    MIN_ACTIVE_S,
-    QUANTIZE,
-    RESULT_TYPE,
-    RING,
-    ConfigError,
-    ExperimentConfig,
-    Measurement,
-    frame_bytes,
-    rep_from_reports,
-)
+from controller.topospec import load_topology
+from emulation import analysis, bounds, report
+from emulation.experiment import ConfigError, ExperimentConfig, ExperimentResult, Sample
 from emulation.network import EmulatedNetwork, NetworkConfig
-from emulation.nodes import BMV2_BINARY
-from hosts.coordination import CoordinationError, CoordinatorServer, check_reports
+from emulation.nodes import BMV2_BINARY, proc_cpu_seconds
+from hosts import clock
+from hosts.coordination import CoordinatorServer
+from hosts.methods import METHODS, Method
+from hosts.ring import topology_order
+from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parent.parent
-JOB_IDS = {m: i + 1 for i, m in enumerate(METHODS)}  # one job per in-network method, reinstalled per host count
+JOB_IDS = {name: i + 1 for i, name in enumerate(METHODS)}  # one job per in-network method, reinstalled per host count
 MAX_HOPS = 6  # host-edge-agg-core-agg-edge-host
 
 
@@ -68,22 +64,7 @@ class ExperimentError(RuntimeError):
     """The experiment could not run (missing program, too few hosts...); the message says what to do."""
 
 
-@dataclass
-class ExperimentResult:
-    config: ExperimentConfig
-    measurements: list[Measurement] = field(default_factory=list)
-    out_dir: Path | None = None
-    environment: dict[str, Any] = field(default_factory=dict)
-    startup_s: float | None = None
-    duration_s: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.measurements) and all(m.ok for m in self.measurements)
-
-
-ProgressFn = Callable[[str, Measurement | None], None]
+ProgressFn = Callable[[str, Sample | None], None]
 
 
 def select_hosts(model: Topology, count: int) -> tuple[str, ...]:
@@ -102,96 +83,35 @@ def timeouts(config: ExperimentConfig) -> dict[str, float]:
     """
     bw = (config.shape.bw_mbps or 1000.0) * 1e6
     rtt = 2 * MAX_HOPS * (config.shape.delay_ms or 0.0) / 1e3
-    inc_window = config.slots * frame_bytes(INC_INT8)[0] * 8 / bw
+    inc_window = config.slots * AGG.frame_bytes(AGG.elem_types["ELEM_INT32"]) * 8 / bw
     ring_window = config.ring_window * 1514 * 8 / bw
-    # 0.5 s floor: with Python switches and workers sharing two cores, a round trip under load can take 0.2 s
+    # 0.5 s floor: with Python switches and agents sharing two cores, a round trip under load can take 0.2 s
     return {"inc": max(0.5, 3 * inc_window + 2 * rtt), "ring": max(0.5, 3 * ring_window + 2 * rtt)}
 
 
-def worker_command(config: ExperimentConfig, method: str, rank: int, hosts: tuple[str, ...], model: Topology,
-                   coord: str, size: int, iface: str, slots: int, shift: int, tmo: dict[str, float],
-                   first_epoch: int = 1) -> list[str]:
-    common = ["--rank", str(rank), "--workers", str(len(hosts)), "--coord", coord, "--size", str(size),
-              "--iterations", str(config.iterations), "--input", config.input_kind, "--seed", str(config.seed), "--json"]
-    if method == RING:
-        peers = ",".join(model.host(h).ip for h in hosts)
-        groups = ",".join(model.host(h).switch for h in hosts)
-        return [sys.executable, "-m", "hosts", "ring", *common, "--peers", peers, "--groups", groups,
-                "--window", str(config.ring_window), "--timeout", f"{tmo['ring']:.3f}", "--min-timeout", f"{tmo['ring']:.3f}"]
-    return [sys.executable, "-m", "hosts", "inc", *common, "--iface", iface, "--job-id", str(JOB_IDS[method]),
-            "--slot-count", str(slots), "--result-type", RESULT_TYPE[method], "--shift", str(shift),
-            "--timeout", f"{tmo['inc']:.3f}", "--min-timeout", f"{tmo['inc']:.3f}", "--first-epoch", str(first_epoch)]
+def method_order(config: ExperimentConfig, hosts: int, size: int, rep: int) -> list[str]:
+    """The methods of one repetition in a random order, the same for the same seed, host count, size and rep."""
+    rng = np.random.default_rng([config.seed, hosts, size, rep])
+    return [config.methods[i] for i in rng.permutation(len(config.methods))]
 
 
-class CpuSampler:
-    """Samples the machine's CPU counters (/proc/stat) every `period_s` on a thread, to tell later how busy
-    all cores were during given intervals (the all-reduces), whoever used them: switches or workers."""
+@dataclass
+class Snapshot:
+    """What the runner reads at a step's release and again once the step is over."""
 
-    def __init__(self, pids: Callable[[], list[int]] = list, period_s: float = 0.05) -> None:
-        self.period_s = period_s
-        self.pids = pids  # our processes (switches, workers): their share tells our load from other programs'
-        self.samples: list[tuple[float, int, int, int]] = []  # (time, busy jiffies, total jiffies, ours)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
-
-    @staticmethod
-    def read() -> tuple[int, int]:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        total = sum(fields[:8])  # guest time is already counted in user
-        return total - idle, total
-
-    def _ours(self) -> int:
-        ticks = 0
-        for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            ticks += int(fields[11]) + int(fields[12])
-        return ticks
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            busy, total = self.read()
-            self.samples.append((time.monotonic(), busy, total, self._ours()))
-            self._stop.wait(self.period_s)
-
-    def __enter__(self) -> CpuSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(2)
-
-    def busy_share(self, intervals: list[tuple[float, float]]) -> tuple[float, float] | None:
-        """(share of all cores busy, share used by our processes) over the intervals; None if too few samples.
-
-        A process that exits between two samples drops out of the second; such pairs are skipped for 'ours'."""
-        busy = total = ours = ours_total = 0
-        for (t0, b0, n0, o0), (t1, b1, n1, o1) in zip(self.samples, self.samples[1:]):
-            mid = (t0 + t1) / 2
-            if any(a <= mid <= b for a, b in intervals):
-                busy += b1 - b0
-                total += n1 - n0
-                if o1 >= o0:
-                    ours += o1 - o0
-                    ours_total += n1 - n0
-        if total < 5 * (os.cpu_count() or 1):
-            return None
-        return busy / total, (ours / ours_total if ours_total else 0.0)
+    t: float
+    links: dict[str, tuple[int, int]]
+    switch_cpu: dict[str, float]
+    agent_cpu: dict[int, float]
+    machine: tuple[int, int]  # busy, total jiffies of all cores
+    ours: float  # CPU seconds of our switch and agent processes
 
 
-def _iteration_starts(barriers: dict[str, float], count: int) -> list[float] | None:
-    """When each all-reduce began: the workers' per-call barrier ('inc-<job>-<i>' / 'ring-<i>') completed."""
-    by_call: dict[int, float] = {}
-    for tag, t in barriers.items():
-        m = re.fullmatch(r"(?:inc-\d+|ring)-(\d+)", tag)
-        if m:
-            by_call[int(m.group(1))] = t
-    starts = [by_call.get(i) for i in range(count)]
-    return None if any(t is None for t in starts) else starts  # type: ignore[return-value]
+def machine_jiffies() -> tuple[int, int]:
+    fields_ = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields_[3] + (fields_[4] if len(fields_) > 4 else 0)  # idle + iowait
+    total = sum(fields_[:8])  # guest time is already counted in user
+    return total - idle, total
 
 
 @contextmanager
@@ -202,6 +122,10 @@ def _short_tmpdir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+class StepFailed(RuntimeError):
+    """A step ended without every agent's report; the agents may be stuck, so this host count stops."""
 
 
 class Runner:
@@ -215,158 +139,205 @@ class Runner:
         self.log_dir = log_dir
         self.sock_dir = sock_dir
         self.tmo = timeouts(config)
-        self._count = 0
-        self.idle_cpu_per_s: dict[str, float] = {}
-        # The switches drop contributions older than their cell's epoch, so every all-reduce of a job, across
-        # measurements too, must use a newer one: each measurement continues where the previous one stopped.
-        self.next_epoch: dict[str, int] = {}
+        self.rate_bps = (config.shape.bw_mbps or 0.0) * 1e6
+        self.delay_s = (config.shape.delay_ms or 0.0) / 1e3
+        self.ports = net.link_ports()  # switch interface -> (switch, port, neighbour)
+        self.step = 0
+        self.problems: list[str] = []
+        self._snaps: dict[str, Snapshot] = {}
+        self._agents: list[tuple[str, subprocess.Popen[Any]]] = []
+        self._lock = threading.Lock()
 
-    def measure_idle(self, seconds: float = 1.0) -> dict[str, float]:
-        """Each switch's CPU use with no traffic (its housekeeping), subtracted from the measurements."""
-        c0, t0 = self.net.switch_cpu_seconds(), time.monotonic()
-        time.sleep(seconds)
-        c1, dt = self.net.switch_cpu_seconds(), time.monotonic() - t0
-        self.idle_cpu_per_s = {k: max(0.0, (c1[k] - c0.get(k, 0.0)) / dt) for k in c1}
-        return self.idle_cpu_per_s
+    # -- what the machine did -----------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        switch_cpu = self.net.switch_cpu_seconds()
+        agent_cpu = {p.pid: c for _h, p in self._agents if (c := proc_cpu_seconds(p.pid)) is not None}
+        return Snapshot(clock.now(), self.net.link_bytes(), switch_cpu, agent_cpu, machine_jiffies(),
+                        sum(switch_cpu.values()) + sum(agent_cpu.values()))
 
-    def install_jobs(self, hosts: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-        """Install one job per in-network method; method -> (slots, shift)."""
+    def _on_release(self, tag: str) -> None:
+        snap = self.snapshot()
+        with self._lock:
+            self._snaps[tag] = snap
+
+    def _figures(self, before: Snapshot, after: Snapshot, members: set[str]) -> dict[str, Any]:
+        """Per-repetition columns of raw.csv from two snapshots."""
+        out: dict[str, Any] = {}
+        best, where = 0, ""
+        up = down = 0
+        for iface, (tx1, rx1) in after.links.items():
+            tx0, rx0 = before.links.get(iface, (tx1, rx1))
+            sw, port, peer = self.ports.get(iface, ("?", -1, "?"))
+            for nbytes, name in ((tx1 - tx0, f"{sw}:{port}>{peer}"), (rx1 - rx0, f"{peer}>{sw}:{port}")):
+                if nbytes > best:
+                    best, where = nbytes, name
+            if peer in members:
+                up, down = max(up, rx1 - rx0), max(down, tx1 - tx0)
+        out.update(wire_bytes=best, wire_link=where, host_up_bytes=up, host_down_bytes=down,
+                   t_wire_s=best * 8 / self.rate_bps if self.rate_bps else float("nan"))
+        dt = max(after.t - before.t, 1e-9)
+        busy = {k: (after.switch_cpu[k] - before.switch_cpu.get(k, after.switch_cpu[k])) / dt for k in after.switch_cpu}
+        if busy:
+            name = max(busy, key=lambda k: busy[k])
+            out.update(switch_busy=busy[name], busiest_switch=name)
+        agents = [(after.agent_cpu[p] - before.agent_cpu.get(p, after.agent_cpu[p])) / dt for p in after.agent_cpu]
+        if agents:
+            out["agents_busy"] = max(agents)
+        b = after.machine[0] - before.machine[0]
+        t = after.machine[1] - before.machine[1]
+        if t > 0:
+            out["cores_busy"] = b / t
+            out["ours_busy"] = (after.ours - before.ours) / (dt * (os.cpu_count() or 1))
+        return out
+
+    # -- jobs and agents ------------------------------------------------------------------------
+    def install_jobs(self, hosts: tuple[str, ...]) -> dict[str, tuple[JobPlan, dict[str, Any]]]:
+        """One job per in-network method: method -> (plan, what its agents need to know)."""
         out = {}
-        for method in self.config.methods:
-            if method == RING:
+        for name in self.config.methods:
+            m = METHODS[name]
+            if not m.in_network:
                 continue
-            plan = self.ctl.install_job(JOB_IDS[method], hosts, QUANTIZE[method], slots=self.config.slots)
-            out[method] = (plan.spec.slots, plan.spec.shift)
-            self.next_epoch[method] = 1  # a fresh install (new token) starts at epoch 1
-            LOG.info("job %d (%s) on %d hosts: root %s, %d switches", plan.job_id, method, len(hosts), plan.root, len(plan.switches))
+            plan = self.ctl.install_job(JOB_IDS[name], hosts, m.quantize, slots=self.config.slots, contrib=m.lanes)
+            spec = plan.spec
+            out[name] = (plan, {"job_id": plan.job_id, "slots": spec.slots, "contrib_type": spec.contrib_type,
+                                "result_type": spec.result_type, "shift": spec.shift, "timeout_s": self.tmo["inc"],
+                                "install": self.step})
+            LOG.info("job %d (%s) on %d hosts: root %s, %d switches, shift %d", plan.job_id, name, len(hosts),
+                     plan.root, len(plan.switches), spec.shift)
         return out
 
     def remove_jobs(self) -> None:
         for plan in list(self.ctl.jobs()):
             self.ctl.remove_job(plan.job_id)
 
-    def _counters(self, method: str) -> dict[str, int]:
-        if method == RING:
-            return {}
-        try:
-            return totals(self.ctl.counters(JOB_IDS[method]))
-        except Exception as ex:  # counters are an extra: never lose a measurement over them
-            LOG.warning("could not read the counters of job %d: %s", JOB_IDS[method], ex)
-            return {}
-
-    def measure(self, method: str, hosts: tuple[str, ...], size: int, job: tuple[int, int] | None) -> Measurement:
-        cfg = self.config
-        n = len(hosts)
-        m = Measurement(method, n, size, link_bw_mbps=cfg.shape.bw_mbps)
-        self._count += 1
-        sock = self.sock_dir / f"c{self._count}.sock"
-        slots, shift = job if job else (0, 0)
-        before = self._counters(method)
-        cpu0 = self.net.switch_cpu_seconds()
-        t0 = time.monotonic()
-        procs: list[tuple[str, subprocess.Popen[Any]]] = []
-        server = CoordinatorServer(f"unix:{sock}", n, timeout_s=cfg.run_timeout_s)
-        # a worker that dies mid-exchange resets its connection; that is reported as its failure, not as a traceback
-        server._server.handle_error = lambda _request, _address: LOG.debug("coordinator connection error", exc_info=True)  # noqa: SLF001
-        barriers: dict[str, float] = {}
-        handle = server._handle  # noqa: SLF001 - timestamp barriers: they mark when each all-reduce starts
-
-        def timed(msg: dict[str, Any]) -> dict[str, Any]:
-            reply = handle(msg)
-            if msg.get("op") == "exchange":
-                barriers[str(msg.get("tag"))] = time.monotonic()
-            return reply
-
-        server._handle = timed  # type: ignore[method-assign]  # noqa: SLF001
+    @contextmanager
+    def agents(self, hosts: tuple[str, ...], tag: str) -> Iterator[CoordinatorServer]:
+        """One agent per host, driven by a coordinator on a Unix socket; all stopped (by PID) on the way out."""
+        sock = self.sock_dir / f"{tag}.sock"
+        server = CoordinatorServer(f"unix:{sock}", len(hosts), timeout_s=600, on_release=self._on_release)
+        server._server.handle_error = lambda _r, _a: LOG.debug("coordinator connection error", exc_info=True)  # noqa: SLF001
         server.start()
-        sampler = CpuSampler(lambda: [p.pid for _h, p in procs] + list(self.net.switch_pids().values())).__enter__()
-        reports: dict[int, dict[str, Any]] = {}
+        peers = ",".join(self.model.host(h).ip for h in hosts)
+        groups = ",".join(self.model.host(h).switch for h in hosts)
+        self._agents = []
         try:
             for rank, h in enumerate(hosts):
-                cmd = worker_command(cfg, method, rank, hosts, self.model, f"unix:{sock}", size,
-                                     self.net.host_iface(h), slots, shift, self.tmo, self.next_epoch.get(method, 1))
-                log = self.log_dir / f"{method}-n{n}-s{size}-{h}.log"
-                procs.append((h, self.net.popen(h, cmd, log=log)))
-            reports = self._wait(server, procs, m)
+                cmd = [sys.executable, "-m", "hosts", "agent", "--rank", str(rank), "--workers", str(len(hosts)),
+                       "--coord", f"unix:{sock}", "--iface", self.net.host_iface(h), "--peers", peers, "--groups", groups]
+                self._agents.append((h, self.net.popen(h, cmd, log=self.log_dir / f"agent-{tag}-{h}.log")))
+            yield server
         finally:
-            for _h, proc in procs:
-                if proc.poll() is None:
+            self.step += 1
+            server.post(self.step, {"op": "quit"})
+            deadline = clock.now() + 10
+            for _h, proc in self._agents:
+                try:
+                    proc.wait(max(0.1, deadline - clock.now()))
+                except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(5)
                 if proc.stdout:
                     proc.stdout.close()
+            self._agents = []
             server.close()
-            sampler.__exit__()
-        m.wall_s = time.monotonic() - t0
-        if method != RING:  # even after a failure: the cells may hold any epoch the workers reached
-            self.next_epoch[method] = (self.next_epoch.get(method, 1) + cfg.iterations + 1) % 256 or 1
-        cpu1 = self.net.switch_cpu_seconds()
-        idle = {k: self.idle_cpu_per_s.get(k, 0.0) * m.wall_s for k in cpu1}
-        used = {k: cpu1[k] - cpu0.get(k, 0.0) - idle[k] for k in cpu1}
-        m.switch_cpu_s = {k: round(v, 3) for k, v in used.items() if v > 0.005}
-        after = self._counters(method)
-        m.switch_counters = {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
-        good = [reports[r] for r in sorted(reports) if "error" not in reports[r]]
-        if reports:
-            outcome = check_reports([reports[r] for r in sorted(reports)], n)
-            m.problems += list(outcome.problems)
-            m.ok = outcome.ok and not m.problems
-        if good and len(good) == n:
-            m.reps = rep_from_reports(good, cfg.warmup)
-            m.max_error_ratio = max(float(r.get("max_error_ratio", 0.0)) for r in good)
-        starts = _iteration_starts(barriers, len(m.reps))
-        if starts and sum(r.latency_s for r in m.reps) >= MIN_ACTIVE_S:
-            shares = sampler.busy_share([(t, t + r.latency_s) for t, r in zip(starts, m.reps)])
-            if shares:
-                m.machine_busy, m.emulation_busy = shares
-        if m.ok and len(m.measured) < cfg.reps:
-            m.ok = False
-            m.problems.append(f"only {len(m.measured)} of {cfg.reps} repetitions reported")
-        return m
 
-    def _wait(self, server: CoordinatorServer, procs: list[tuple[str, subprocess.Popen[Any]]], m: Measurement) -> dict[int, dict[str, Any]]:
-        """The reports of every rank; a worker that dies before reporting ends the wait early."""
-        deadline = time.monotonic() + self.config.run_timeout_s
-        n = len(procs)
-        while time.monotonic() < deadline:
-            try:
-                return server.wait_reports(0.2)
-            except CoordinationError:
-                pass
-            dead = [(h, p.returncode) for h, p in procs if p.poll() is not None and p.returncode != 0]
-            if dead:
-                time.sleep(0.5)  # its report (if it managed to send one) is on its way
-                with server._reports_cond:  # noqa: SLF001 - the server has no "reports so far" accessor
-                    got = dict(server.reports)
-                missing = [h for rank, (h, _p) in enumerate(procs) if rank not in got]
-                m.problems.append(f"workers {', '.join(f'{h} (exit {c})' for h, c in dead)} failed; "
-                                  f"no report from {', '.join(missing) or 'none'}; logs in {self.log_dir}")
-                return got
-        with server._reports_cond:  # noqa: SLF001
-            got = dict(server.reports)
-        m.problems.append(f"timed out after {self.config.run_timeout_s:.0f} s with {len(got)} of {n} reports; logs in {self.log_dir}")
-        return got
+    def _alive(self) -> bool:
+        return all(p.poll() is None for _h, p in self._agents)
 
-    def sweep(self, out: list[Measurement], progress: ProgressFn | None = None) -> list[Measurement]:
-        """Appends to `out` as it goes, so an interrupted sweep still leaves what it measured."""
+    # -- steps ----------------------------------------------------------------------------------
+    def step_timeout(self, size: int) -> float:
+        wire = size * 4 * 2 * 8 / self.rate_bps if self.rate_bps else 0.0
+        return self.config.step_timeout_s + 20 * wire
+
+    def run_step(self, server: CoordinatorServer, m: Method, hosts: tuple[str, ...], size: int, rep: int, order: int,
+                 job: dict[str, Any] | None, t_path: float) -> list[Sample]:
         cfg = self.config
-        for n in cfg.host_counts:
-            hosts = select_hosts(self.model, n)
-            jobs = self.install_jobs(hosts)
-            try:
+        self.step += 1
+        step = self.step
+        cmd: dict[str, Any] = {"method": m.name, "size": size, "iteration": rep, "input": cfg.input_kind, "seed": cfg.seed,
+                               "checker": 0, "ring": {"window": cfg.ring_window, "timeout_s": self.tmo["ring"]}}
+        if job is not None:
+            cmd["job"] = job
+        server.post(step, cmd)
+        reports = server.step_reports(step, self.step_timeout(size), alive=self._alive)
+        after = self.snapshot()
+        with self._lock:
+            before = self._snaps.pop(f"step-{step}", None)
+        n = len(hosts)
+        rep_cols = self._figures(before, after, set(hosts)) if before is not None else {}
+        rows = []
+        for rank in range(n):
+            s = Sample(method=m.name, hosts=n, elements=size, rep=rep, warmup=rep < cfg.warmup, order=order, step=step,
+                       rank=rank, t_path_s=t_path, **rep_cols)
+            r = reports.get(rank)
+            if r is None:
+                s.error = "no report (agent died or the step timed out)"
+            elif "error" in r:
+                s.error = str(r["error"])
+            else:
+                _fill(s, r)
+            rows.append(s)
+        if len(reports) < n:
+            dead = [h for h, p in self._agents if p.poll() is not None]
+            raise StepFailed(f"{m.name}, {n} hosts, {size} elements, rep {rep}: {len(reports)} of {n} agents reported"
+                             + (f"; agents on {', '.join(dead)} exited" if dead else "") + f"; logs in {self.log_dir}", rows)
+        return rows
+
+    def run_hosts(self, n: int, out: list[Sample], progress: ProgressFn | None = None) -> None:
+        cfg = self.config
+        hosts = select_hosts(self.model, n)
+        jobs = self.install_jobs(hosts)
+        ring_order = [hosts[i] for i in topology_order([self.model.host(h).switch for h in hosts])]
+        try:
+            with self.agents(hosts, f"n{n}") as server:
                 for size in cfg.sizes:
-                    for method in cfg.methods:
-                        if progress:
-                            progress(f"{n} hosts, {method}, {size} elements", None)
-                        m = self.measure(method, hosts, size, jobs.get(method))
-                        if not m.ok:
-                            LOG.error("%s, %d hosts, %d elements failed: %s", method, n, size, "; ".join(m.problems))
-                        out.append(m)
-                        if progress:
-                            progress(f"{n} hosts, {method}, {size} elements", m)
-            finally:
-                self.remove_jobs()
+                    paths = {name: bounds.path_bound(METHODS[name], elements=size, rate_bps=self.rate_bps,
+                                                     delay_s=self.delay_s, plan=jobs[name][0] if name in jobs else None,
+                                                     slots=cfg.slots, topo=self.model, ring_order=ring_order)
+                             for name in cfg.methods}
+                    for rep in range(cfg.iterations):
+                        for order, name in enumerate(method_order(cfg, n, size, rep)):
+                            if progress:
+                                progress(f"{n} hosts, {size} elements, rep {rep}, {name}", None)
+                            try:
+                                rows = self.run_step(server, METHODS[name], hosts, size, rep, order,
+                                                     jobs[name][1] if name in jobs else None, paths[name])
+                            except StepFailed as ex:
+                                msg, rows = ex.args
+                                out.extend(rows)
+                                self.problems.append(f"{msg}; the remaining steps of {n} hosts were skipped")
+                                LOG.error("%s", self.problems[-1])
+                                return
+                            out.extend(rows)
+                            if progress:
+                                progress(f"{n} hosts, {size} elements, rep {rep}, {name}", rows[0])
+        finally:
+            self.remove_jobs()
+
+    def sweep(self, out: list[Sample], progress: ProgressFn | None = None) -> list[Sample]:
+        """Appends to `out` as it goes, so an interrupted sweep still leaves what it measured."""
+        for n in self.config.host_counts:
+            self.run_hosts(n, out, progress)
         return out
+
+
+def _fill(s: Sample, r: dict[str, Any]) -> None:
+    """A sample's worker columns from an agent's step report."""
+    parts = r.get("parts") or {}
+    s.t_release, s.t_start, s.t_done = float(r["t_release"]), float(r["t_start"]), float(r["t_done"])
+    s.latency_s = float(r["latency_s"])
+    s.agree_s = float(parts.get("agree", 0.0))
+    s.quantize_s = float(parts.get("quantize", 0.0))
+    s.dequantize_s = float(parts.get("dequantize", 0.0))
+    s.network_s = s.latency_s - (s.t_start - s.t_release) - s.agree_s - s.quantize_s - s.dequantize_s
+    for key in ("packets_sent", "retransmissions", "bytes_sent", "packets_received", "duplicates"):
+        setattr(s, key, int(r.get(key, 0)))
+    s.digest = str(r.get("digest", ""))
+    if "rel_l2_error" in r:
+        s.checker = True
+        for key in ("rel_l2_error", "max_abs_error", "snr_db", "max_error_ratio", "rel_l2_target"):
+            setattr(s, key, float(r[key]))
 
 
 def _push_pipeline(ctl: Controller, attempts: int = 2) -> None:
@@ -459,8 +430,6 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
 def run_experiment(config: ExperimentConfig, *, out_dir: Path | None = None, progress: ProgressFn | None = None,
                    write: bool = True) -> ExperimentResult:
     """Start the network, run the sweep, tear everything down; write the results folder if `write`."""
-    from emulation import report  # the report needs matplotlib; keep it out of the network's import path
-
     check_program()
     model = load_topology(config.topology)
     for n in config.host_counts:
@@ -471,25 +440,27 @@ def run_experiment(config: ExperimentConfig, *, out_dir: Path | None = None, pro
     log_dir.mkdir(exist_ok=True)
     result = ExperimentResult(config, out_dir=out, environment=environment(config))
     result.environment["worker_timeouts_s"] = timeouts(config)
-    t0 = time.monotonic()
+    t0 = clock.now()
     net_cfg = NetworkConfig(run_dir=log_dir, backend=config.backend, shape=config.shape)
+    runner: Runner | None = None
     try:
         with _short_tmpdir() as sock_dir, EmulatedNetwork(model, net_cfg) as net:
             result.startup_s = net.startup_s
             topo = net.topology
             topo.save(out / "topology.json")
             with Controller(topo, state=State(out / "controller-state.json")) as ctl:
-                t1 = time.monotonic()
+                t1 = clock.now()
                 _push_pipeline(ctl)
                 ctl.install_routes()
-                LOG.info("pipeline and routes installed in %.1f s", time.monotonic() - t1)
-                result.startup_s = time.monotonic() - t0
+                LOG.info("pipeline and routes installed in %.1f s", clock.now() - t1)
+                result.startup_s = clock.now() - t0
+                result.environment["shaping"] = net.shaping_report()
                 runner = Runner(config, net, ctl, log_dir, sock_dir)
-                result.environment["switch_idle_cpu_per_s"] = runner.measure_idle()
-                runner.sweep(result.measurements, progress)
+                runner.sweep(result.samples, progress)
     finally:
-        result.duration_s = time.monotonic() - t0
-        result.notes = report.notes(result)
+        result.duration_s = clock.now() - t0
+        if runner is not None:
+            result.problems.extend(runner.problems)
         if write:
             report.write_all(result)
     return result

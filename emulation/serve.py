@@ -16,10 +16,10 @@ import sys
 import threading
 from pathlib import Path
 
-from controller.cli import load_topology
+from controller.topospec import load_topology
 from emulation.network import NetworkConfig, running
 from emulation.nodes import BACKENDS, default_backend
-from emulation.topo import LinkShape
+from emulation.shaping import LinkShape
 
 LOG = logging.getLogger("emulation.serve")
 

@@ -64,6 +64,10 @@ class LanesField(Field[list[int], bytes]):
             if values:
                 raise ValueError(f"cannot build lanes for unknown elem_type {pkt.elem_type}")
             return s
+        if width == 0:  # ELEM_NONE: an exponent round has no lanes
+            if values:
+                raise ValueError(f"{len(values)} lanes given for an ELEM_NONE packet, which has none")
+            return s
         if len(values) > self.num_lanes:
             raise ValueError(f"{len(values)} lanes given, the packet holds {self.num_lanes}")
         values += [0] * (self.num_lanes - len(values))
@@ -74,7 +78,7 @@ class LanesField(Field[list[int], bytes]):
 
     def getfield(self, pkt: Packet, s: bytes) -> tuple[bytes, list[int]]:
         width = self._width(pkt)
-        if width is None:
+        if not width:
             return s, []
         n = min(self.num_lanes, len(s) // width)
         code = {4: "i", 2: "h", 1: "b"}[width]
@@ -115,7 +119,7 @@ class AggHeader(Packet):
         elem = ELEM_NAMES.get(self.elem_type, f"elem{self.elem_type}")
         text = (
             f"Agg {op} job={self.job_id} slot={self.slot}/{self.shadow} off={self.offset} "
-            f"from={self.contributor} ep={self.epoch} e={self.exponent} {elem}"
+            f"from={self.contributor} ep={self.epoch} e={self.exponent} next_e={self.next_exponent} {elem}"
         )
         if self.shift:
             text += f">>{self.shift}"

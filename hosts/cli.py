@@ -1,10 +1,14 @@
-"""`python -m hosts inc|ring|coordinator ...`: run a worker inside a namespace or Mininet host.
+"""`python -m hosts agent|inc|ring|coordinator ...`: run host code inside a namespace or Mininet host.
 
-Each worker prints one JSON line (with --json) describing its all-reduces and
-how far its sum is from the float64 numpy sum of every worker's input (the
-inputs are deterministic, see hosts.workload), and reports the same object to
-the coordinator if one is given.  The coordinator subcommand is the runner's
-side: it holds the barriers, collects the reports and checks them.
+`agent` is what the experiment runner starts on every host: a long-lived
+process that runs whichever method the runner asks for, step by step (see
+hosts.agent). `inc` and `ring` run one method for a few iterations and exit:
+each worker prints one JSON line (with --json) describing its all-reduces and
+how far its sums are from the float64 numpy sum of every worker's input (the
+inputs are deterministic and differ per iteration, see hosts.workload), and
+reports the same object to the coordinator if one is given.  The coordinator
+subcommand is the runner's side: it holds the barriers, collects the reports
+and checks them.
 """
 
 from __future__ import annotations
@@ -42,6 +46,14 @@ def _common(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m hosts", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    agent = sub.add_parser("agent", help="long-lived agent that runs the runner's steps")
+    agent.add_argument("--rank", type=int, required=True)
+    agent.add_argument("--workers", type=int, required=True)
+    agent.add_argument("--coord", required=True, help="coordinator address, unix:/path or tcp:127.0.0.1:PORT")
+    agent.add_argument("--iface", help="the host's interface towards its switch (in-network methods)")
+    agent.add_argument("--peers", help="comma-separated IPv4 addresses of ranks 0..n-1 (host methods)")
+    agent.add_argument("--groups", help="comma-separated group (edge switch) per rank: rings keep groups together")
+    agent.add_argument("-v", "--verbose", action="store_true")
     inc = sub.add_parser("inc", help="in-network all-reduce worker")
     _common(inc)
     inc.add_argument("--iface", required=True, help="the host's interface towards its switch")
@@ -60,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     ring.add_argument("--port", type=int, default=16712)
     ring.add_argument("--groups", help="comma-separated group (edge switch) per rank: ring keeps groups together")
     ring.add_argument("--window", type=int, default=128)
+    ring.add_argument("--wire", choices=("float32", "bfloat16"), default="float32")
     coord = sub.add_parser("coordinator", help="barriers + result collection for one job (the runner's side)")
     coord.add_argument("--listen", required=True, help="unix:/path or tcp:127.0.0.1:PORT")
     coord.add_argument("--workers", type=int, required=True)
@@ -70,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _summary(method: str, args: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One worker's report: per iteration figures, and the worst accuracy over its iterations."""
     lat = [r["latency_s"] for r in runs]
+    worst = max(runs, key=lambda r: r["max_error_ratio"]) if runs else {}
     return {
         "method": method,
         "rank": args.rank,
@@ -84,6 +99,10 @@ def _summary(method: str, args: argparse.Namespace, runs: list[dict[str, Any]]) 
         "duplicates": sum(r["duplicates"] for r in runs),
         "bytes_sent": sum(r["bytes_sent"] for r in runs),
         "goodput_bps_median": statistics.median(r["goodput_bps"] for r in runs) if runs else None,
+        "digest": " ".join(r["digest"] for r in runs),  # equal on every worker iff every iteration's sums are
+        "max_error_ratio": worst.get("max_error_ratio"),
+        "max_abs_error": worst.get("max_abs_error"),
+        "rel_l2_error": max((r["rel_l2_error"] for r in runs), default=None),
         "runs": runs,
     }
 
@@ -108,9 +127,8 @@ def _group(args: argparse.Namespace) -> CoordinatorClient | None:
 
 def run_inc(args: argparse.Namespace) -> dict[str, Any]:
     from hosts import workload
-    from hosts.coordination import agree_max, result_digest
+    from hosts.coordination import result_digest
     from hosts.inc_worker import IncJob, IncWorker
-    from hosts.packets import frame_prefix
     from hosts.transport import RawSocketTransport, interface_endpoint
 
     group = _group(args)
@@ -121,24 +139,26 @@ def run_inc(args: argparse.Namespace) -> dict[str, Any]:
         shift=args.shift, first_epoch=args.first_epoch, max_retries=args.max_retries,
         **_timeouts(args),
     )
-    x = workload.make_input(args.input, args.size, args.rank, args.seed)
-    reference, _ = workload.reference_sum(args.input, args.size, args.workers, args.seed)
     runs: list[dict[str, Any]] = []
-    report: dict[str, Any]
     try:
         with RawSocketTransport(args.iface, me.ip, recv_mode=args.recv_mode) as transport:
-            worker = IncWorker(job, transport, frame_prefix(me, job.contrib_type), agree_max(group) if group else None)
-            for _ in range(args.iterations):
+            worker = IncWorker(job, transport, me)
+            for i in range(args.iterations):
+                x = workload.make_input(args.input, args.size, args.rank, args.seed, i)
+                if group:
+                    group.barrier(f"inc-{args.job_id}-{i}")
                 result = worker.allreduce(x)
                 assert worker.last_stats is not None and worker.last_plan is not None
-                runs.append(worker.last_stats.to_dict())
+                reference, _ = workload.reference_sum(args.input, args.size, args.workers, args.seed, i)
+                run = worker.last_stats.to_dict()
+                run.update(workload.accuracy(result, reference, workload.inc_bound(reference, worker.last_plan)).to_dict())
+                run["digest"] = result_digest(result)
+                runs.append(run)
     except Exception as ex:
         _fail_report(group, args, ex)
         raise
     report = _summary("inc", args, runs)
-    report.update(digest=result_digest(result), exponent=worker.last_plan.exponent, job_id=args.job_id,
-                  result_type=args.result_type, shift=args.shift)
-    report.update(workload.inc_accuracy(result, reference, worker.last_plan).to_dict())
+    report.update(job_id=args.job_id, result_type=args.result_type, shift=args.shift)
     if group:
         group.report(report)
         group.close()
@@ -154,17 +174,20 @@ def run_ring(args: argparse.Namespace) -> dict[str, Any]:
     if len(peers) != args.workers:
         raise SystemExit(f"--peers lists {len(peers)} addresses for --workers {args.workers}")
     order = topology_order(args.groups.split(",")) if args.groups else None
-    cfg = RingConfig(rank=args.rank, peers=peers, order=order, window=args.window, **_timeouts(args))
+    cfg = RingConfig(rank=args.rank, peers=peers, order=order, window=args.window, wire=args.wire, **_timeouts(args))
     group = _group(args)
-    x = workload.make_input(args.input, args.size, args.rank, args.seed)
-    reference, magnitude = workload.reference_sum(args.input, args.size, args.workers, args.seed)
     ring = RingAllreduce(cfg, group)
     runs: list[dict[str, Any]] = []
     try:
-        for _ in range(args.iterations):
+        for i in range(args.iterations):
+            x = workload.make_input(args.input, args.size, args.rank, args.seed, i)
             result = ring.allreduce(x)
             assert ring.last_stats is not None
-            runs.append(ring.last_stats.to_dict())
+            reference, magnitude = workload.reference_sum(args.input, args.size, args.workers, args.seed, i)
+            run = ring.last_stats.to_dict()
+            run.update(workload.accuracy(result, reference, workload.ring_bound(magnitude, args.workers, args.wire)).to_dict())
+            run["digest"] = result_digest(result)
+            runs.append(run)
         ring.barrier("ring-done")  # nobody leaves while a neighbour may still need an acknowledgement
     except Exception as ex:
         _fail_report(group, args, ex)
@@ -172,12 +195,27 @@ def run_ring(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         ring.close()
     report = _summary("ring", args, runs)
-    report.update(digest=result_digest(result), order=list(cfg.ring))
-    report.update(workload.ring_accuracy(result, reference, magnitude, args.workers).to_dict())
+    report.update(order=list(cfg.ring), wire=args.wire)
     if group:
         group.report(report)
         group.close()
     return report
+
+
+def run_agent(args: argparse.Namespace) -> dict[str, Any]:
+    from hosts.agent import Agent, AgentConfig
+
+    peers = tuple(ip.strip() for ip in args.peers.split(",")) if args.peers else ()
+    groups = tuple(args.groups.split(",")) if args.groups else None
+    cfg = AgentConfig(rank=args.rank, workers=args.workers, coord=args.coord, iface=args.iface, peers=peers, groups=groups)
+    client = CoordinatorClient(args.coord, args.rank, args.workers)
+    agent = Agent(cfg, client)
+    try:
+        steps = agent.serve()
+    finally:
+        agent.close()
+        client.close()
+    return {"agent": args.rank, "steps": steps}
 
 
 def run_coordinator(args: argparse.Namespace) -> dict[str, Any]:
@@ -209,13 +247,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out) if args.json else json.dumps(out, indent=2))
         return 0 if out["ok"] else 1
     try:
-        report = run_inc(args) if args.cmd == "inc" else run_ring(args)
+        report = {"inc": run_inc, "ring": run_ring, "agent": run_agent}[args.cmd](args)
     except Exception as ex:
         LOG.error("%s worker rank %d failed: %s", args.cmd, args.rank, ex)
-        if args.json:
+        if getattr(args, "json", False):
             print(json.dumps({"method": args.cmd, "rank": args.rank, "error": f"{type(ex).__name__}: {ex}"}))
         return 1
-    if args.json:
+    if args.json or args.cmd == "agent":
         print(json.dumps(report))
     else:
         lat = ", ".join(f"{t * 1e3:.2f}" for t in report["latency_s"])

@@ -1,13 +1,22 @@
 """Workers of a job start together and report to the experiment runner.
 
 The one primitive is ``exchange(tag, value) -> [value of rank 0, ..., rank n-1]``:
-it returns once every rank has contributed to that tag, so it is a barrier,
-and with ``max`` over the values it is the agreement on the shared exponent.
-Two implementations: ``LocalGroup`` for threads of one process (tests), and a
-line-delimited JSON server (``CoordinatorServer``) that the runner hosts on a
-Unix socket or 127.0.0.1.  A Unix socket path is reachable from every Mininet
-host and network namespace (they share the file system, not the network), so
-control traffic never crosses the emulated network it would perturb.
+it returns once every rank has contributed to that tag, so it is a barrier
+(with ``max`` over the values it is an agreement). Two implementations:
+``LocalGroup`` for threads of one process (tests), and a line-delimited JSON
+server (``CoordinatorServer``) that the runner hosts on a Unix socket or
+127.0.0.1.  A Unix socket path is reachable from every Mininet host and
+network namespace (they share the file system, not the network), so control
+traffic never crosses the emulated network it would perturb; nothing an
+all-reduce method needs travels this way (the in-network method agrees its
+exponents in the data plane), only the measurement's own start signal.
+
+For experiments the server also drives long-lived agents (hosts.agent), one
+per host: the runner posts numbered steps (``post``), each agent takes them in
+order (``next_command``), meets the others at the step's barrier, whose
+release instant on the shared clock (hosts.clock) is the all-reduce's common
+start, and reports its result for the step (``step_report``). A release hook
+lets the runner read counters at exactly that instant.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+
+from hosts import clock
 
 LOG = logging.getLogger(__name__)
 
@@ -63,11 +74,13 @@ def same_size(values: Sequence[Sequence[Any]], tag: str) -> bool:
 
 # -- in one process ---------------------------------------------------------------------------
 class _LocalHub:
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, on_release: Callable[[str], None] | None = None) -> None:
         self.size = size
         self.cond = threading.Condition()
         self.values: dict[str, dict[int, Any]] = defaultdict(dict)
         self.taken: dict[str, int] = defaultdict(int)
+        self.released: dict[str, float] = {}  # tag -> release instant (hosts.clock), while the tag is open
+        self.on_release = on_release  # called by the last arrival, before anyone is released
         self.failure: str | None = None  # set when a rank gave up: nobody waits for it any more
 
     def fail(self, why: str) -> None:
@@ -88,11 +101,19 @@ class LocalGroup:
         return [cls(hub, r, timeout_s) for r in range(size)]
 
     def exchange(self, tag: str, value: Any) -> list[Any]:
+        return self.timed_exchange(tag, value)[0]
+
+    def timed_exchange(self, tag: str, value: Any) -> tuple[list[Any], float]:
+        """exchange(), and the instant (hosts.clock) the last rank arrived and released everyone."""
         hub = self._hub
         with hub.cond:
             if self.rank in hub.values[tag]:
                 raise CoordinationError(f"rank {self.rank} contributed to {tag!r} twice")
             hub.values[tag][self.rank] = value
+            if len(hub.values[tag]) == hub.size:
+                if hub.on_release is not None:
+                    hub.on_release(tag)
+                hub.released[tag] = clock.now()
             hub.cond.notify_all()
             arrived = hub.cond.wait_for(lambda: len(hub.values[tag]) == hub.size or hub.failure, self.timeout_s)
             if hub.failure and len(hub.values[tag]) < hub.size:
@@ -100,10 +121,11 @@ class LocalGroup:
             if not arrived:
                 raise CoordinationError(f"{tag!r}: only ranks {sorted(hub.values[tag])} arrived in {self.timeout_s}s")
             out = [hub.values[tag][r] for r in range(hub.size)]
+            released = hub.released[tag]
             hub.taken[tag] += 1
             if hub.taken[tag] == hub.size:
-                del hub.values[tag], hub.taken[tag]
-            return out
+                del hub.values[tag], hub.taken[tag], hub.released[tag]
+            return out, released
 
 
 # -- across processes ---------------------------------------------------------------------------
@@ -120,14 +142,22 @@ def parse_address(address: str) -> tuple[int, Any]:
 
 
 class CoordinatorServer:
-    """Serves exchanges for `size` ranks and collects their reports (JSON objects)."""
+    """Serves exchanges for `size` ranks and collects their reports (JSON objects).
 
-    def __init__(self, address: str, size: int, timeout_s: float = 300.0) -> None:
+    on_release(tag) runs when the last rank reaches a barrier, before it is released (the runner reads
+    its link and CPU counters there, so they bracket exactly the all-reduce that follows).
+    """
+
+    def __init__(self, address: str, size: int, timeout_s: float = 300.0,
+                 on_release: Callable[[str], None] | None = None) -> None:
         self.size = size
         self.timeout_s = timeout_s
-        self._hub = _LocalHub(size)
+        self._hub = _LocalHub(size, on_release)
         self.reports: dict[int, dict[str, Any]] = {}
         self._reports_cond = threading.Condition()
+        self._commands: dict[int, dict[str, Any]] = {}  # step -> command, for the agents
+        self._step_reports: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
+        self._commands_cond = threading.Condition()
         family, sockaddr = parse_address(address)
         if family == socket.AF_UNIX and os.path.exists(sockaddr):
             os.unlink(sockaddr)
@@ -161,7 +191,16 @@ class CoordinatorServer:
             raise CoordinationError(f"rank {rank} not in 0..{self.size - 1}")
         if msg["op"] == "exchange":
             member = LocalGroup(self._hub, rank, self.timeout_s)
-            return {"values": member.exchange(str(msg["tag"]), msg.get("value"))}
+            values, released = member.timed_exchange(str(msg["tag"]), msg.get("value"))
+            return {"values": values, "released": released}
+        if msg["op"] == "next":
+            return {"command": self._next_command(int(msg.get("after", -1)), float(msg.get("wait", self.timeout_s)))}
+        if msg["op"] == "step_report":
+            step = int(msg["step"])
+            with self._commands_cond:
+                self._step_reports[step][rank] = msg["report"]
+                self._commands_cond.notify_all()
+            return {"ok": True}
         if msg["op"] == "report":
             report = msg["report"]
             if isinstance(report, dict) and "error" in report:
@@ -175,6 +214,30 @@ class CoordinatorServer:
     def start(self) -> CoordinatorServer:
         self._thread.start()
         return self
+
+    # -- driving agents -------------------------------------------------------------------
+    def post(self, step: int, command: dict[str, Any]) -> None:
+        """Make `command` the agents' step `step` (steps are taken in increasing order)."""
+        with self._commands_cond:
+            self._commands[step] = {**command, "step": step}
+            self._commands_cond.notify_all()
+
+    def _next_command(self, after: int, wait_s: float) -> dict[str, Any] | None:
+        with self._commands_cond:
+            def ready() -> bool:
+                return any(s > after for s in self._commands)
+
+            if not self._commands_cond.wait_for(ready, wait_s):
+                return None
+            return self._commands[min(s for s in self._commands if s > after)]
+
+    def step_reports(self, step: int, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> dict[int, dict[str, Any]]:
+        """Every rank's report of `step`; fewer if the timeout passes or `alive()` turns False."""
+        deadline = clock.now() + timeout_s
+        with self._commands_cond:
+            while len(self._step_reports[step]) < self.size and clock.now() < deadline and alive():
+                self._commands_cond.wait(min(0.2, max(0.0, deadline - clock.now())))
+            return dict(self._step_reports[step])
 
     def wait_reports(self, timeout_s: float) -> dict[int, dict[str, Any]]:
         with self._reports_cond:
@@ -228,8 +291,19 @@ class CoordinatorClient:
     def exchange(self, tag: str, value: Any) -> list[Any]:
         return list(self._call({"op": "exchange", "tag": tag, "value": value})["values"])
 
+    def timed_exchange(self, tag: str, value: Any) -> tuple[list[Any], float]:
+        reply = self._call({"op": "exchange", "tag": tag, "value": value})
+        return list(reply["values"]), float(reply["released"])
+
     def barrier(self, tag: str) -> None:
         self.exchange(tag, None)
+
+    def next_command(self, after: int, wait_s: float = 3600.0) -> dict[str, Any] | None:
+        """The runner's next step after `after` (None if none came within wait_s)."""
+        return self._call({"op": "next", "after": after, "wait": wait_s})["command"]
+
+    def step_report(self, step: int, report: dict[str, Any]) -> None:
+        self._call({"op": "step_report", "step": step, "report": report})
 
     def report(self, report: dict[str, Any]) -> None:
         self._call({"op": "report", "report": report})

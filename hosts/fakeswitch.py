@@ -35,6 +35,8 @@ class _Cell:
     bitmap: int = 0
     count: int = 0
     exponent: int = 0
+    next_exponent: int = 0
+    no_lanes: bool = False
     state: int = AGGREGATING
     overflow: bool = False
     lanes: np.ndarray = field(default_factory=lambda: np.zeros(AGG.num_lanes, dtype=np.int64))
@@ -84,11 +86,13 @@ class FakeSwitch:
             width = AGG.lane_bytes(h["elem_type"])
         except Exception:
             return self._drop(f"bad elem_type {h['elem_type']}")
+        no_lanes = width == 0
         if len(data) != AGG.frame_bytes(h["elem_type"]):
             return self._drop("length mismatch")
         if h["slot"] >= self.slot_count:
             return self._drop("bad slot")
-        lanes = np.frombuffer(data, dtype=LANE_DTYPE[width], offset=PREFIX_LEN + HEADER_LEN).astype(np.int64)
+        lanes = (np.zeros(AGG.num_lanes, dtype=np.int64) if no_lanes else
+                 np.frombuffer(data, dtype=LANE_DTYPE[width], offset=PREFIX_LEN + HEADER_LEN).astype(np.int64))
         s, v, bit = h["slot"], h["shadow"], 1 << rank
         cell = self.cells[2 * s + v]
         diff = (h["epoch"] - cell.epoch) % 256
@@ -107,9 +111,11 @@ class FakeSwitch:
         if cell.bitmap == 0:
             cell.lanes = lanes.copy()
             cell.count, cell.exponent, cell.overflow, cell.state = 1, h["exponent"], False, AGGREGATING
+            cell.next_exponent, cell.no_lanes = h["next_exponent"], no_lanes
         else:
-            if h["exponent"] != cell.exponent:
+            if h["exponent"] != cell.exponent or no_lanes != cell.no_lanes:
                 return self._drop("scale mismatch")
+            cell.next_exponent = min(cell.next_exponent, h["next_exponent"])
             total = cell.lanes + lanes
             lo, hi = INT_RANGE[4]
             if (total < lo).any() or (total > hi).any():
@@ -127,19 +133,21 @@ class FakeSwitch:
         return None
 
     def _send(self, rank: int, slot: int, shadow: int, cell: _Cell, offset: int) -> None:
-        width = AGG.lane_bytes(self.result_type)
+        elem = AGG.elem_types["ELEM_NONE"] if cell.no_lanes else self.result_type
+        width = AGG.lane_bytes(elem)
         narrowed = cell.lanes >> self.shift
-        lo, hi = INT_RANGE[width]
-        clamped = (narrowed < lo).any() or (narrowed > hi).any()
+        lo, hi = INT_RANGE.get(width, (0, 0))
+        clamped = bool(width) and ((narrowed < lo).any() or (narrowed > hi).any())
         flags = FLAG_OVERFLOW if (cell.overflow or clamped) else 0
         fields = dict(
-            version=AGG.version, op=OP_RESULT, flags=flags, elem_type=self.result_type, shift=self.shift,
+            version=AGG.version, op=OP_RESULT, flags=flags, elem_type=elem, shift=self.shift,
             job_id=self.job_id, shadow=shadow, slot=slot, contributor=0, exponent=cell.exponent,
-            epoch=cell.epoch, offset=offset,
+            epoch=cell.epoch, offset=offset, next_exponent=cell.next_exponent,
         )
         if self.drop and self.drop("down", rank, fields):
             return
-        payload = pack_headers(1, **fields)[0].tobytes() + np.clip(narrowed, lo, hi).astype(LANE_DTYPE[width]).tobytes()
+        lanes = np.clip(narrowed, lo, hi).astype(LANE_DTYPE[width]).tobytes() if width else b""
+        payload = pack_headers(1, **fields)[0].tobytes() + lanes
         self.counters["results_sent"] += 1
         self.queues[rank].put(payload)
 

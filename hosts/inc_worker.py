@@ -1,31 +1,35 @@
 """The in-network all-reduce worker (SwitchML-style, against the p4ina switch).
 
-A tensor is quantized with the job's shared exponent, cut into chunks of
-NUM_LANES elements (the last padded with zeros) and streamed through the job's
-slot_count slots: chunk k uses slot k % slot_count and shadow copy
-(k // slot_count) % 2, and a slot carries its next chunk only once the
-previous chunk's result arrived.  A chunk whose result does not come within the
-timeout is sent again with FLAG_RETRANSMIT; the switch either adds it (the
-first copy was lost) or, if its bit is already set, answers with the stored
-result, so lost contributions and lost results are both recovered without
-double counting.  Results that do not match the outstanding chunk of their slot
-(duplicates, a late copy from an earlier round or all-reduce) are counted and
-ignored.
+A tensor is cut into chunks of NUM_LANES elements (the last padded with zeros)
+and streamed through the job's slot_count slots: chunk k uses slot k %
+slot_count. Every slot opens with an exponent round (an ELEM_NONE packet
+carrying only this worker's proposal for the slot's first chunk); each result
+carries the minimum proposal over all workers, the agreed exponent of the slot's
+next chunk, which the worker then quantizes and sends, proposing in turn the
+exponent of the chunk after it (SwitchML's in-band agreement: no message outside
+the data plane, one exponent per block). A slot carries its next round only
+once the previous round's result arrived; each round alternates the slot's
+shadow copy. A round whose result does not come within the timeout is sent
+again with FLAG_RETRANSMIT; the switch either adds it (the first copy was lost)
+or, if its bit is already set, answers with the stored result, so lost
+contributions and lost results are both recovered without double counting.
+Results that do not match the outstanding round of their slot (duplicates, a
+late copy from an earlier round or all-reduce) are counted and ignored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from hosts import clock
 from hosts import quantization as qz
-from hosts.packets import FLAG_OVERFLOW, OP_RESULT, ContributionFrames, ResultDecoder
+from hosts.packets import ELEM_NONE, FLAG_OVERFLOW, OP_RESULT, ContributionFrames, Endpoint, ResultDecoder
 from hosts.rto import RtoEstimator
 from hosts.stats import AllreduceStats
 from wireformat import AGG
@@ -41,11 +45,6 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-# agree(tag, local max|x|, tensor size) -> max over all workers; it is also the per-call barrier
-# (and refuses tensors whose sizes differ between workers).
-Agreement = Callable[[str, float, int], float]
-
-
 class AllreduceTimeoutError(TimeoutError):
     """A chunk got no result after the configured number of retransmissions."""
 
@@ -56,6 +55,10 @@ class AggregationOverflowError(ArithmeticError):
 
 class JobMismatchError(ValueError):
     """Results carry another result type or shift than the worker was configured with."""
+
+
+class ProtocolError(ValueError):
+    """A result that no correct switch sends (e.g. an agreed exponent above this worker's own proposal)."""
 
 
 @dataclass(frozen=True)
@@ -85,19 +88,21 @@ class IncJob:
             raise ValueError(f"slot_count {self.slot_count} out of range")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
-        qz.q_limit(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
+        # The same check as `p4ina job install`: refuse what cannot represent the sum, naming the numbers.
+        qz.check_job(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
+
+    @property
+    def q_limit(self) -> int:
+        return qz.q_limit(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
 
 
 class IncWorker:
     """allreduce(tensor) -> summed tensor, through the switches of one job."""
 
-    def __init__(self, job: IncJob, transport: Transport, prefix: bytes, agree: Agreement | None = None) -> None:
-        if job.n_workers > 1 and agree is None:
-            raise ValueError("with more than one worker an agreement (barrier + max) is needed: pass agree=")
+    def __init__(self, job: IncJob, transport: Transport, endpoint: Endpoint) -> None:
         self.job = job
         self.transport = transport
-        self.prefix = prefix
-        self.agree = agree
+        self.endpoint = endpoint
         self.calls = 0
         self.last_stats: AllreduceStats | None = None
         self.last_plan: qz.FixedPoint | None = None
@@ -111,82 +116,114 @@ class IncWorker:
         return (self.job.first_epoch + self.calls) % 256
 
     def allreduce(self, tensor: np.ndarray) -> np.ndarray:
+        """The sum over all workers, as float32; every cost of the method (proposals, agreement,
+        quantization, framing, dequantization) is inside, and timed in last_stats."""
         job = self.job
+        t_start = clock.now()
         x = np.asarray(tensor, dtype=np.float32)
-        local = qz.max_abs(x)  # refuses NaN/inf before anything is sent
-        tag = f"inc-{job.job_id}-{self.calls}"
-        global_max = self.agree(tag, local, x.size) if self.agree else local
-        fp = qz.plan(global_max, job.n_workers, contrib_type=job.contrib_type, result_type=job.result_type, shift=job.shift)
-        self.last_plan = fp
         flat = x.ravel()
         n_chunks = max(1, -(-flat.size // AGG.num_lanes))
         padded = np.zeros(n_chunks * AGG.num_lanes, dtype=np.float32)
         padded[: flat.size] = flat
-        lanes = fp.quantize(padded).reshape(n_chunks, AGG.num_lanes)
+        blocks = padded.reshape(n_chunks, AGG.num_lanes)
+        proposals = qz.block_exponents(qz.block_max_abs(padded), job.q_limit)  # refuses NaN/inf first
         epoch = self.epoch
         self.calls += 1
-        frames = ContributionFrames(
-            self.prefix, lanes, job_id=job.job_id, rank=job.rank, epoch=epoch,
-            exponent=fp.exponent, elem_type=job.contrib_type, slot_count=job.slot_count,
-        )
-        sums, stats = self._stream(frames, epoch, fp, flat.size)
-        self.last_stats = stats
-        result = qz.dequantize(sums, fp.exponent, job.shift).ravel()[: flat.size]
-        return result.astype(np.float32).reshape(x.shape)
+        frames = ContributionFrames(self.endpoint, proposals, job_id=job.job_id, rank=job.rank, epoch=epoch,
+                                    elem_type=job.contrib_type, slot_count=job.slot_count)
+        t_framed = clock.now()
+        sums, exps, stats = self._stream(frames, blocks, proposals, epoch, t_start)
+        t0 = clock.now()
+        result = qz.dequantize(sums, exps[:, None], job.shift).ravel()[: flat.size].astype(np.float32).reshape(x.shape)
+        t_done = clock.now()
+        parts = dict(stats.parts)
+        parts["quantize"] = parts.get("quantize", 0.0) + (t_framed - t_start)
+        parts["dequantize"] = t_done - t0
+        self.last_stats = dataclasses.replace(stats, elements=int(flat.size), latency_s=t_done - t_start, t_start=t_start, t_done=t_done, parts=parts)
+        self.last_plan = qz.FixedPoint(np.repeat(exps, AGG.num_lanes)[: flat.size].reshape(x.shape), job.n_workers,
+                                       job.contrib_type, job.result_type, job.shift)
+        return result
 
-    def _stream(self, frames: ContributionFrames, epoch: int, fp: qz.FixedPoint, elements: int) -> tuple[np.ndarray, AllreduceStats]:
+    def _stream(self, frames: ContributionFrames, blocks: np.ndarray, proposals: np.ndarray, epoch: int,
+                t_start: float) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
+        """Run every slot's rounds to the end; (int64 sums per chunk, exponent per chunk, stats)."""
         job, send, recv = self.job, self.transport.send, self.transport.recv
         n_chunks, window = len(frames), job.slot_count
+        n_slots = frames.n_slots
         header = self._decoder.header
+        lane_dtype = qz.ELEM_DTYPE[job.contrib_type]
+        lane_info = np.iinfo(lane_dtype)
         sums = np.zeros((n_chunks, AGG.num_lanes), dtype=np.int64)
-        outstanding = np.full(window, -1, dtype=np.int64)  # chunk in flight per slot
-        sends = np.zeros(n_chunks, dtype=np.int64)
-        first_sent = np.zeros(n_chunks, dtype=np.float64)
-        deadlines: list[tuple[float, int, int]] = []  # heap of (deadline, chunk, send number)
+        exps = np.zeros(n_chunks, dtype=np.int64)
+        # A round is a packet id: chunk k is k, the exponent round of slot s is n_chunks + s.
+        n_ids = n_chunks + n_slots
+        outstanding = np.full(window, -1, dtype=np.int64)  # round in flight per slot
+        sends = np.zeros(n_ids, dtype=np.int64)
+        first_sent = np.zeros(n_ids, dtype=np.float64)
+        deadlines: list[tuple[float, int, int]] = []  # heap of (deadline, round, send number)
         sent = retrans = received = duplicates = overflows = sent_bytes = 0
         done = 0
-        start = time.perf_counter()
+        quantize_s = 0.0
+        agreed_at: float | None = None
         rto = self.rto
 
-        def transmit(chunk: int) -> None:
+        def transmit(rid: int) -> None:
             nonlocal sent, retrans, sent_bytes
-            now = time.perf_counter()
-            if sends[chunk]:
-                send(frames.retransmission(chunk))
+            now = clock.now()
+            is_exp = rid >= n_chunks
+            if sends[rid]:
+                send(frames.exponent_retransmission(rid - n_chunks) if is_exp else frames.retransmission(rid))
                 retrans += 1
             else:
-                send(frames.frame(chunk))
-                first_sent[chunk] = now
-            sends[chunk] += 1
+                send(frames.exponent_frame(rid - n_chunks) if is_exp else frames.frame(rid))
+                first_sent[rid] = now
+            sends[rid] += 1
             sent += 1
-            sent_bytes += frames.frame_len
-            heapq.heappush(deadlines, (now + rto.timeout(int(sends[chunk])), chunk, int(sends[chunk])))
+            sent_bytes += frames.exp_frame_len if is_exp else frames.frame_len
+            heapq.heappush(deadlines, (now + rto.timeout(int(sends[rid])), rid, int(sends[rid])))
 
-        for chunk in range(min(window, n_chunks)):
-            outstanding[chunk] = chunk
+        def start_chunk(chunk: int, exponent: int) -> None:
+            nonlocal quantize_s
+            if exponent > proposals[chunk]:
+                raise ProtocolError(
+                    f"job {job.job_id} rank {job.rank}: chunk {chunk} agreed exponent {exponent} is above this "
+                    f"worker's proposal {int(proposals[chunk])}: the switches must return the minimum")
+            t0 = clock.now()
+            q = np.rint(np.ldexp(blocks[chunk].astype(np.float64), exponent))
+            if q.max(initial=0) > lane_info.max or q.min(initial=0) < lane_info.min:
+                raise ProtocolError(f"chunk {chunk}: exponent {exponent} overflows {lane_dtype}")
+            frames.fill(chunk, exponent, q)
+            exps[chunk] = exponent
+            quantize_s += clock.now() - t0
+            outstanding[chunk % window] = chunk
             transmit(chunk)
 
+        for slot in range(n_slots):
+            outstanding[slot] = n_chunks + slot
+            transmit(n_chunks + slot)
+
         while done < n_chunks:
-            now = time.perf_counter()
+            now = clock.now()
             while deadlines:
-                due, chunk, nth = deadlines[0]
-                slot = chunk % window
-                if outstanding[slot] != chunk or sends[chunk] != nth:
+                due, rid, nth = deadlines[0]
+                slot = rid - n_chunks if rid >= n_chunks else rid % window
+                if outstanding[slot] != rid or sends[rid] != nth:
                     heapq.heappop(deadlines)  # answered, or sent again since
                     continue
                 if due > now:
                     break
                 heapq.heappop(deadlines)
-                if sends[chunk] > job.max_retries:
+                if sends[rid] > job.max_retries:
+                    what = "exponent round" if rid >= n_chunks else f"offset {rid * AGG.num_lanes}"
                     raise AllreduceTimeoutError(
-                        f"job {job.job_id} rank {job.rank}: no result for slot {slot} offset "
-                        f"{chunk * AGG.num_lanes} after {job.max_retries} retransmissions "
-                        f"(epoch {epoch}); is the job installed and are all {job.n_workers} workers running?"
+                        f"job {job.job_id} rank {job.rank}: no result for slot {slot} ({what}) after "
+                        f"{job.max_retries} retransmissions (epoch {epoch}); is the job installed and are all "
+                        f"{job.n_workers} workers running?"
                     )
-                LOG.debug("timeout: resend chunk %d on slot %d", chunk, slot)
+                LOG.debug("timeout: resend round %d on slot %d", rid, slot)
                 rto.expired(now)
-                transmit(chunk)
-            wait = deadlines[0][0] - time.perf_counter() if deadlines else rto.rto
+                transmit(rid)
+            wait = deadlines[0][0] - clock.now() if deadlines else rto.rto
             payload = recv(max(wait, 0.0))
             if payload is None:
                 continue
@@ -197,45 +234,56 @@ class IncWorker:
                 duplicates += 1
                 continue
             slot = h["slot"]
-            if (h["op"] != OP_RESULT or h["job_id"] != job.job_id or h["epoch"] != epoch or slot >= window):
+            if h["op"] != OP_RESULT or h["job_id"] != job.job_id or h["epoch"] != epoch or slot >= window:
                 duplicates += 1
                 continue
-            chunk = int(outstanding[slot])
-            if chunk < 0 or h["offset"] != chunk * AGG.num_lanes or h["shadow"] != (chunk // window) % 2:
+            rid = int(outstanding[slot])
+            if rid < 0:
                 duplicates += 1
                 continue
-            try:
-                lanes = self._decoder.lanes(payload, h["elem_type"])
-            except ValueError:
-                duplicates += 1
-                continue
-            if h["shift"] != job.shift or h["elem_type"] != job.result_type:
-                raise JobMismatchError(
-                    f"job {job.job_id}: a result has elem_type {h['elem_type']} shift {h['shift']}, the worker "
-                    f"was configured with {job.result_type} / {job.shift}: pass the result type and shift the "
-                    "controller installed (set_job)"
-                )
-            if h["flags"] & FLAG_OVERFLOW:
-                overflows += 1
-            sums[chunk] = lanes
-            done += 1
-            if sends[chunk] == 1:  # Karn: only unambiguous round trips
-                rto.sample(time.perf_counter() - first_sent[chunk])
-            nxt = chunk + window
+            if rid >= n_chunks:  # the slot's exponent round
+                if h["elem_type"] != ELEM_NONE or h["shadow"] != 0 or h["offset"] != slot * AGG.num_lanes:
+                    duplicates += 1
+                    continue
+                if agreed_at is None:
+                    agreed_at = clock.now()
+            else:
+                if (h["elem_type"] == ELEM_NONE or h["offset"] != rid * AGG.num_lanes
+                        or h["shadow"] != (1 + rid // window) % 2 or h["exponent"] != exps[rid]):
+                    duplicates += 1
+                    continue
+                try:
+                    lanes = self._decoder.lanes(payload, h["elem_type"])
+                except ValueError:
+                    duplicates += 1
+                    continue
+                if h["shift"] != job.shift or h["elem_type"] != job.result_type:
+                    raise JobMismatchError(
+                        f"job {job.job_id}: a result has elem_type {h['elem_type']} shift {h['shift']}, the worker "
+                        f"was configured with {job.result_type} / {job.shift}: pass the result type and shift the "
+                        "controller installed (set_job)"
+                    )
+                if h["flags"] & FLAG_OVERFLOW:
+                    overflows += 1
+                sums[rid] = lanes
+                done += 1
+            if sends[rid] == 1:  # Karn: only unambiguous round trips
+                rto.sample(clock.now() - first_sent[rid])
+            nxt = rid + window if rid < n_chunks else slot
             if nxt < n_chunks:
-                outstanding[slot] = nxt
-                transmit(nxt)
+                start_chunk(nxt, int(h["next_exponent"]))
             else:
                 outstanding[slot] = -1
-        latency = time.perf_counter() - start
+        t_end = clock.now()
+        parts = {"quantize": quantize_s, "agree": (agreed_at or t_end) - t_start}
         stats = AllreduceStats(
-            method="inc", elements=elements, latency_s=latency, packets_sent=sent,
+            method="inc", elements=int(blocks.size), latency_s=t_end - t_start, packets_sent=sent,
             retransmissions=retrans, packets_received=received, duplicates=duplicates,
-            bytes_sent=sent_bytes, overflows=overflows,
+            bytes_sent=sent_bytes, overflows=overflows, parts=parts,
         )
         if overflows:
-            msg = f"{overflows} result(s) flagged overflow (exponent {fp.exponent}, shift {job.shift})"
+            msg = f"{overflows} result(s) flagged overflow (shift {job.shift})"
             if job.strict_overflow:
                 raise AggregationOverflowError(msg)
             LOG.warning(msg)
-        return sums, stats
+        return sums, exps, stats

@@ -22,7 +22,7 @@ AGG_MAC = AGG.agg_mac_text
 AGG_IP = AGG.agg_ip_text
 PREFIX_LEN = ETH_LEN + IPV4_LEN + UDP_LEN
 HEADER_LEN = AGG.header_bytes
-LANE_DTYPE = {4: np.dtype(">i4"), 2: np.dtype(">i2"), 1: np.dtype("i1")}
+LANE_DTYPE = {4: np.dtype(">i4"), 2: np.dtype(">i2"), 1: np.dtype("i1")}  # by bytes per lane
 FLAG_RETRANSMIT = AGG.flags["FLAG_RETRANSMIT"]
 FLAG_OVERFLOW = AGG.flags["FLAG_OVERFLOW"]
 OP_CONTRIB = AGG.ops["OP_CONTRIB"]
@@ -102,81 +102,116 @@ def frame_prefix(src: Endpoint, elem_type: int, *, dst: Endpoint = Endpoint(AGG_
     return macs + b"\x08\x00" + ip + udp
 
 
-class ContributionFrames:
-    """Every contribution frame of one all-reduce, one row per chunk.
+def _byte_of(name: str) -> int:
+    """Offset in the agg header of a byte-aligned 8-bit field (patched per chunk at send time)."""
+    pos = 0
+    for f in AGG.fields:
+        if f.name == name:
+            if pos % 8 or f.bits != 8:
+                raise NotImplementedError(f"field {name} is not a byte-aligned byte")
+            return pos // 8
+        pos += f.bits
+    raise KeyError(name)
 
-    Chunk k travels in slot k % slot_count with shadow (k // slot_count) % 2,
-    so each reuse of a slot alternates the shadow copy; its lane 0 is element
-    k * NUM_LANES of the tensor.
+
+EXPONENT_AT = PREFIX_LEN + _byte_of("exponent")
+ELEM_NONE = AGG.elem_types["ELEM_NONE"]
+EXPONENT_MAX = AGG.field("exponent").max_value
+
+
+class ContributionFrames:
+    """Every contribution frame of one all-reduce: one exponent round per slot, then one frame per chunk.
+
+    A slot's rounds alternate its shadow copy: round 0 (shadow 0) is the exponent
+    round, an ELEM_NONE frame proposing the exponent of the slot's first chunk;
+    chunk k then travels in slot k % slot_count, round 1 + k // slot_count, and
+    proposes the exponent of chunk k + slot_count (the slot's next round). Headers
+    are packed for all frames at once; a chunk's exponent and lanes are written
+    into its row when the agreed exponent is known (`fill`), just before it is sent.
     """
 
     def __init__(
         self,
-        prefix: bytes,
-        lanes: np.ndarray,
+        src: Endpoint,
+        proposals: np.ndarray,
         *,
         job_id: int,
         rank: int,
         epoch: int,
-        exponent: int,
         elem_type: int,
         slot_count: int,
     ) -> None:
-        if len(prefix) != PREFIX_LEN:
-            raise ValueError(f"prefix must be {PREFIX_LEN} bytes, got {len(prefix)}")
         if slot_count < 1:
             raise ValueError(f"slot_count must be >= 1, got {slot_count}")
-        n = lanes.shape[0]
-        if lanes.ndim != 2 or lanes.shape[1] != AGG.num_lanes:
-            raise ValueError(f"lanes must have shape (chunks, {AGG.num_lanes}), got {lanes.shape}")
-        width = AGG.lane_bytes(elem_type)
+        n = int(proposals.size)
+        if n < 1:
+            raise ValueError("an all-reduce has at least one chunk")
+        self.elem_type = elem_type
+        self.width = AGG.lane_bytes(elem_type)
+        if not self.width:
+            raise ValueError("contributions carry lanes: elem_type must be int32, int16 or int8")
         self.frame_len = AGG.frame_bytes(elem_type)
+        self.exp_frame_len = AGG.frame_bytes(ELEM_NONE)
         self.slot_count = slot_count
+        self.n_slots = min(slot_count, n)
         k = np.arange(n, dtype=np.int64)
         self.slots = k % slot_count
-        self.shadows = (k // slot_count) % 2
+        self.shadows = (1 + k // slot_count) % 2
         self.offsets = k * AGG.num_lanes
-        headers = pack_headers(
-            n,
-            version=AGG.version,
-            op=OP_CONTRIB,
-            elem_type=elem_type,
-            job_id=job_id,
-            shadow=self.shadows,
-            slot=self.slots,
-            contributor=rank,
-            exponent=exponent,
-            epoch=epoch,
-            offset=self.offsets,
-        )
-        frames = np.empty((n, self.frame_len), dtype=np.uint8)
-        frames[:, :PREFIX_LEN] = np.frombuffer(prefix, dtype=np.uint8)
-        frames[:, PREFIX_LEN : PREFIX_LEN + HEADER_LEN] = headers
-        frames[:, PREFIX_LEN + HEADER_LEN :] = lanes.astype(LANE_DTYPE[width]).view(np.uint8).reshape(n, -1)
-        self.frames = frames
-        self._rows = [memoryview(row) for row in frames] if n <= 4096 else None
-        self._retransmit_mask = np.zeros(self.frame_len, dtype=np.uint8)
-        self._retransmit_mask[PREFIX_LEN : PREFIX_LEN + HEADER_LEN] = pack_headers(1, flags=FLAG_RETRANSMIT)[0]
+        nxt = np.full(n, EXPONENT_MAX, dtype=np.int64)
+        nxt[: max(0, n - slot_count)] = proposals[slot_count:]
+        common = dict(version=AGG.version, op=OP_CONTRIB, job_id=job_id, contributor=rank, epoch=epoch)
+        self.frames = self._rows(n, frame_prefix(src, elem_type), self.frame_len, pack_headers(
+            n, elem_type=elem_type, shadow=self.shadows, slot=self.slots, offset=self.offsets,
+            next_exponent=nxt, **common))
+        s = np.arange(self.n_slots, dtype=np.int64)
+        self.exp_frames = self._rows(self.n_slots, frame_prefix(src, ELEM_NONE), self.exp_frame_len, pack_headers(
+            self.n_slots, elem_type=ELEM_NONE, shadow=0, slot=s, offset=s * AGG.num_lanes,
+            next_exponent=proposals[: self.n_slots], **common))
+        self._lane_view = self.frames[:, PREFIX_LEN + HEADER_LEN :].view(LANE_DTYPE[self.width]) if self.width else None
+        self._flag_at = PREFIX_LEN + _byte_of("flags")
+
+    @staticmethod
+    def _rows(n: int, prefix: bytes, length: int, headers: np.ndarray) -> np.ndarray:
+        rows = np.zeros((n, length), dtype=np.uint8)
+        rows[:, :PREFIX_LEN] = np.frombuffer(prefix, dtype=np.uint8)
+        rows[:, PREFIX_LEN : PREFIX_LEN + HEADER_LEN] = headers
+        return rows
 
     def __len__(self) -> int:
         return self.frames.shape[0]
 
+    def fill(self, chunk: int, exponent: int, lanes: np.ndarray) -> None:
+        """Write the agreed exponent and the chunk's quantized lanes into its frame."""
+        self.frames[chunk, EXPONENT_AT] = exponent & 0xFF
+        self._lane_view[chunk] = lanes  # type: ignore[index]
+
     def frame(self, chunk: int) -> memoryview:
-        """The first transmission of a chunk (a view; no copy)."""
-        if self._rows is not None:
-            return self._rows[chunk]
+        """A chunk's first transmission (a view; no copy)."""
         return memoryview(self.frames[chunk])
+
+    def exponent_frame(self, slot: int) -> memoryview:
+        return memoryview(self.exp_frames[slot])
+
+    def _flagged(self, row: np.ndarray) -> bytes:
+        out = bytearray(row.tobytes())
+        out[self._flag_at] |= FLAG_RETRANSMIT
+        return bytes(out)
 
     def retransmission(self, chunk: int) -> bytes:
         """The same contribution with FLAG_RETRANSMIT set (same slot, shadow and offset)."""
-        return (self.frames[chunk] | self._retransmit_mask).tobytes()
+        return self._flagged(self.frames[chunk])
+
+    def exponent_retransmission(self, slot: int) -> bytes:
+        return self._flagged(self.exp_frames[slot])
 
 
 class ResultDecoder:
     """Reads the fields a worker needs from a result's UDP payload without Scapy."""
 
     def __init__(self) -> None:
-        self._fields = {name: LAYOUT[name] for name in ("op", "flags", "elem_type", "shift", "job_id", "shadow", "slot", "epoch", "offset", "exponent")}
+        self._fields = {name: LAYOUT[name] for name in ("op", "flags", "elem_type", "shift", "job_id", "shadow", "slot",
+                                                           "epoch", "offset", "exponent", "next_exponent")}
         self._exp_sign = 1 << (AGG.field("exponent").bits - 1)
 
     def header(self, payload: bytes | memoryview) -> dict[str, int]:
@@ -187,8 +222,9 @@ class ResultDecoder:
             acc = int.from_bytes(bytes(payload[:HEADER_LEN]) + bytes(_WORDS * 8 - HEADER_LEN), "big")
             words = [(acc >> (64 * (_WORDS - 1 - i))) & ((1 << 64) - 1) for i in range(_WORDS)]
         out = {name: (words[w] >> s) & m for name, (w, s, m) in self._fields.items()}
-        if out["exponent"] & self._exp_sign:
-            out["exponent"] -= self._exp_sign << 1
+        for name in ("exponent", "next_exponent"):
+            if out[name] & self._exp_sign:
+                out[name] -= self._exp_sign << 1
         return out
 
     @staticmethod

@@ -1,35 +1,33 @@
 """Float32 <-> fixed point for switches that add integers (pure numpy).
 
-Scheme (job-wide scale, chosen per all-reduce): every worker computes max|x| of
-its tensor; the workers agree on the maximum M over all of them (at the
-barrier); all use the same exponent e, the largest integer with
+Scheme (SwitchML's, per block): the tensor is cut into blocks of NUM_LANES
+elements, one block per packet. For each block every worker proposes the
+largest exponent e with max|x_block| * 2^e <= q_limit; the switches keep the
+minimum of the proposals (the `next_exponent` field, agreed one round ahead in
+the slot the block will use), so every worker quantizes the block with the same
+e. q_limit comes from wireformat.fixedpoint:
 
-    M * 2^e <= q_limit,   q_limit = min(2^(c-1) - 1,  (2^H - 1) // n)
-    H = min(31, r - 1 + shift)
+    q_limit = min(2^(c-1) - 1,  (2^H - 1) // n),   H = min(31, r - 1 + shift)
 
-where n is the number of workers, c the contribution lane width in bits, r the
-result lane width and shift the switch's right shift before narrowing.  Each
-quantized value then has |q| <= q_limit, so the int32 sum of n contributions
-is at most 2^H - 1 in magnitude: it never saturates in int32, and after the
-switch's arithmetic shift by `shift` it fits the r-bit result without
-clamping.  The guarantee is worst case (all workers at +M in the same lane);
-no sum can overflow, whatever the data.
+(n workers, c the contribution lane width in bits, r the result lane width,
+shift the root's right shift before narrowing). Each quantized value then has
+|q| <= q_limit, so the int32 sum of n contributions is at most 2^H - 1 in
+magnitude: it never saturates, and after the root's arithmetic shift it fits
+the r-bit result without clamping. The guarantee is worst case (all workers at
++M in the same lane); no sum can overflow, whatever the data.
 
 Error bound per element of the summed tensor (absolute, against the exact sum
-of the float32 inputs):
+of the float32 inputs), with e the element's block exponent:
 
     n * 2^-(e+1)                 rounding of each contribution to an integer
   + (2^shift - 1) / 2 * 2^-e     the switch's floor shift; the host decodes the
                                  midpoint of the 2^shift integers it stands for
   + |sum| * 2^-24                rounding the result to float32
 
-and 2^-e < 2 M / q_limit, so relative to M the error is about
-n^2 / 2^H (int32: n^2 * 2^-31; int8 with shift s: n^2 * 2^-(7+s)).
-SwitchML instead agrees an exponent per packet (from each chunk's maximum);
-that is tighter for tensors whose magnitude varies by chunk but needs one
-agreement per chunk; here one agreement per all-reduce suffices, at the price
-that values far below M lose relative precision (absolute error is what is
-bounded).
+and 2^-e < 2 M_block / q_limit, so relative to the block's largest input M_block
+the error is about n^2 / 2^H. A block whose values are small gets a fine scale
+of its own: one large element costs precision only in its own block, not in the
+whole tensor as with a single tensor-wide exponent.
 """
 
 from __future__ import annotations
@@ -40,11 +38,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from wireformat import AGG
+from wireformat import fixedpoint as fxp
 
 ELEM_INT32 = AGG.elem_types["ELEM_INT32"]
 ELEM_INT16 = AGG.elem_types["ELEM_INT16"]
 ELEM_INT8 = AGG.elem_types["ELEM_INT8"]
-ELEM_BITS = {ELEM_INT32: 32, ELEM_INT16: 16, ELEM_INT8: 8}
+ELEM_NONE = AGG.elem_types["ELEM_NONE"]
+ELEM_BITS = dict(fxp.ELEM_BITS)
 ELEM_DTYPE = {ELEM_INT32: np.dtype(np.int32), ELEM_INT16: np.dtype(np.int16), ELEM_INT8: np.dtype(np.int8)}
 EXPONENT_MIN = AGG.field("exponent").min_value
 EXPONENT_MAX = AGG.field("exponent").max_value
@@ -85,13 +85,13 @@ def max_abs(x: np.ndarray) -> float:
 
 
 def q_limit(n_workers: int, *, contrib_type: int = ELEM_INT32, result_type: int = ELEM_INT32, shift: int = 0) -> int:
-    """Largest |q| a worker may contribute so that no sum of n_workers overflows."""
+    """Largest |q| a worker may contribute so that no sum of n_workers overflows (the formula above)."""
     if n_workers < 1:
         raise QuantizationError(f"n_workers must be >= 1, got {n_workers}")
     if not 0 <= shift <= 31:
         raise QuantizationError(f"shift must be in 0..31, got {shift}")
     headroom = min(31, _bits(result_type) - 1 + shift)
-    limit = min((1 << (_bits(contrib_type) - 1)) - 1, ((1 << headroom) - 1) // n_workers)
+    limit = fxp.q_limit(n_workers, _bits(contrib_type), _bits(result_type), shift)
     if limit < 1:
         raise QuantizationError(
             f"{n_workers} workers cannot share a {_bits(result_type)}-bit result with shift {shift}: "
@@ -100,19 +100,30 @@ def q_limit(n_workers: int, *, contrib_type: int = ELEM_INT32, result_type: int 
     return limit
 
 
+def check_job(n_workers: int, *, contrib_type: int, result_type: int, shift: int) -> fxp.FixedPointPlan:
+    """The controller's check (wireformat.fixedpoint.check), as a QuantizationError for the worker."""
+    try:
+        return fxp.check(n_workers, _bits(contrib_type), _bits(result_type), shift)
+    except fxp.FixedPointConfigError as ex:
+        raise QuantizationError(str(ex)) from ex
+
+
 @dataclass(frozen=True)
 class FixedPoint:
-    """The scale a job uses for one all-reduce: value = lane * 2^shift * 2^-exponent."""
+    """The scale of one all-reduce: value = lane * 2^shift * 2^-exponent.
 
-    exponent: int
+    `exponent` is one int (a tensor-wide scale) or an array with the exponent of each element's block.
+    """
+
+    exponent: int | np.ndarray
     n_workers: int
     contrib_type: int = ELEM_INT32
     result_type: int = ELEM_INT32
     shift: int = 0
 
-    def error_bound(self) -> float:
+    def error_bound(self) -> float | np.ndarray:
         """Absolute error per element of the decoded sum, before float32 rounding."""
-        return (self.n_workers / 2.0 + ((1 << self.shift) - 1) / 2.0) * 2.0 ** (-self.exponent)
+        return (self.n_workers / 2.0 + ((1 << self.shift) - 1) / 2.0) * np.ldexp(1.0, -np.asarray(self.exponent))
 
     def tolerance(self, reference: np.ndarray) -> np.ndarray:
         """Per-element bound on |float32 result - exact sum|, including float32 rounding."""
@@ -151,6 +162,40 @@ def choose_exponent(
             f"max|x| = {global_max_abs:g} needs exponent {e}, below the header's minimum {EXPONENT_MIN}"
         )
     return min(e, EXPONENT_MAX)
+
+
+def block_max_abs(x: np.ndarray, lanes: int = AGG.num_lanes) -> np.ndarray:
+    """max|x| of each block of `lanes` elements (the last block zero-padded); refuses NaN/inf."""
+    flat = np.asarray(x, dtype=np.float32).ravel()
+    check_finite(flat)
+    n_blocks = max(1, -(-flat.size // lanes))
+    padded = np.zeros(n_blocks * lanes, dtype=np.float32)
+    padded[: flat.size] = np.abs(flat)
+    return padded.reshape(n_blocks, lanes).max(axis=1)
+
+
+def block_exponents(maxima: np.ndarray, limit: int) -> np.ndarray:
+    """Per block, the largest exponent e with max * 2^e <= limit (EXPONENT_MAX for an all-zero block).
+
+    Vectorized choose_exponent: a float64 estimate from log2, then settled exactly with ldexp.
+    """
+    m = np.asarray(maxima, dtype=np.float64)
+    if limit < 1:
+        raise QuantizationError(f"q_limit {limit} < 1: no exponent can avoid overflow")
+    out = np.full(m.shape, EXPONENT_MAX, dtype=np.int64)
+    nz = m > 0
+    if nz.any():
+        e = np.floor(np.log2(limit) - np.log2(m[nz])).astype(np.int64)
+        e = np.clip(e, -(1 << 14), 1 << 14)  # far outside the header's range either way
+        for _ in range(2):  # log2 rounding: settle on the exact largest e
+            e = np.where(np.ldexp(m[nz], e) > limit, e - 1, e)
+            e = np.where(np.ldexp(m[nz], e + 1) <= limit, e + 1, e)
+        if (e < EXPONENT_MIN).any():
+            worst = float(m[nz][np.argmin(e)])
+            raise QuantizationError(
+                f"max|x| = {worst:g} needs exponent {int(e.min())}, below the header's minimum {EXPONENT_MIN}")
+        out[nz] = np.minimum(e, EXPONENT_MAX)
+    return out
 
 
 def plan(

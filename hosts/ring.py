@@ -1,4 +1,4 @@
-"""Ring all-reduce over UDP: the baseline the in-network worker is measured against.
+"""Ring all-reduce over UDP: the host baseline the in-network worker is measured against.
 
 Reduce-scatter then all-gather (Patarasuk and Yuan's bandwidth-optimal ring, as
 NCCL and Horovod run it): the tensor is cut into one segment per rank, and in
@@ -7,16 +7,21 @@ n-1 steps) or storing (last n-1 steps) what it receives from its left.  Each
 segment travels in MTU-sized chunks and every chunk moves on to the next step
 as soon as it arrives, so the steps are pipelined over the ring rather than run
 in lock step.  Sums are float32; each segment's sum is computed by one rank and
-then copied, so every rank ends with bit-identical results.
+then copied, so every rank ends with bit-identical results.  With
+``wire="bfloat16"`` the values cross the network as bfloat16 (2 bytes, as NCCL
+all-reduces bf16 gradients): each partial sum is rounded to bfloat16 before it
+is sent and widened back to float32 to be added to.
 
-Loss recovery: every data packet is acknowledged (selectively, acks batched,
-each ack echoing which copy arrived so that round trips are measured even
-across retransmissions),
-the sender keeps at most `window` unacknowledged packets to its right
-neighbour and resends after `timeout_s`; the receiver ignores duplicates (but
-acknowledges them again).  A rank is done when it received everything and all
-its packets were acknowledged; since that needs its right neighbour to answer,
-ranks keep answering while they wait at the next barrier (``service_while``).
+Loss recovery, as a real transport does it without paying an ack per packet:
+acknowledgements are selective but batched (one ack datagram per `ack_every`
+data packets, or after `ack_delay_s`, or as soon as a rank holds its whole
+result), each entry echoing which copy arrived so that round trips are measured
+even across retransmissions; the sender keeps at most `window` unacknowledged
+packets to its right neighbour and resends after the adapted timeout; the
+receiver ignores duplicates (but acknowledges them again).  A rank's result is
+complete when it received everything (that moment is the all-reduce's end);
+it returns once its own packets are acknowledged too, and keeps answering late
+copies while it waits for the next call (``service``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import select
 import socket
 import struct
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -35,6 +39,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from hosts import clock
+from hosts.bf16 import from_bf16, to_bf16
 from hosts.coordination import Group, same_size
 from hosts.quantization import check_finite
 from hosts.rto import RtoEstimator
@@ -52,6 +58,12 @@ FRAME_OVERHEAD = 14 + 20 + 8  # Ethernet, IPv4, UDP: counted in bytes_sent like 
 MAX_UDP_PAYLOAD = 1500 - 20 - 8
 DEFAULT_PORT = 16712
 MAX_ACKS = (MAX_UDP_PAYLOAD - ACK_HDR.size) // ACK_ENTRY.itemsize
+WIRE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+def elements_per_packet(wire: str) -> int:
+    """Values in one MTU-sized datagram after the 16-byte data header."""
+    return (MAX_UDP_PAYLOAD - DATA_HDR.size) // WIRE_BYTES[wire]
 
 
 class RingTimeoutError(TimeoutError):
@@ -65,8 +77,13 @@ class RingConfig:
     rank: int
     peers: tuple[tuple[str, int], ...]
     order: tuple[int, ...] | None = None
-    elements_per_packet: int = (MAX_UDP_PAYLOAD - DATA_HDR.size) // 4
+    wire: str = "float32"
+    elements_per_packet: int | None = None  # default: as many as fit one MTU-sized datagram
     window: int = 128
+    # Batched acks: one ack datagram per ack_every data packets, or once the oldest unacknowledged
+    # arrival is ack_delay_s old (well under the sender's min_timeout_s, so acks never cause a resend).
+    ack_every: int = 16
+    ack_delay_s: float = 0.01
     # Retransmission timeout: starts at timeout_s, then follows the measured round trips but never
     # below min_timeout_s: emulated hosts share CPUs, so acks are often late by a scheduling quantum,
     # and spurious retransmissions feed on themselves (measured: 20 ms floors cost 20% duplicates).
@@ -81,10 +98,18 @@ class RingConfig:
             raise ValueError(f"rank {self.rank} not in 0..{n - 1}")
         if self.order is not None and sorted(self.order) != list(range(n)):
             raise ValueError(f"order {self.order} is not a permutation of 0..{n - 1}")
-        if not 1 <= self.elements_per_packet <= (MAX_UDP_PAYLOAD - DATA_HDR.size) // 4:
+        if self.wire not in WIRE_BYTES:
+            raise ValueError(f"wire {self.wire!r}: choose one of {', '.join(WIRE_BYTES)}")
+        if not 1 <= self.per_packet <= elements_per_packet(self.wire):
             raise ValueError(f"elements_per_packet {self.elements_per_packet} does not fit one 1500-byte MTU packet")
         if self.window < 1 or self.timeout_s <= 0:
             raise ValueError("window must be >= 1 and timeout_s > 0")
+        if self.ack_every < 1 or self.ack_delay_s < 0:
+            raise ValueError("ack_every must be >= 1 and ack_delay_s >= 0")
+
+    @property
+    def per_packet(self) -> int:
+        return self.elements_per_packet or elements_per_packet(self.wire)
 
     @property
     def size(self) -> int:
@@ -134,6 +159,7 @@ class RingAllreduce:
         self._left_addr = self._resolve(self.left)
         self._right_addr = self._resolve(self.right)
         self.calls = 0
+        self.last_call = -1  # the id of the last finished call: older data is re-acknowledged, newer kept
         self.last_stats: AllreduceStats | None = None
         self.rto = RtoEstimator(config.timeout_s, min_s=min(config.min_timeout_s, config.timeout_s),
                                 max_s=max(config.max_timeout_s, config.timeout_s))
@@ -170,6 +196,13 @@ class RingAllreduce:
             raise box["error"]
         return box["value"]
 
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def service(self) -> None:
+        """Answer what arrived between calls (an agent calls this while it waits for its next command)."""
+        self._answer_stale()
+
     def _answer_stale(self) -> None:
         """Acknowledge data of finished calls again (their senders may have lost our ack)."""
         while True:
@@ -179,7 +212,7 @@ class RingAllreduce:
                 return
             if nbytes >= DATA_HDR.size and self._buf[0] == DATA and addr == self._left_addr:
                 _, nth, step, call, chunk, _ = DATA_HDR.unpack_from(self._buf)
-                if call >= self.calls:  # the left neighbour already started the next call: keep it
+                if call > self.last_call:  # the left neighbour already started the next call: keep it
                     self._early.append((bytes(self._buf[:nbytes]), addr))
                 else:
                     entry = np.array([(step, chunk, nth)], dtype=ACK_ENTRY).tobytes()
@@ -192,22 +225,38 @@ class RingAllreduce:
             same_size(self.service_while(lambda: group.exchange(tag, [size])), tag)
 
     # -- the all-reduce ---------------------------------------------------------------------------
-    def allreduce(self, tensor: np.ndarray) -> np.ndarray:
+    def allreduce(self, tensor: np.ndarray, call: int | None = None) -> np.ndarray:
+        """The float32 sum over the ring. `call` numbers the all-reduce the same on every rank, and must
+        grow from call to call; without it the ranks number their calls themselves and meet at a barrier
+        first (an agent instead passes its step and holds the barrier itself, outside the timing)."""
+        t_start = clock.now()
         x = np.asarray(tensor, dtype=np.float32)
         check_finite(x)  # same contract as the in-network worker
-        self.barrier(f"ring-{self.calls}", x.size)
-        call = self.calls
+        if call is None:
+            self.barrier(f"ring-{self.calls}", x.size)
+            t_start = clock.now()
+            call = self.last_call + 1
+        if call <= self.last_call:
+            raise ValueError(f"call {call} does not follow the last call {self.last_call}")
+        if call > 0xFFFFFFFF:
+            raise ValueError(f"call {call} does not fit the header's 32 bits")
         self.calls += 1
         acc = x.ravel().copy()
         if self.cfg.size == 1:
-            self.last_stats = AllreduceStats("ring", acc.size, 0.0, 0, 0, 0, 0, 0)
+            now = clock.now()
+            self.last_stats = AllreduceStats("ring", acc.size, now - t_start, 0, 0, 0, 0, 0, t_start=t_start, t_done=now)
+            self.last_call = call
             return acc.reshape(x.shape)
-        self.last_stats = self._run(acc, call)
+        try:
+            self.last_stats = self._run(acc, call, t_start)
+        finally:
+            self.last_call = call
         return acc.reshape(x.shape)
 
-    def _run(self, acc: np.ndarray, call: int) -> AllreduceStats:
+    def _run(self, acc: np.ndarray, call: int, t_start: float) -> AllreduceStats:
         cfg, n, pos = self.cfg, self.cfg.size, self.pos
-        per = cfg.elements_per_packet
+        per = cfg.per_packet
+        bf16 = cfg.wire == "bfloat16"
         bounds = segment_bounds(acc.size, n)
         chunks_of = [-(-int(bounds[s + 1] - bounds[s]) // per) for s in range(n)]
         last_step = 2 * n - 3
@@ -227,12 +276,15 @@ class RingAllreduce:
         deadlines: list[tuple[float, tuple[int, int], int]] = []  # heap
         rto = self.rto
         acks_out: list[tuple[int, int, int]] = []
+        oldest_ack = 0.0  # when the oldest entry of acks_out arrived
         sent = retrans = rx = dups = sent_bytes = 0
+        t_done: float | None = None
         sock, right, left, buf, early = self.sock, self._right_addr, self._left_addr, self._buf, self._early
+        width = WIRE_BYTES[cfg.wire]
 
         def queue_data(step: int, chunk: int, values: np.ndarray) -> None:
-            payload = DATA_HDR.pack(DATA, 1, step, call, chunk, values.size) + values.astype("<f4").tobytes()
-            waiting.append((step, chunk, payload))
+            body = to_bf16(values).astype("<u2").tobytes() if bf16 else values.astype("<f4").tobytes()
+            waiting.append((step, chunk, DATA_HDR.pack(DATA, 1, step, call, chunk, values.size) + body))
 
         def put(payload: bytes, addr: tuple[str, int]) -> None:
             nonlocal sent, sent_bytes
@@ -255,18 +307,17 @@ class RingAllreduce:
         for c in range(chunks_of[seg0]):
             queue_data(0, c, acc[span(seg0, c)])
 
-        start = time.perf_counter()
-        last_progress = start
+        last_progress = clock.now()
         while received < expected or unacked or waiting:
             # 1. send what the window allows
             while waiting and len(unacked) < cfg.window:
                 step, chunk, payload = waiting.popleft()
-                now = time.perf_counter()
+                now = clock.now()
                 unacked[(step, chunk)] = [payload, 1, [now]]
                 put(payload, right)
                 heapq.heappush(deadlines, (now + rto.timeout(1), (step, chunk), 1))
             # 2. resend what timed out
-            now = time.perf_counter()
+            now = clock.now()
             while deadlines:
                 due, key, nth = deadlines[0]
                 entry = unacked.get(key)
@@ -309,7 +360,7 @@ class RingAllreduce:
                     if acall != call:
                         dups += 1
                         continue
-                    last_progress = time.perf_counter()
+                    last_progress = clock.now()
                     for step, chunk, nth in np.frombuffer(buf, dtype=ACK_ENTRY, count=count,
                                                           offset=ACK_HDR.size).tolist():
                         entry = unacked.pop((step, chunk), None)
@@ -320,7 +371,7 @@ class RingAllreduce:
                             rto.sample(last_progress - entry[2][nth - 1])
                 elif kind == DATA and nbytes >= DATA_HDR.size and addr == left:
                     _, nth, step, dcall, chunk, count = DATA_HDR.unpack_from(buf)
-                    if dcall != call or step > last_step or chunk >= got[step].size or nbytes != DATA_HDR.size + 4 * count:
+                    if dcall != call or step > last_step or chunk >= got[step].size or nbytes != DATA_HDR.size + width * count:
                         dups += 1
                         if dcall < call:  # a late copy from a finished call: its sender may still wait
                             stale = np.array([(step, chunk, nth)], dtype=ACK_ENTRY).tobytes()
@@ -331,34 +382,51 @@ class RingAllreduce:
                     if count != where.stop - where.start:
                         dups += 1  # malformed (a peer with another tensor size?): dropped, never acked
                         continue
+                    if not acks_out:
+                        oldest_ack = clock.now()
                     acks_out.append((step, chunk, nth))
                     if got[step][chunk]:
                         dups += 1
                         continue
                     got[step][chunk] = True
                     received += 1
-                    last_progress = time.perf_counter()
-                    data = np.frombuffer(buf, dtype="<f4", count=count, offset=DATA_HDR.size)
+                    last_progress = clock.now()
+                    if bf16:
+                        data = from_bf16(np.frombuffer(buf, dtype="<u2", count=count, offset=DATA_HDR.size))
+                    else:
+                        data = np.frombuffer(buf, dtype="<f4", count=count, offset=DATA_HDR.size)
                     if step <= n - 2:
                         acc[where] += data
+                        if bf16 and step == n - 2:
+                            # This rank owns the segment's sum: round it as the others will receive it,
+                            # so every rank ends with the same values.
+                            acc[where] = from_bf16(to_bf16(acc[where]))
                     else:
                         acc[where] = data
                     if step < last_step:
                         queue_data(step + 1, chunk, acc[where])
+                    if received == expected:
+                        t_done = clock.now()  # the float32 result is complete in acc
                 else:
                     dups += 1
-            flush_acks()
+            if acks_out and (len(acks_out) >= cfg.ack_every or received == expected
+                             or clock.now() - oldest_ack >= cfg.ack_delay_s):
+                flush_acks()
             if drained == 0 and (received < expected or unacked) and not (waiting and len(unacked) < cfg.window):
-                wait = deadlines[0][0] - time.perf_counter() if deadlines else rto.rto
+                wait = deadlines[0][0] - clock.now() if deadlines else rto.rto
+                if acks_out:
+                    wait = min(wait, oldest_ack + cfg.ack_delay_s - clock.now())
                 self._poll.poll(max(1, int(min(max(wait, 0.0), rto.rto) * 1000)))
                 silence = max(cfg.timeout_s, rto.rto) * cfg.max_retries
-                if time.perf_counter() - last_progress > silence:
+                if clock.now() - last_progress > silence:
                     raise RingTimeoutError(
                         f"rank {cfg.rank}: nothing from {left} for {silence:.1f}s "
                         f"({received}/{expected} chunks received); is that rank running?"
                     )
-        latency = time.perf_counter() - start
+        flush_acks()
+        done = t_done if t_done is not None else clock.now()
         return AllreduceStats(
-            method="ring", elements=acc.size, latency_s=latency, packets_sent=sent, retransmissions=retrans,
-            packets_received=rx, duplicates=dups, bytes_sent=sent_bytes,
+            method="ring" if not bf16 else "ring-bf16", elements=acc.size, latency_s=done - t_start, packets_sent=sent,
+            retransmissions=retrans, packets_received=rx, duplicates=dups, bytes_sent=sent_bytes,
+            t_start=t_start, t_done=done,
         )

@@ -10,7 +10,7 @@ from typing import Any
 
 DEFINITION = Path(__file__).with_name("agg_header.toml")
 
-ELEM_BYTES = {"ELEM_INT32": 4, "ELEM_INT16": 2, "ELEM_INT8": 1}
+ELEM_BYTES = {"ELEM_INT32": 4, "ELEM_INT16": 2, "ELEM_INT8": 1, "ELEM_NONE": 0}
 
 ETH_LEN = 14
 IPV4_LEN = 20

@@ -18,6 +18,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     register<bit<8>>(NUM_CELLS) slot_contribs;   // how many (a popcount of the bitmap, kept to avoid one)
     register<bit<8>>(NUM_CELLS) slot_state;      // STATE_* phase | STATE_OVERFLOW
     register<bit<8>>(NUM_CELLS) slot_exponent;   // exponent of the round's first contribution
+    register<bit<8>>(NUM_CELLS) slot_next_exp;   // minimum next_exponent of the round's contributions (or the result's)
     register<bit<8>>(NUM_CELLS) slot_token;      // job install that last used the cell
     register<bit<8>>(NUM_CELLS) slot_epoch;      // all-reduce generation that last used the cell
 
@@ -144,9 +145,14 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             return;
         }
         // Trailing bytes after the lanes would ride along into a result: refuse them.
+        bit<1> no_lanes = 0;
+        if (hdr.agg.elem_type == ELEM_NONE) {
+            no_lanes = 1;
+        }
         if ((hdr.lanes32.isValid() && hdr.ipv4.total_len != AGG_IPV4_LEN_INT32)
                 || (hdr.lanes16.isValid() && hdr.ipv4.total_len != AGG_IPV4_LEN_INT16)
-                || (hdr.lanes8.isValid() && hdr.ipv4.total_len != AGG_IPV4_LEN_INT8)) {
+                || (hdr.lanes8.isValid() && hdr.ipv4.total_len != AGG_IPV4_LEN_INT8)
+                || (no_lanes == 1 && hdr.ipv4.total_len != AGG_IPV4_LEN_NONE)) {
             meta.drop_reason = DROP_MALFORMED;
             return;
         }
@@ -181,14 +187,18 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 widen8();
                 store_lanes();
                 hdr.lanes32.setInvalid();
-            } else {
+            } else if (hdr.lanes32.isValid()) {
                 store_lanes();
             }
             meta.state = STATE_FINAL;
             if ((hdr.agg.flags & FLAG_OVERFLOW) != 0) {
                 meta.state = STATE_FINAL | STATE_OVERFLOW;
             }
+            if (no_lanes == 1) {
+                meta.state = meta.state | STATE_NO_LANES;
+            }
             slot_state.write(meta.cell, meta.state);
+            slot_next_exp.write(meta.cell, (bit<8>)hdr.agg.next_exponent);
             slot_token.write(meta.cell, meta.token);
             slot_epoch.write(meta.cell, hdr.agg.epoch);
             send = SEND_RELAY;
@@ -229,6 +239,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 slot_bitmap.write(meta.other_cell, other_bitmap & ~meta.child_bit);
             }
 
+            bit<8> cell_no_lanes = meta.state & STATE_NO_LANES;
             if ((meta.bitmap & meta.child_bit) != 0) {
                 retransmissions.count((bit<32>)meta.job_index);
                 bit<8> phase = meta.state & STATE_PHASE_MASK;
@@ -240,18 +251,31 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     load_from_cell = 1;
                     resend = 1;
                 }
+                slot_next_exp.read(meta.next_exp, meta.cell);
             } else {
                 bit<8> cell_exponent;
                 slot_exponent.read(cell_exponent, meta.cell);
+                slot_next_exp.read(meta.next_exp, meta.cell);
                 if (meta.bitmap == 0) {
                     meta.keep = 0;
                     slot_exponent.write(meta.cell, (bit<8>)hdr.agg.exponent);
-                } else if (cell_exponent != (bit<8>)hdr.agg.exponent) {
+                    meta.next_exp = (bit<8>)hdr.agg.next_exponent;
+                    if (no_lanes == 1) {
+                        meta.state = meta.state | STATE_NO_LANES;
+                    }
+                } else if (cell_exponent != (bit<8>)hdr.agg.exponent
+                        || (no_lanes == 1 && cell_no_lanes == 0)
+                        || (no_lanes == 0 && cell_no_lanes != 0)) {
                     meta.drop_reason = DROP_SCALE_MISMATCH;
                     return;
                 } else {
                     meta.keep = 0xffffffff;
+                    // The agreed exponent of the slot's next round: the smallest any worker can use.
+                    if (hdr.agg.next_exponent < (int<8>)meta.next_exp) {
+                        meta.next_exp = (bit<8>)hdr.agg.next_exponent;
+                    }
                 }
+                slot_next_exp.write(meta.cell, meta.next_exp);
                 if (hdr.lanes16.isValid()) {
                     widen16();
                     hdr.lanes16.setInvalid();
@@ -263,7 +287,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 if ((hdr.agg.flags & FLAG_OVERFLOW) != 0) {
                     meta.overflow = 1;   // a child's partial sum already saturated
                 }
-                accumulate();
+                if (hdr.lanes32.isValid()) {
+                    accumulate();
+                }
                 contributions.count((bit<32>)meta.job_index);
                 if (meta.overflow == 1) {
                     overflows.count((bit<32>)meta.job_index);
@@ -291,8 +317,11 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             saturated = 1;
         }
         meta.overflow = 0;   // from here on: lanes clamped by narrowing
-        if (load_from_cell == 1) {
+        if (load_from_cell == 1 && no_lanes == 0) {
             load_lanes();
+        }
+        if (meta.from_parent == 0) {
+            hdr.agg.next_exponent = (int<8>)meta.next_exp;
         }
         if (send == SEND_RESULT_DOWN || send == SEND_RESULT_BACK) {
             // Only the root holds unshifted sums; inner nodes hold results already narrowed.
@@ -334,10 +363,14 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             hdr.agg.elem_type = ELEM_INT16;
             hdr.ipv4.total_len = AGG_IPV4_LEN_INT16;
             hdr.udp.length = AGG_UDP_LEN_INT16;
-        } else {
+        } else if (hdr.lanes8.isValid()) {
             hdr.agg.elem_type = ELEM_INT8;
             hdr.ipv4.total_len = AGG_IPV4_LEN_INT8;
             hdr.udp.length = AGG_UDP_LEN_INT8;
+        } else {
+            hdr.agg.elem_type = ELEM_NONE;
+            hdr.ipv4.total_len = AGG_IPV4_LEN_NONE;
+            hdr.udp.length = AGG_UDP_LEN_NONE;
         }
         hdr.udp.checksum = 0;   // lanes changed; 0 means "no checksum" for UDP over IPv4
 

@@ -49,6 +49,7 @@ parser P4inaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
             ELEM_INT32: parse_lanes32;
             ELEM_INT16: parse_lanes16;
             ELEM_INT8: parse_lanes8;
+            ELEM_NONE: accept;   // an exponent round carries no lanes
             default: parse_bad_elem_type;
         }
     }

@@ -6,12 +6,15 @@
 // Jobs per switch. Job index 0 is reserved for "no job", so the drop counter can
 // also count packets that belong to no job (parse errors, unknown job ids).
 #define MAX_JOBS 16
-// Aggregation slots per switch, shared out to jobs by the controller. 1024 slots
-// x 64 lanes x 4 B x 2 shadow copies = 512 KiB of lane registers: far below a
-// Tofino stage, and small enough for the embedded switch's Python lists.
-#define NUM_SLOTS 1024
+// Aggregation slots per switch, shared out to jobs by the controller. 512 slots
+// x 2 shadow copies x 256 lanes x 4 B = 1 MiB of lane registers, within the
+// SRAM of one Tofino-class pipe (12 stages x 80 blocks x 16 KiB = 15 MiB) as a
+// real switch would give its aggregation job; four jobs of the default 128-slot
+// window fit at once. (A Tofino could not update 256 lanes in one pass; SwitchML
+// recirculates. The emulation models the memory, not the ALU count.)
+#define NUM_SLOTS 512
 // Each slot has two shadow copies (SwitchML): cell = (slot_base + slot) * 2 + shadow.
-#define NUM_CELLS 2048
+#define NUM_CELLS 1024
 // Stride of the drop counter: index = job_index * NUM_DROP_REASONS + reason.
 #define NUM_DROP_REASONS 16
 
@@ -28,8 +31,11 @@ const bit<8> STATE_AGGREGATING = 0;  // collecting contributions from children
 const bit<8> STATE_SENT_UP = 1;      // inner node: partial sum sent to the parent, waiting for the result
 const bit<8> STATE_FINAL = 2;        // result known: answer retransmissions with it
 const bit<8> STATE_PHASE_MASK = 3;
-// ... and a sticky flag: some sum of this cell saturated.
+// ... and sticky flags of the round: some sum of this cell saturated; the round
+// carries no lanes (an exponent round, ELEM_NONE), so contributions with lanes
+// cannot be mixed into it, nor the other way round.
 const bit<8> STATE_OVERFLOW = 0x10;
+const bit<8> STATE_NO_LANES = 0x20;
 
 // Drop reasons (index into the drop counter, together with the job index).
 const bit<8> DROP_NONE = 0;
@@ -37,7 +43,7 @@ const bit<8> DROP_MALFORMED = 1;       // parser error, bad op, length not match
 const bit<8> DROP_UNKNOWN_JOB = 2;     // no job_config entry for the job id
 const bit<8> DROP_BAD_PORT = 3;        // port not in the job's tree here, or op against the tree's direction
 const bit<8> DROP_BAD_SLOT = 4;        // slot outside the job's slot range
-const bit<8> DROP_SCALE_MISMATCH = 5;  // exponent differs from the cell's first contribution
+const bit<8> DROP_SCALE_MISMATCH = 5;  // exponent (or lanes vs none) differs from the cell's first contribution
 const bit<8> DROP_BAD_CHECKSUM = 6;    // IPv4 header checksum
 const bit<8> DROP_NO_ROUTE = 7;        // no IPv4 route
 const bit<8> DROP_TTL_EXPIRED = 8;     // IPv4 TTL would reach 0
@@ -74,6 +80,7 @@ struct metadata_t {
     bit<8> state;
     bit<32> keep;       // 0 to overwrite a cell's lanes (new round), all ones to add to them
     bit<8> out_shift;   // right shift applied when narrowing the lanes of an outgoing result
+    bit<8> next_exp;    // the round's agreed next_exponent so far (minimum over its contributions)
     bit<1> overflow;
     // Scratch of the generated per-lane code (metadata rather than action locals,
     // which p4c would copy-propagate into one huge expression per lane).

@@ -60,9 +60,9 @@ def test_job_list_and_show_from_state(tmp_path: Path, capsys: pytest.CaptureFixt
     state.jobs[4] = plan_job(topo, JobSpec.make(4, ["h1", "h2", "h5"], "int16"))
     state.save()
     code, out, _ = run(capsys, "job", "list", "--state", str(path), "--json")
-    assert json.loads(out) == [{"job_id": 4, "hosts": ["h1", "h2", "h5"], "root": state.jobs[4].root, "switches": 5, "quantize": "int16", "shift": 16, "slots": 128}]
+    assert json.loads(out) == [{"job_id": 4, "hosts": ["h1", "h2", "h5"], "root": state.jobs[4].root, "switches": 5, "quantize": "int16", "contrib": "int16", "shift": 2, "slots": 128}]
     code, out, _ = run(capsys, "job", "show", "--job", "4", "--state", str(path))
-    assert code == 0 and out.splitlines()[0].startswith("job 4: 3 hosts, int16 results (shift 16), 128 slots")
+    assert code == 0 and out.splitlines()[0].startswith("job 4: 3 hosts, int16 up, int16 results (shift 2), 128 slots")
     assert "→ h5" in out
 
 

@@ -25,7 +25,7 @@ from controller.client import SwitchClient, WriteError, update
 from controller.entities import TableEntry
 from controller.fattree import fat_tree
 from controller.installer import InstallError, read_entities
-from controller.localnet import bmv2_switches, embedded_switches
+from emulation.localnet import bmv2_switches, embedded_switches
 from controller.planner import DuplicateJobError, JobSpec, UnknownHostError, plan_job
 from controller.state import State
 from controller.topology import Topology

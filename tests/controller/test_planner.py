@@ -101,10 +101,10 @@ def test_jobs_spread_over_cores_and_aggregation() -> None:
 
 def test_jobs_do_not_overlap_and_slots_run_out() -> None:
     plans: list[JobPlan] = []
-    for j in range(1, 9):  # 8 x 128 slots fill the 1024 slots of e1
+    for j in range(1, 5):  # 4 x 128 slots fill the 512 slots of e1
         plans.append(plan_job(K4, JobSpec.make(j, ["h1", "h2"]), plans))
     check_disjoint(plans)
-    assert sorted(p.on("e1").slot_base for p in plans) == list(range(0, 1024, 128))
+    assert sorted(p.on("e1").slot_base for p in plans) == list(range(0, N.NUM_SLOTS, 128))
     with pytest.raises(JobDoesNotFitError, match=r"job 99 does not fit: root e1: switch e1 has 0 contiguous free slots, job needs 128"):
         plan_job(K4, JobSpec.make(99, ["h1"]), plans)
     # a smaller job still fits on a switch that is not full; a freed range is reused
@@ -139,9 +139,15 @@ def test_refusals_name_the_reason() -> None:
 
 
 def test_quantize_defaults_and_plan_round_trip() -> None:
-    assert (JobSpec.make(1, ["h1"], "int8").shift, JobSpec.make(1, ["h1"], "int16").shift, JobSpec.make(1, ["h1"]).shift) == (24, 16, 0)
-    plan = plan_job(K4, JobSpec.make(3, ["h1", "h9"], "int8", shift=20, slots=64))
-    assert all(sp.result_type == N.ELEM_INT8 and sp.shift == 20 for sp in plan.switches)
+    hosts = [f"h{i}" for i in range(1, 17)]
+    # narrow lanes both ways: the shift is the headroom of 16 contributions (log2 16 = 4)
+    assert (JobSpec.make(1, hosts, "int8").shift, JobSpec.make(1, hosts, "int16").shift, JobSpec.make(1, hosts).shift) == (4, 4, 0)
+    assert JobSpec.make(1, hosts, "int8").contrib == "int8" and JobSpec.make(1, hosts).contrib == "int32"
+    assert JobSpec.make(1, hosts, "int8", contrib="int32").shift == 24  # int32 up, int8 down
+    with pytest.raises(PlanError, match=r"job 1: 16 workers with int8 contributions and int8 results, shift 24: .* use shift 4"):
+        JobSpec.make(1, hosts, "int8", shift=24)
+    plan = plan_job(K4, JobSpec.make(3, ["h1", "h9"], "int8", contrib="int32", slots=64))
+    assert all(sp.result_type == N.ELEM_INT8 and sp.shift == 24 for sp in plan.switches)
     assert JobPlan.from_dict(plan.to_dict()) == plan
 
 
@@ -175,7 +181,7 @@ def test_leaf_spine_plans() -> None:
 def test_random_jobs_on_k4(jobs: list[set[int]]) -> None:
     plans: list[JobPlan] = []
     for j, members in enumerate(jobs, start=1):
-        plan = plan_job(K4, JobSpec.make(j, [f"h{i}" for i in sorted(members)]), plans)
+        plan = plan_job(K4, JobSpec.make(j, [f"h{i}" for i in sorted(members)], slots=64), plans)
         check_plan(K4, plan)
         plans.append(plan)
     check_disjoint(plans)

@@ -19,7 +19,7 @@ from controller.leafspine import leaf_spine
 from controller.state import State
 from emulation import cleanup
 from emulation.network import EmulatedNetwork, NetworkConfig, NetworkError, netem_missing
-from emulation.topo import LinkShape
+from emulation.shaping import LinkShape, read_class_config
 from tests.e2e.conftest import BACKENDS, our_interfaces
 
 pytestmark = pytest.mark.mininet
@@ -171,3 +171,37 @@ def test_loss_without_netem_drops_on_both_ends_of_every_link(tmp_path: Path, lea
         received = int(got.group(1))
         # h1 -> leaf -> h2 and back crosses 4 lossy link ends: 0.8^4 = 41% of 60 pings (24.6, sd 3.8) come back.
         assert 8 <= received <= 45, f"expected about 25 of 60 pings back: {out}"
+
+
+def test_links_are_shaped_with_a_one_frame_burst_and_counted(tmp_path: Path, leak_check: None) -> None:
+    """HTB at the link rate with burst = cburst = one frame on both ends (no hidden credit), and the byte
+    counters the bound is computed from see what crossed each link, both directions."""
+    shape = LinkShape(bw_mbps=2)
+    with EmulatedNetwork(leaf_spine(1, 1, 2), NetworkConfig(run_dir=tmp_path, backend="embedded", shape=shape)) as net:
+        h1 = net.host("h1")
+        for show in (h1.cmd("tc class show dev " + net.host_iface("h1")),
+                     subprocess.run(["tc", "class", "show", "dev", sorted(net.link_ports())[0]],
+                                    capture_output=True, text=True).stdout):
+            cls = read_class_config(show)
+            assert cls["rate"] == "2Mbit" and cls["ceil"] == "2Mbit", show
+            assert cls["burst"] == cls["cburst"] == "1514b", show
+        report = net.shaping_report()
+        assert report["burst_bytes"] == 1514 and report["tc_class"]["burst"] == "1514b"
+        with Controller(net.topology, state=State(tmp_path / "state.json")) as ctl:
+            ctl.push_pipeline()
+            ctl.install_routes()
+        before = net.link_bytes()
+        h2 = net.topology.host("h2")
+        out, err, code = h1.pexec(["python3", "-c", (
+            "import socket,time\n"
+            "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+            f"[s.sendto(bytes(1000),('{h2.ip}',9)) or time.sleep(0.0001) for _ in range(200)]\n")])
+        assert code == 0, err
+        time.sleep(1.2)
+        after = net.link_bytes()
+        ports = net.link_ports()
+        rx_from_h1 = sum(after[i][1] - before[i][1] for i, (_sw, _p, peer) in ports.items() if peer == "h1")
+        tx_to_h2 = sum(after[i][0] - before[i][0] for i, (_sw, _p, peer) in ports.items() if peer == "h2")
+        frame = 1000 + 8 + 20 + 14
+        assert 200 * frame <= rx_from_h1 <= 200 * frame + 2000, rx_from_h1
+        assert 200 * frame <= tx_to_h2 <= 200 * frame + 2000, tx_to_h2

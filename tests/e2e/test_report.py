@@ -1,52 +1,110 @@
-"""The report layer on made-up measurements (no root, no network)."""
+"""The analysis and report layers on made-up rows (no root, no network): they follow from raw.csv alone."""
 
 from __future__ import annotations
 
-import csv
+import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
 
-from emulation import report
+from emulation import analysis, bounds, report, stats
 from emulation.__main__ import build_parser, config_from_args, parse_size
-from emulation.experiment import INC_INT32, RING, ConfigError, ExperimentConfig, speedups, theory_ratio
-from emulation.topo import LinkShape, LinkShapeError
+from emulation.experiment import ConfigError, ExperimentConfig, Sample, read_raw
+from emulation.shaping import LinkShape, LinkShapeError
+from hosts.methods import METHODS
 from tests.e2e.fake_results import fake_result, fake_results_folder
 
 
-def test_speedup_is_ring_latency_over_in_network_latency(tmp_path: Path) -> None:
-    result = fake_result(tmp_path / "r")
-    sp = speedups(result.measurements)
-    by = {(m.method, m.hosts, m.size): m for m in result.measurements}
-    for (method, n, size), value in sp.items():
-        assert value == pytest.approx(by[(RING, n, size)].median_s / by[(method, n, size)].median_s)
-    assert (RING, 4, 1024) not in sp
-
-
-def test_results_folder_has_every_file_and_reads_back(tmp_path: Path) -> None:
+def test_summary_is_recomputed_from_raw_csv(tmp_path: Path) -> None:
     folder = fake_results_folder(tmp_path / "r")
-    for name in ("config.json", "results.json", "raw.csv", "summary.json", "table.txt", "latency.png", "speedup.png"):
+    for name in ("config.json", "raw.csv", "summary.json", "table.txt", "latency.png", "speedup.png", "bounds.png"):
         assert (folder / name).stat().st_size > 0, name
-    summary = json.loads((folder / "summary.json").read_text())
-    entry = summary["methods"][INC_INT32]["8"]["16384"]
-    assert entry["median_latency_s"] > 0 and entry["speedup_over_ring"] > 1
-    assert summary["methods"][RING]["4"]["1024"]["speedup_over_ring"] is None
-    rows = list(csv.DictReader(open(folder / "raw.csv")))
-    assert len(rows) == 2 * 2 * 3 * 4  # hosts x sizes x methods x (reps + warm-up)
+    written = json.loads((folder / "summary.json").read_text())
     again = report.load_results(folder)
-    assert [m.median_s for m in again.measurements] == [m.median_s for m in fake_result(tmp_path / "x").measurements]
-    assert report.table(again) == (folder / "table.txt").read_text().rstrip("\n")
+    assert json.loads(json.dumps(again.summary)) == written  # summary.json follows from raw.csv
+    assert report.table(again.summary) == (folder / "table.txt").read_text().rstrip("\n")
+    rows = read_raw(folder / "raw.csv")
+    assert len(rows) == sum(n for n in (4, 8) for _ in range(2 * 4 * 4))  # hosts x sizes x methods x (reps + warm-up)
 
 
-def test_table_shows_speedups_and_what_bounded_the_run(tmp_path: Path) -> None:
-    text = report.table(fake_result(tmp_path / "r"))
-    assert "speed-up int32" in text and "x" in text
-    assert "link" in text
+def test_speedup_is_baseline_median_over_in_network_median(tmp_path: Path) -> None:
+    summary = report.summary_of(fake_result(tmp_path / "r"))
+    by = {(p["method"], p["hosts"], p["elements"]): p for p in summary["points"]}
+    p = by[("inc-int32", 8, 16384)]
+    ring, bf16 = by[("ring", 8, 16384)], by[("ring-bf16", 8, 16384)]
+    assert p["speedup_over_ring"]["value"] == pytest.approx(ring["median_latency_s"] / p["median_latency_s"])
+    best = min((ring, bf16), key=lambda q: q["median_latency_s"])
+    assert p["speedup_over_best_host"]["baseline"] == best["method"] == "ring-bf16"
+    lo, hi = p["speedup_over_ring"]["ci95"]
+    assert lo <= p["speedup_over_ring"]["value"] <= hi
+    assert "speedup_over_ring" not in ring
 
 
-def test_theory_ratio_grows_towards_twice_the_ring_bytes() -> None:
-    assert 1.0 < theory_ratio(4) < theory_ratio(16) < 2.0
+def test_every_point_carries_the_bounds_accuracy_and_interval(tmp_path: Path) -> None:
+    summary = report.summary_of(fake_result(tmp_path / "r"))
+    for p in summary["points"]:
+        assert 1.0 <= p["t_over_wire"] <= bounds.BOUND_SLACK and p["bound"] == "link" and p["headline"]
+        lo, hi = p["ci95_latency_s"]
+        assert lo <= p["median_latency_s"] <= hi
+        assert p["rel_l2_error"] <= p["rel_l2_target"] == METHODS[p["method"]].rel_l2_target
+        assert p["bytes_per_element_up"] > 0 and p["accuracy_ok"] and p["ok"]
+    assert summary["left_out"] == [] and summary["ok"]
+
+
+def test_a_cpu_bound_point_is_no_headline_and_says_why(tmp_path: Path) -> None:
+    summary = report.summary_of(fake_result(tmp_path / "r", cpu_bound=("inc-int32", 8, 16384)))
+    by = {(p["method"], p["hosts"], p["elements"]): p for p in summary["points"]}
+    p = by[("inc-int32", 8, 16384)]
+    assert p["bound"] == "cpu" and not p["headline"] and p["t_over_wire"] > 2
+    assert not p["speedup_over_ring"]["headline"] and "cpu-bound" in p["speedup_over_ring"]["left_out_because"]
+    (out,) = summary["left_out"]
+    assert out["method"] == "inc-int32" and "busiest switch e1 90% busy" in out["why"]
+    assert "*" in report.table(summary)
+    assert any("neither" in n for n in summary["notes"])
+
+
+def _rows(tmp_path: Path) -> tuple[ExperimentConfig, list[Sample]]:
+    result = fake_result(tmp_path / "r")
+    return result.config, copy.deepcopy(result.samples)
+
+
+def test_a_corrupted_result_fails_its_point(tmp_path: Path) -> None:
+    cfg, rows = _rows(tmp_path)
+    victim = next(s for s in rows if s.method == "inc-int32" and s.hosts == 4 and not s.warmup and s.rank == 2)
+    victim.digest = "corrupted"  # one rank's sum differs from the others'
+    p = analysis.points(rows)[("inc-int32", 4, victim.elements)]
+    assert not p.ok and any("disagree" in x for r in p.reps for x in r.problems)
+    checker = next(s for s in rows if s.method == "ring" and s.hosts == 8 and not s.warmup and s.checker)
+    checker.rel_l2_error = 0.3  # the checked sum is far from numpy's
+    assert not analysis.points(rows)[("ring", 8, checker.elements)].ok
+    assert not analysis.summarize(cfg, rows)["ok"]
+
+
+def test_a_missing_rank_fails_its_repetition(tmp_path: Path) -> None:
+    cfg, rows = _rows(tmp_path)
+    gone = next(s for s in rows if s.method == "ring-bf16" and s.hosts == 4 and s.rep == 2 and s.rank == 3)
+    gone.error = "no report (agent died or the step timed out)"
+    p = analysis.points(rows)[("ring-bf16", 4, gone.elements)]
+    assert not p.ok and math.isnan([r for r in p.reps if r.rep == 2][0].latency_s)
+
+
+def test_classification_rules() -> None:
+    assert bounds.classify(1.1, 1.0, 0.5) == "link"
+    assert bounds.classify(1.2, 1.0, 1.1) == "latency"
+    assert bounds.classify(3.0, 1.0, 0.5, switch_busy=0.8) == "cpu"
+    assert bounds.classify(3.0, 1.0, 0.5, cores_busy=0.9) == "cpu"
+    assert bounds.classify(3.0, 1.0, 0.5, switch_busy=0.1, agents_busy=0.2, cores_busy=0.3) == "unexplained"
+    assert bounds.classify(1.0, math.nan, math.nan) == "unexplained"
+
+
+def test_bootstrap_interval_contains_the_median_and_narrows_with_agreement() -> None:
+    med, lo, hi = stats.median_ci([1.0, 1.1, 0.9, 1.05, 0.95])
+    assert lo <= med == 1.0 <= hi and hi - lo < 0.25
+    assert stats.median_ci([2.0]) == (2.0, 2.0, 2.0)
+    value, lo, hi = stats.ratio_ci([2.0, 2.1, 1.9], [1.0, 1.0, 1.0])
+    assert value == 2.0 and lo <= 2.0 <= hi
 
 
 def test_sizes_parse_with_suffixes_and_refuse_nonsense() -> None:
@@ -56,13 +114,15 @@ def test_sizes_parse_with_suffixes_and_refuse_nonsense() -> None:
 
 
 def test_cli_options_become_a_config() -> None:
-    args = build_parser().parse_args(["--k", "2", "--hosts", "2", "--sizes", "1K,2K", "--bw", "5", "--delay", "1", "--switch", "embedded"])
+    args = build_parser().parse_args(["--k", "2", "--hosts", "2", "--sizes", "1K,2K", "--bw", "5", "--delay", "1",
+                                      "--switch", "embedded"])
     cfg = config_from_args(args)
     assert cfg.topology == "fat-tree:2" and cfg.sizes == (1024, 2048) and cfg.shape == LinkShape(5.0, 1.0, None)
-    assert "fat-tree2_embedded_h2_bw5_d1ms" == cfg.label()
+    assert "fat-tree2_embedded_h2_bw5_d1ms" == cfg.label() and cfg.reps == 5
 
 
-@pytest.mark.parametrize("bad", [dict(host_counts=(1,)), dict(sizes=()), dict(methods=("nccl",)), dict(reps=0), dict(slots=0)])
+@pytest.mark.parametrize("bad", [dict(host_counts=(1,)), dict(sizes=()), dict(methods=("nccl",)), dict(reps=0),
+                                 dict(slots=0), dict(methods=("ring", "ring"))])
 def test_bad_configs_are_refused_with_the_field_named(bad: dict) -> None:
     with pytest.raises(ConfigError):
         ExperimentConfig(**bad)
@@ -75,18 +135,17 @@ def test_bad_link_shapes_are_refused() -> None:
         LinkShape(loss_pct=100)
 
 
-def test_worker_commands_carry_epoch_and_timeout_floor() -> None:
-    from controller.leafspine import leaf_spine
-    from emulation.runner import timeouts, worker_command
+def test_shaping_has_a_one_frame_burst() -> None:
+    cmds = LinkShape(bw_mbps=1.0).shaping().commands("x")  # type: ignore[union-attr]
+    cls = cmds[1]
+    assert cls[cls.index("rate") + 1] == "1000000bit" and cls[cls.index("burst") + 1] == "1514"
+    assert cls[cls.index("cburst") + 1] == "1514"
 
-    cfg = ExperimentConfig(topology="leaf-spine:2x1x2", shape=LinkShape(bw_mbps=1.0))
-    model = leaf_spine(2, 1, 2)
-    hosts = ("h1", "h2", "h3")
-    tmo = timeouts(cfg)
-    # a full 128-slot window of 314-byte frames queues 0.32 s on a 1 Mbit/s link: the timer must not fire before
-    assert tmo["inc"] > 128 * 314 * 8 / 1e6 and tmo["ring"] > cfg.ring_window * 1514 * 8 / 1e6
-    inc = worker_command(cfg, INC_INT32, 1, hosts, model, "unix:/tmp/x", 1024, "h2-eth0", 128, 0, tmo, first_epoch=9)
-    assert inc[inc.index("--first-epoch") + 1] == "9" and inc[inc.index("--min-timeout") + 1] == f"{tmo['inc']:.3f}"
-    ring = worker_command(cfg, RING, 2, hosts, model, "unix:/tmp/x", 1024, "h3-eth0", 0, 0, tmo)
-    assert ring[ring.index("--peers") + 1] == ",".join(model.host(h).ip for h in hosts)
-    assert ring[ring.index("--groups") + 1] == "l1,l1,l2"
+
+def test_method_order_is_shuffled_per_repetition_and_reproducible() -> None:
+    from emulation.runner import method_order
+
+    cfg = ExperimentConfig(methods=("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16"))
+    orders = [tuple(method_order(cfg, 16, 1024, rep)) for rep in range(6)]
+    assert len(set(orders)) > 1 and all(sorted(o) == sorted(cfg.methods) for o in orders)
+    assert orders == [tuple(method_order(cfg, 16, 1024, rep)) for rep in range(6)]

@@ -22,7 +22,7 @@ class Processor(Protocol):
 
 @dataclass
 class DropChosen:
-    """Between the ports and the switch: drops the first copy of chosen packets.
+    """Between the ports and the switch: drops the first copy of chosen data packets (not exponent rounds).
 
     up: (ingress port, offset) of contributions; down: (egress port, offset) of results.
     """
@@ -38,7 +38,8 @@ class DropChosen:
             return None
         if int.from_bytes(frame[36:38], "big") != AGG.udp_port:
             return None
-        return AGG.unpack_header(frame[PREFIX_LEN:])
+        h = AGG.unpack_header(frame[PREFIX_LEN:])
+        return None if h["elem_type"] == AGG.elem_types["ELEM_NONE"] else h
 
     def process_packet(self, ingress_port: int, data: bytes) -> list[tuple[int, bytes]]:
         h = self._agg(data)

@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 
 from hosts import quantization as qz
-from hosts.coordination import LocalGroup, agree_max
 from hosts.inc_worker import IncJob, IncWorker
-from hosts.packets import PREFIX_LEN, Endpoint, frame_prefix
+from hosts.packets import PREFIX_LEN, Endpoint
 from softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
+from wireformat import AGG
+
+L = AGG.num_lanes
 
 ADDRS = [(f"02:00:00:00:01:{r:02x}", f"10.66.0.{r + 1}") for r in range(4)]
 
@@ -62,12 +64,9 @@ class Wire:
 def allreduce(wire: Wire, n: int, inputs: list[np.ndarray], calls: int = 1, timeout_s: float = 0.1,
               **job: Any) -> list[IncWorker]:
     """timeout_s is short where packets are dropped on purpose, long where a retransmission would be a bug."""
-    groups = LocalGroup.create(n, timeout_s=60)
     workers = [
         IncWorker(IncJob(job_id=JOB_ID, rank=r, n_workers=n, slot_count=4, timeout_s=timeout_s,
-                         min_timeout_s=timeout_s, **job),
-                  wire.transport(r),
-                  frame_prefix(Endpoint(*ADDRS[r]), job.get("contrib_type", 0)), agree_max(groups[r]))
+                         min_timeout_s=timeout_s, **job), wire.transport(r), Endpoint(*ADDRS[r]))
         for r in range(n)
     ]
     results: list[list[np.ndarray]] = [[] for _ in range(n)]
@@ -98,7 +97,9 @@ def allreduce(wire: Wire, n: int, inputs: list[np.ndarray], calls: int = 1, time
     return workers
 
 
-SIZE, CHUNKS = 1250, 20
+SIZE = 5 * L - 30
+CHUNKS = 5
+ROUNDS = CHUNKS + 4  # one contribution per chunk, plus the exponent round of each of the 4 slots
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -106,8 +107,8 @@ def test_sums_and_counters(n: int) -> None:
     switch = real_switch(ADDRS[:n], slot_count=4)
     inputs = [np.random.default_rng(r).normal(0, r + 1, SIZE).astype(np.float32) for r in range(n)]
     workers = allreduce(Wire(switch, n), n, inputs, calls=2, timeout_s=10.0)
-    assert counter(switch, "contributions") == n * CHUNKS * 2
-    assert counter(switch, "completions") == CHUNKS * 2, "a reused cell did not complete a new round"
+    assert counter(switch, "contributions") == n * ROUNDS * 2
+    assert counter(switch, "completions") == ROUNDS * 2, "a reused cell did not complete a new round"
     assert counter(switch, "retransmissions") == 0
     assert all(w.last_stats is not None and w.last_stats.retransmissions == 0 for w in workers)
 
@@ -115,21 +116,23 @@ def test_sums_and_counters(n: int) -> None:
 def test_dropped_contribution_and_result_recovered_without_double_counting() -> None:
     n = 3
     switch = real_switch(ADDRS[:n], slot_count=4)
-    lossy = DropChosen(switch, up={(2, 5 * 64)}, down={(3, 9 * 64), (1, 13 * 64)})
+    lossy = DropChosen(switch, up={(2, 4 * L)}, down={(3, 2 * L), (1, 4 * L)})
     inputs = [np.full(SIZE, r + 1.0, dtype=np.float32) for r in range(n)]
     workers = allreduce(Wire(lossy, n), n, inputs)
-    assert sorted(lossy.dropped) == [("down", 1, 13 * 64), ("down", 3, 9 * 64), ("up", 2, 5 * 64)]
-    assert counter(switch, "contributions") == n * CHUNKS
+    assert sorted(lossy.dropped) == [("down", 1, 4 * L), ("down", 3, 2 * L), ("up", 2, 4 * L)]
+    assert counter(switch, "contributions") == n * ROUNDS
     assert counter(switch, "retransmissions") >= 2  # ranks 0 and 2 asked again for a stored result
     assert workers[1].last_stats is not None and workers[1].last_stats.retransmissions >= 1
 
 
-@pytest.mark.parametrize(("result_type", "shift"), [(qz.ELEM_INT8, 24), (qz.ELEM_INT16, 16), (qz.ELEM_INT8, 4)])
-def test_narrow_results(result_type: int, shift: int) -> None:
+@pytest.mark.parametrize(("contrib", "result_type", "shift"), [
+    (qz.ELEM_INT32, qz.ELEM_INT8, 24), (qz.ELEM_INT32, qz.ELEM_INT16, 16),
+    (qz.ELEM_INT8, qz.ELEM_INT8, 2), (qz.ELEM_INT16, qz.ELEM_INT16, 2)])
+def test_narrow_results(contrib: int, result_type: int, shift: int) -> None:
     n = 4
     switch = real_switch(ADDRS[:n], slot_count=4, result_type=result_type, shift=shift)
     inputs = [np.random.default_rng(r).uniform(-1, 1, SIZE).astype(np.float32) for r in range(n)]
-    allreduce(Wire(switch, n), n, inputs, result_type=result_type, shift=shift)
+    allreduce(Wire(switch, n), n, inputs, contrib_type=contrib, result_type=result_type, shift=shift)
     assert counter(switch, "overflows") == 0
 
 
@@ -138,7 +141,7 @@ def test_int8_contributions() -> None:
     switch = real_switch(ADDRS[:n], slot_count=4)
     inputs = [np.linspace(-3, 3, SIZE, dtype=np.float32) * (r + 1) for r in range(n)]
     allreduce(Wire(switch, n), n, inputs, contrib_type=qz.ELEM_INT8)
-    assert counter(switch, "contributions") == n * CHUNKS
+    assert counter(switch, "contributions") == n * ROUNDS
 
 
 def test_packets_are_what_the_program_expects() -> None:
@@ -147,3 +150,18 @@ def test_packets_are_what_the_program_expects() -> None:
     allreduce(Wire(switch, 2), 2, [np.ones(100, dtype=np.float32)] * 2)
     drops = [switch.counter_read("P4inaIngress.drops", 1 * 16 + reason)[0] for reason in range(16)]
     assert drops == [0] * 16, f"drops by reason: {drops}"
+
+
+def test_the_switches_agree_the_smallest_exponent() -> None:
+    """Each block gets the minimum of the workers' proposals: the worker with the largest values decides."""
+    n = 3
+    switch = real_switch(ADDRS[:n], slot_count=4)
+    rng = np.random.default_rng(9)
+    inputs = [rng.normal(0, 1, 4 * L).astype(np.float32) * (10.0 ** r) for r in range(n)]
+    workers = allreduce(Wire(switch, n), n, inputs, timeout_s=10.0)
+    plans = [w.last_plan for w in workers]
+    exps = np.asarray(plans[0].exponent)[::L]  # type: ignore[union-attr]
+    q = workers[0].job.q_limit
+    expected = qz.block_exponents(np.max([qz.block_max_abs(x) for x in inputs], axis=0), q)
+    assert exps.tolist() == expected.tolist()
+    assert all(np.array_equal(np.asarray(p.exponent), np.asarray(plans[0].exponent)) for p in plans)  # type: ignore[union-attr]

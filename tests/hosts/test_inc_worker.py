@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from hosts import quantization as qz
-from hosts.coordination import LocalGroup, agree_max
 from hosts.fakeswitch import DropRule, FakeSwitch, FakeTransport
-from hosts.inc_worker import AllreduceTimeoutError, IncJob, IncWorker, JobMismatchError
-from hosts.packets import Endpoint, frame_prefix
+from hosts.inc_worker import AllreduceTimeoutError, IncJob, IncWorker, JobMismatchError, ProtocolError
+from hosts.packets import Endpoint
 from hosts.stats import AllreduceStats
 from wireformat import AGG
 
 JOB = 5
+NONE = AGG.elem_types["ELEM_NONE"]
+L = AGG.num_lanes
+
+
+def endpoint(r: int) -> Endpoint:
+    return Endpoint(f"02:00:00:00:00:{r:02x}", f"10.0.0.{r + 1}")
+
+
+def rounds(elements: int, slot_count: int) -> int:
+    """Contributions per worker per all-reduce: one per chunk plus one exponent round per slot used."""
+    chunks = -(-elements // L)
+    return chunks + min(chunks, slot_count)
 
 
 # Short timeouts where packets are dropped on purpose (they only make recovery quicker); where
@@ -26,15 +36,13 @@ LOSSY_TIMEOUT, LOSSLESS_TIMEOUT = 0.02, 10.0
 
 def make_workers(switch: FakeSwitch, n: int, slot_count: int, timeout_s: float = LOSSY_TIMEOUT,
                  **job: object) -> list[IncWorker]:
-    groups = LocalGroup.create(n, timeout_s=60)
     return [
         IncWorker(
             IncJob(job_id=JOB, rank=r, n_workers=n, slot_count=slot_count, timeout_s=timeout_s,
                    min_timeout_s=timeout_s,
                    result_type=switch.result_type, shift=switch.shift, **job),  # type: ignore[arg-type]
             FakeTransport(switch, r),
-            frame_prefix(Endpoint(f"02:00:00:00:00:{r:02x}", f"10.0.0.{r + 1}"), job.get("contrib_type", 0)),  # type: ignore[arg-type]
-            agree_max(groups[r]),
+            endpoint(r),
         )
         for r in range(n)
     ]
@@ -71,10 +79,12 @@ def check_sums(workers: list[IncWorker], inputs: list[np.ndarray], results: list
 
 
 def once(*keys: tuple[str, int, int]) -> DropRule:
-    """Drop the first copy of each (direction, rank, offset) packet, and count the drops."""
+    """Drop the first copy of each (direction, rank, offset) data packet, and count the drops."""
     left = set(keys)
 
     def rule(direction: str, rank: int, header: dict[str, int]) -> bool:
+        if header["elem_type"] == NONE:
+            return False
         key = (direction, rank, header["offset"])
         if key in left:
             left.discard(key)
@@ -92,44 +102,86 @@ def test_sums_are_correct_and_identical(n: int) -> None:
     inputs = [np.random.default_rng(r).normal(0, r + 1, 1000).astype(np.float32) for r in range(n)]
     results = run_all(workers, inputs)
     check_sums(workers, inputs, [r[0] for r in results])
-    chunks = -(-1000 // AGG.num_lanes)
-    assert switch.counters["contributions"] == n * chunks
-    assert switch.counters["completions"] == chunks
+    per = rounds(1000, 4)
+    assert switch.counters["contributions"] == n * per
+    assert switch.counters["completions"] == per
     stats = workers[0].last_stats
     assert isinstance(stats, AllreduceStats)
-    assert stats.packets_sent == chunks and stats.retransmissions == 0 and stats.elements == 1000
+    assert stats.packets_sent == per and stats.retransmissions == 0 and stats.elements == 1000
+    assert stats.t_start <= stats.t_start + stats.parts["agree"] <= stats.t_done
+    assert set(stats.parts) >= {"agree", "quantize", "dequantize"}
 
 
 def test_lost_contribution_is_retransmitted_and_counted_once() -> None:
-    lost = once(("up", 1, 3 * AGG.num_lanes))
+    lost = once(("up", 1, 3 * L))
     switch = FakeSwitch(job_id=JOB, n_workers=3, slot_count=2, drop=lost)
     workers = make_workers(switch, 3, 2)
-    inputs = [np.full(640, r + 1.0, dtype=np.float32) for r in range(3)]
+    inputs = [np.full(5 * L, r + 1.0, dtype=np.float32) for r in range(3)]
     results = run_all(workers, inputs)
     assert not lost.left  # type: ignore[attr-defined]
     check_sums(workers, inputs, [r[0] for r in results])
     assert workers[1].last_stats is not None and workers[1].last_stats.retransmissions >= 1
-    assert switch.counters["contributions"] == 3 * 10  # no double counting
+    assert switch.counters["contributions"] == 3 * rounds(5 * L, 2)  # no double counting
     np.testing.assert_allclose(results[0][0], 6.0, rtol=1e-6)
 
 
 def test_lost_result_is_recovered_from_the_stored_result() -> None:
-    lost = once(("down", 2, 5 * AGG.num_lanes), ("down", 0, 0))
+    lost = once(("down", 2, 5 * L), ("down", 0, 0))
     switch = FakeSwitch(job_id=JOB, n_workers=3, slot_count=2, drop=lost)
     workers = make_workers(switch, 3, 2)
-    inputs = [np.random.default_rng(r).uniform(-1, 1, 700).astype(np.float32) for r in range(3)]
+    inputs = [np.random.default_rng(r).uniform(-1, 1, 6 * L + 10).astype(np.float32) for r in range(3)]
     results = run_all(workers, inputs)
     assert not lost.left  # type: ignore[attr-defined]
     check_sums(workers, inputs, [r[0] for r in results])
     assert switch.counters["retransmissions"] >= 2  # answered from the FINAL cells
-    assert switch.counters["contributions"] == 3 * 11
+    assert switch.counters["contributions"] == 3 * rounds(6 * L + 10, 2)
 
 
-@pytest.mark.parametrize(("result_type", "shift"), [(qz.ELEM_INT8, 20), (qz.ELEM_INT16, 12), (qz.ELEM_INT8, 0)])
-def test_narrow_results(result_type: int, shift: int) -> None:
+def test_lost_exponent_round_is_recovered() -> None:
+    """An exponent round is a round like any other: lost up or down, it is retransmitted and answered."""
+    left = {("up", 1, 0), ("down", 2, L)}
+
+    def rule(direction: str, rank: int, header: dict[str, int]) -> bool:
+        key = (direction, rank, header["offset"])
+        if header["elem_type"] == NONE and key in left:
+            left.discard(key)
+            return True
+        return False
+
+    switch = FakeSwitch(job_id=JOB, n_workers=3, slot_count=2, drop=rule)
+    workers = make_workers(switch, 3, 2)
+    inputs = [np.random.default_rng(r).normal(0, 1, 3 * L).astype(np.float32) for r in range(3)]
+    results = run_all(workers, inputs)
+    assert not left
+    check_sums(workers, inputs, [r[0] for r in results])
+    assert switch.counters["contributions"] == 3 * rounds(3 * L, 2)
+
+
+def test_each_block_gets_its_own_exponent() -> None:
+    """One huge element costs precision only in its own block (the per-tensor scale spread it everywhere)."""
+    switch = FakeSwitch(job_id=JOB, n_workers=2, slot_count=4)
+    workers = make_workers(switch, 2, 4, LOSSLESS_TIMEOUT)
+    rng = np.random.default_rng(3)
+    inputs = [rng.normal(0, 1e-3, 4 * L).astype(np.float32) for _ in range(2)]
+    inputs[0][5] = 1e6  # block 0 only
+    results = run_all(workers, inputs)
+    check_sums(workers, inputs, [r[0] for r in results])
+    plan = workers[0].last_plan
+    assert plan is not None
+    exps = np.asarray(plan.exponent)[::L]
+    assert exps[0] < exps[1] - 20 and len(set(exps[1:].tolist())) <= 2
+    ref = np.sum([x.astype(np.float64) for x in inputs], axis=0)
+    rel = np.abs(results[0][0][L:] - ref[L:]).max() / np.abs(ref[L:]).max()
+    assert rel < 1e-6, rel
+
+
+@pytest.mark.parametrize(("contrib", "result_type", "shift"), [
+    (qz.ELEM_INT32, qz.ELEM_INT8, 24), (qz.ELEM_INT32, qz.ELEM_INT16, 16),
+    (qz.ELEM_INT8, qz.ELEM_INT8, 2), (qz.ELEM_INT16, qz.ELEM_INT16, 2)])
+def test_narrow_results(contrib: int, result_type: int, shift: int) -> None:
     switch = FakeSwitch(job_id=JOB, n_workers=4, slot_count=3, result_type=result_type, shift=shift)
-    workers = make_workers(switch, 4, 3)
-    inputs = [np.random.default_rng(r).normal(0, 1, 500).astype(np.float32) for r in range(4)]
+    workers = make_workers(switch, 4, 3, contrib_type=contrib)
+    inputs = [np.random.default_rng(r).normal(0, 1, 5 * L).astype(np.float32) for r in range(4)]
     results = run_all(workers, inputs)
     check_sums(workers, inputs, [r[0] for r in results])
     assert switch.counters["overflows"] == 0
@@ -139,7 +191,7 @@ def test_narrow_results(result_type: int, shift: int) -> None:
 def test_int8_contributions() -> None:
     switch = FakeSwitch(job_id=JOB, n_workers=2, slot_count=2)
     workers = make_workers(switch, 2, 2, contrib_type=qz.ELEM_INT8)
-    inputs = [np.linspace(-1, 1, 200, dtype=np.float32) * (r + 1) for r in range(2)]
+    inputs = [np.linspace(-1, 1, 3 * L, dtype=np.float32) * (r + 1) for r in range(2)]
     results = run_all(workers, inputs)
     check_sums(workers, inputs, [r[0] for r in results])
 
@@ -147,12 +199,12 @@ def test_int8_contributions() -> None:
 def test_repeated_allreduces_advance_the_epoch_and_reuse_slots() -> None:
     switch = FakeSwitch(job_id=JOB, n_workers=2, slot_count=3)
     workers = make_workers(switch, 2, 3)
-    inputs = [np.arange(1000, dtype=np.float32) * (r + 1) for r in range(2)]
+    inputs = [np.arange(4000, dtype=np.float32) * (r + 1) for r in range(2)]
     results = run_all(workers, inputs, calls=3)
     for call in range(3):
         check_sums(workers, inputs, [r[call] for r in results])
     assert workers[0].epoch == 4
-    assert switch.counters["contributions"] == 3 * 2 * 16
+    assert switch.counters["contributions"] == 3 * 2 * rounds(4000, 3)
 
 
 def test_duplicated_results_are_ignored() -> None:
@@ -165,7 +217,7 @@ def test_duplicated_results_are_ignored() -> None:
 
     switch._send = twice  # type: ignore[method-assign]
     workers = make_workers(switch, 2, 2)
-    inputs = [np.ones(300, dtype=np.float32)] * 2
+    inputs = [np.ones(3 * L, dtype=np.float32)] * 2
     results = run_all(workers, inputs, calls=2)
     check_sums(workers, inputs, [r[1] for r in results])
     assert workers[0].last_stats is not None and workers[0].last_stats.duplicates > 0
@@ -173,8 +225,7 @@ def test_duplicated_results_are_ignored() -> None:
 
 def test_nan_is_refused_before_anything_is_sent() -> None:
     switch = FakeSwitch(job_id=JOB, n_workers=1, slot_count=2)
-    worker = IncWorker(IncJob(job_id=JOB, rank=0, n_workers=1, slot_count=2), FakeTransport(switch, 0),
-                       frame_prefix(Endpoint("02:00:00:00:00:01", "10.0.0.1"), 0))
+    worker = IncWorker(IncJob(job_id=JOB, rank=0, n_workers=1, slot_count=2), FakeTransport(switch, 0), endpoint(0))
     with pytest.raises(qz.NonFiniteError):
         worker.allreduce(np.array([1.0, np.nan], dtype=np.float32))
     assert switch.counters["contributions"] == 0
@@ -182,10 +233,9 @@ def test_nan_is_refused_before_anything_is_sent() -> None:
 
 def test_missing_worker_times_out_with_a_clear_error() -> None:
     switch = FakeSwitch(job_id=JOB, n_workers=2, slot_count=2)
-    alone: Callable[[str, float, int], float] = lambda tag, m, size: m  # noqa: E731 (pretend the other agreed)
     worker = IncWorker(IncJob(job_id=JOB, rank=0, n_workers=2, slot_count=2, timeout_s=0.005, max_retries=3),
-                       FakeTransport(switch, 0), frame_prefix(Endpoint("02:00:00:00:00:01", "10.0.0.1"), 0), alone)
-    with pytest.raises(AllreduceTimeoutError, match="no result for slot 0 offset 0 after 3 retransmissions"):
+                       FakeTransport(switch, 0), endpoint(0))
+    with pytest.raises(AllreduceTimeoutError, match=r"no result for slot 0 \(exponent round\) after 3 retransmissions"):
         worker.allreduce(np.ones(10, dtype=np.float32))
 
 
@@ -196,9 +246,60 @@ def test_job_config_is_validated() -> None:
         IncJob(job_id=1, rank=0, n_workers=300, slot_count=8, result_type=qz.ELEM_INT8)
 
 
+@pytest.mark.parametrize(("contrib", "result", "shift", "why"), [
+    # int8 contributions of 16 workers shifted by 24 (the int32 default) leave no bit of the int8 result
+    (qz.ELEM_INT8, qz.ELEM_INT8, 24, "keeps 0 of the result's 7 magnitude bits"),
+    # no shift: each of 16 workers may only send |q| <= 7 of its 127
+    (qz.ELEM_INT8, qz.ELEM_INT8, 0, "contributions keep 3 of their 7 magnitude bits"),
+    (qz.ELEM_INT32, qz.ELEM_INT32, 3, "only narrowed results are shifted"),
+])
+def test_configurations_that_cannot_represent_the_sum_are_refused(contrib: int, result: int, shift: int, why: str) -> None:
+    with pytest.raises(qz.QuantizationError, match=why):
+        IncJob(job_id=1, rank=0, n_workers=16, slot_count=8, contrib_type=contrib, result_type=result, shift=shift)
+    IncJob(job_id=1, rank=0, n_workers=16, slot_count=8, contrib_type=contrib, result_type=result,
+           shift=0 if result == qz.ELEM_INT32 else 4 if contrib == result else 24)
+
+
 def test_result_type_other_than_configured_is_a_clear_error() -> None:
     switch = FakeSwitch(job_id=JOB, n_workers=1, slot_count=2, result_type=qz.ELEM_INT8, shift=24)
-    worker = IncWorker(IncJob(job_id=JOB, rank=0, n_workers=1, slot_count=2), FakeTransport(switch, 0),
-                       frame_prefix(Endpoint("02:00:00:00:00:01", "10.0.0.1"), 0))
+    worker = IncWorker(IncJob(job_id=JOB, rank=0, n_workers=1, slot_count=2), FakeTransport(switch, 0), endpoint(0))
     with pytest.raises(JobMismatchError, match="elem_type 2 shift 24"):
         worker.allreduce(np.ones(10, dtype=np.float32))
+
+
+def test_an_exponent_above_the_proposal_is_a_protocol_error() -> None:
+    """A switch that returned the maximum (or garbage) instead of the minimum must not be trusted."""
+    switch = FakeSwitch(job_id=JOB, n_workers=1, slot_count=2)
+    real = switch._send
+
+    def lying(rank: int, slot: int, shadow: int, cell: object, offset: int) -> None:
+        cell.next_exponent = 127  # type: ignore[attr-defined]
+        real(rank, slot, shadow, cell, offset)  # type: ignore[arg-type]
+
+    switch._send = lying  # type: ignore[method-assign]
+    worker = IncWorker(IncJob(job_id=JOB, rank=0, n_workers=1, slot_count=2), FakeTransport(switch, 0), endpoint(0))
+    with pytest.raises(ProtocolError, match="above this worker's proposal"):
+        worker.allreduce(np.full(10, 5.0, dtype=np.float32))
+
+
+def test_a_result_of_an_older_epoch_is_ignored() -> None:
+    """A late result of the previous all-reduce (same slot and shadow, older epoch) is not taken for this one."""
+    switch = FakeSwitch(job_id=JOB, n_workers=1, slot_count=2)
+    worker = IncWorker(IncJob(job_id=JOB, rank=0, n_workers=1, slot_count=2, timeout_s=LOSSLESS_TIMEOUT,
+                              min_timeout_s=LOSSLESS_TIMEOUT), FakeTransport(switch, 0), endpoint(0))
+    first = worker.allreduce(np.full(L, 1.0, dtype=np.float32))
+    stale: list[bytes] = []
+    real_send = switch._send
+
+    def record(rank: int, slot: int, shadow: int, cell: object, offset: int) -> None:
+        real_send(rank, slot, shadow, cell, offset)
+        stale.append(switch.queues[rank].queue[-1])
+
+    switch._send = record  # type: ignore[method-assign]
+    worker.allreduce(np.full(L, 2.0, dtype=np.float32))
+    switch._send = real_send  # type: ignore[method-assign]
+    for payload in stale:  # replay epoch-2 results into epoch 3
+        switch.queues[0].put(payload)
+    third = worker.allreduce(np.full(L, 3.0, dtype=np.float32))
+    assert first[0] == 1.0 and third[0] == 3.0
+    assert worker.last_stats is not None and worker.last_stats.duplicates >= len(stale)

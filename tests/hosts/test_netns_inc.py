@@ -95,8 +95,9 @@ def lab() -> Iterator[NetnsLab]:
         yield lab
 
 
-CHUNKS = 20  # size 1250 -> 20 chunks of 64 lanes (the last one padded)
-SIZE = 1250
+L = AGG.num_lanes
+SIZE = 5 * L - 30  # 5 chunks (the last one padded) in 4 slots
+CHUNKS = 5 + 4  # rounds per worker and all-reduce: the chunks plus one exponent round per slot
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -131,19 +132,19 @@ def test_dropped_contribution_and_result_are_recovered_once(lab: NetnsLab, tmp_p
     n = 3
     net = star(lab, n)
     switch = real_switch(net.addrs, slot_count=4)
-    lossy = DropChosen(switch, up={(2, 5 * 64)}, down={(3, 9 * 64)})
+    lossy = DropChosen(switch, up={(2, 4 * L)}, down={(3, 2 * L)})
     io = attach(lab, lossy, n)
     try:
         reports = run_workers(net, tmp_path, 4, SIZE, 1, [])
     finally:
         io.stop()
-    assert sorted(lossy.dropped) == [("down", 3, 9 * 64), ("up", 2, 5 * 64)]
+    assert sorted(lossy.dropped) == [("down", 3, 2 * L), ("up", 2, 4 * L)]
     assert reports[1]["retransmissions"] >= 1 and reports[2]["retransmissions"] >= 1
     assert counter(switch, "contributions") == n * CHUNKS  # the retransmitted one counted once
     assert counter(switch, "retransmissions") >= 1  # rank 2's resend found its bit set: stored result
 
 
-@pytest.mark.parametrize(("result_type", "shift"), [("int8", 24), ("int16", 16)])
+@pytest.mark.parametrize(("result_type", "shift"), [("int8", 2), ("int16", 2)])
 def test_narrow_results(lab: NetnsLab, tmp_path: Path, result_type: str, shift: int) -> None:
     n = 4
     code = AGG.elem_types[f"ELEM_{result_type.upper()}"]
@@ -151,7 +152,8 @@ def test_narrow_results(lab: NetnsLab, tmp_path: Path, result_type: str, shift: 
     switch = real_switch(net.addrs, slot_count=4, result_type=code, shift=shift)
     io = attach(lab, switch, n)
     try:
-        reports = run_workers(net, tmp_path, 4, SIZE, 1, ["--result-type", result_type, "--shift", str(shift)])
+        reports = run_workers(net, tmp_path, 4, SIZE, 1, ["--result-type", result_type, "--contrib-type", result_type,
+                                                          "--shift", str(shift)])
     finally:
         io.stop()
     assert counter(switch, "overflows") == 0

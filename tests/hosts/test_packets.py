@@ -25,22 +25,32 @@ def scapy_frame(elem: int, **fields: object) -> bytes:
     )
 
 
-@pytest.mark.parametrize("elem", sorted(AGG.elem_types.values()))
+LANE_ELEMS = sorted(code for name, code in AGG.elem_types.items() if name != "ELEM_NONE")
+NONE = AGG.elem_types["ELEM_NONE"]
+
+
+@pytest.mark.parametrize("elem", LANE_ELEMS)
 def test_every_row_equals_scapy(elem: int) -> None:
+    """Exponent rounds, then chunk k in slot k % 3, round 1 + k // 3, proposing the exponent of chunk k + 3."""
     bits = AGG.lane_bytes(elem) * 8
     rng = np.random.default_rng(elem)
     lanes = rng.integers(-(2 ** (bits - 1)), 2 ** (bits - 1), size=(7, AGG.num_lanes))
-    frames = ContributionFrames(frame_prefix(ME, elem), lanes, job_id=12, rank=3, epoch=200, exponent=-7,
-                                elem_type=elem, slot_count=3)
-    assert len(frames) == 7
+    proposals = rng.integers(-128, 128, size=7)
+    frames = ContributionFrames(ME, proposals, job_id=12, rank=3, epoch=200, elem_type=elem, slot_count=3)
+    assert len(frames) == 7 and frames.n_slots == 3
+    common = dict(job_id=12, contributor=3, epoch=200)
+    for s in range(3):
+        expect = scapy_frame(NONE, slot=s, shadow=0, offset=s * AGG.num_lanes, next_exponent=int(proposals[s]), **common)
+        assert bytes(frames.exponent_frame(s)) == expect, s
+        assert frames.exponent_retransmission(s) == scapy_frame(
+            NONE, flags="retransmit", slot=s, shadow=0, offset=s * AGG.num_lanes, next_exponent=int(proposals[s]), **common)
     for k in range(7):
-        expect = scapy_frame(elem, job_id=12, contributor=3, epoch=200, exponent=-7, slot=k % 3,
-                             shadow=(k // 3) % 2, offset=k * AGG.num_lanes, lanes=[int(v) for v in lanes[k]])
-        assert bytes(frames.frame(k)) == expect, k
-        again = frames.retransmission(k)
-        assert again == scapy_frame(elem, flags="retransmit", job_id=12, contributor=3, epoch=200, exponent=-7,
-                                    slot=k % 3, shadow=(k // 3) % 2, offset=k * AGG.num_lanes,
-                                    lanes=[int(v) for v in lanes[k]])
+        frames.fill(k, -7 + k, lanes[k])
+        nxt = int(proposals[k + 3]) if k + 3 < 7 else AGG.field("next_exponent").max_value
+        fields = dict(exponent=-7 + k, slot=k % 3, shadow=(1 + k // 3) % 2, offset=k * AGG.num_lanes,
+                      next_exponent=nxt, lanes=[int(v) for v in lanes[k]], **common)
+        assert bytes(frames.frame(k)) == scapy_frame(elem, **fields), k
+        assert frames.retransmission(k) == scapy_frame(elem, flags="retransmit", **fields)
 
 
 @settings(max_examples=200, deadline=None)
@@ -62,7 +72,7 @@ def test_pack_headers_refuses_out_of_range() -> None:
 def test_result_lanes_decode_by_width() -> None:
     dec = ResultDecoder()
     for elem, fmt in ((0, ">i4"), (1, ">i2"), (2, "i1")):
-        lanes = np.arange(-32, 32)
+        lanes = np.arange(AGG.num_lanes) % 128 - 64
         payload = AGG.pack_header(elem_type=elem) + lanes.astype(fmt).tobytes()
         assert dec.lanes(payload, elem).tolist() == lanes.tolist()
         with pytest.raises(ValueError, match="needs"):

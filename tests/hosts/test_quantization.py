@@ -155,3 +155,22 @@ def test_dequantize_decodes_the_midpoint_of_a_shifted_lane() -> None:
     # lane 3 with shift 2 stands for the integer sums 12..15: decoded as 13.5 (times 2^-e).
     assert qz.dequantize(np.array([3, -1]), exponent=1, shift=2).tolist() == [13.5 / 2, -2.5 / 2]
     assert qz.dequantize(np.array([3]), exponent=-2).tolist() == [12.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    maxima=st.lists(st.one_of(st.just(0.0), st.floats(min_value=1e-38, max_value=3e38)), min_size=1, max_size=40),
+    n=st.integers(1, 64),
+)
+def test_block_exponents_equal_the_scalar_choice(maxima: list[float], n: int) -> None:
+    limit = qz.q_limit(n)
+    got = qz.block_exponents(np.array(maxima), limit)
+    assert got.tolist() == [qz.choose_exponent(m, n) for m in maxima]
+
+
+def test_block_max_abs_pads_the_last_block_and_refuses_nan() -> None:
+    x = np.arange(-5, 600, dtype=np.float32)
+    m = qz.block_max_abs(x, lanes=256)
+    assert m.tolist() == [250.0, 506.0, 599.0]
+    with pytest.raises(qz.NonFiniteError):
+        qz.block_max_abs(np.array([1.0, np.inf], dtype=np.float32))

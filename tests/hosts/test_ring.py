@@ -12,7 +12,8 @@ import pytest
 
 from hosts.coordination import LocalGroup
 from hosts.quantization import NonFiniteError
-from hosts.ring import RingAllreduce, RingConfig, RingTimeoutError, segment_bounds, topology_order
+from hosts.bf16 import round_bf16
+from hosts.ring import RingAllreduce, RingConfig, RingTimeoutError, elements_per_packet, segment_bounds, topology_order
 from hosts.stats import AllreduceStats
 
 
@@ -106,6 +107,48 @@ def test_loss_is_recovered(n: int) -> None:
     check(inputs, results)
     assert sum(r.sock.dropped for r in rings) > 0  # type: ignore[attr-defined]
     assert sum(r.last_stats.retransmissions for r in rings if r.last_stats) > 0
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_bf16_on_the_wire(n: int) -> None:
+    """bfloat16 on the wire, float32 sums: within 2^-8 per rounding, identical on every rank, 2 B a value."""
+    inputs = [np.random.default_rng(r).normal(0, 1, 5000).astype(np.float32) for r in range(n)]
+    rings = make_rings(n, wire="bfloat16")
+    results = run(rings, inputs)
+    ref = np.sum([x.astype(np.float64) for x in inputs], axis=0)
+    mag = np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0)
+    for res in results:
+        assert np.array_equal(res, results[0])
+    err = np.abs(results[0] - ref)
+    assert (err <= n * 2.0**-8 * mag * 1.01).all()
+    assert err.max() > 0  # it really was rounded
+    assert np.array_equal(round_bf16(results[0]), results[0])  # every value is a bfloat16
+    stats = rings[0].last_stats
+    assert stats is not None and stats.method == "ring-bf16"
+    f32 = make_rings(n)
+    run(f32, inputs)
+    assert f32[0].last_stats is not None
+    assert stats.bytes_sent < 0.6 * f32[0].last_stats.bytes_sent  # half the payload bytes
+
+
+def test_acks_are_batched() -> None:
+    """One ack datagram per ack_every data packets, not one each: the ring pays a fair transport's overhead."""
+    inputs = [np.random.default_rng(r).normal(0, 1, 200_000).astype(np.float32) for r in range(2)]
+    rings = make_rings(2, ack_every=16, ack_delay_s=1.0)
+    run(rings, inputs)
+    stats = rings[0].last_stats
+    assert stats is not None
+    data = -(-200_000 // elements_per_packet("float32"))  # 2(n-1) = 2 steps of one segment each, per rank
+    acks = stats.packets_sent - data
+    assert 0 < acks <= data // 16 + 3, (acks, data)
+
+
+def test_result_time_is_when_the_last_chunk_arrived() -> None:
+    rings = make_rings(3)
+    run(rings, [np.ones(10_000, dtype=np.float32)] * 3)
+    for ring in rings:
+        st = ring.last_stats
+        assert st is not None and st.t_start < st.t_done and st.latency_s == pytest.approx(st.t_done - st.t_start)
 
 
 def test_topology_order_keeps_groups_together() -> None:

@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # A contribution header written out by hand from the field table, byte by byte.
 GOLDEN_FIELDS = dict(op=1, flags=1, elem_type=2, shift=3, job_id=0x1234, shadow=1, slot=0x0567,
-                     contributor=0x89AB, exponent=-2, epoch=7, offset=0xDEADBEEF)
+                     contributor=0x89AB, exponent=-2, epoch=7, offset=0xDEADBEEF, next_exponent=-3)
 GOLDEN_BYTES = bytes.fromhex(
-    "11"        # version 1 | op 1
+    "21"        # version 2 | op 1
     "01"        # flags RETRANSMIT
     "02"        # elem_type INT8
     "03"        # shift 3
@@ -27,17 +27,18 @@ GOLDEN_BYTES = bytes.fromhex(
     "fe"        # exponent -2
     "07"        # epoch
     "deadbeef"  # offset
+    "fd"        # next_exponent -3
 )
 
 
-def test_header_is_16_bytes_and_byte_aligned() -> None:
-    assert AGG.header_bits == 128
-    assert AGG.header_bytes == 16
+def test_header_is_17_bytes_and_byte_aligned() -> None:
+    assert AGG.header_bits == 136
+    assert AGG.header_bytes == 17
 
 
 def test_golden_bytes() -> None:
     assert AGG.pack_header(**GOLDEN_FIELDS) == GOLDEN_BYTES
-    assert AGG.unpack_header(GOLDEN_BYTES) == {"version": 1, **GOLDEN_FIELDS}
+    assert AGG.unpack_header(GOLDEN_BYTES) == {"version": 2, **GOLDEN_FIELDS}
 
 
 def test_round_trip_extremes() -> None:
@@ -58,18 +59,29 @@ def test_unknown_field_is_refused() -> None:
 
 
 def test_short_buffer_is_refused() -> None:
-    with pytest.raises(ValueError, match="16 bytes"):
-        AGG.unpack_header(b"\x11" * 15)
+    with pytest.raises(ValueError, match="17 bytes"):
+        AGG.unpack_header(b"\x21" * 16)
 
 
 def test_frame_sizes() -> None:
-    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT32"]) == 14 + 20 + 8 + 16 + 64 * 4
-    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT8"]) == 14 + 20 + 8 + 16 + 64
+    assert AGG.num_lanes == 256
+    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT32"]) == 14 + 20 + 8 + 17 + 256 * 4 == 1083
+    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT16"]) == 14 + 20 + 8 + 17 + 256 * 2
+    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT8"]) == 14 + 20 + 8 + 17 + 256
+    assert AGG.frame_bytes(AGG.elem_types["ELEM_NONE"]) == 14 + 20 + 8 + 17  # an exponent round
+
+
+def test_lanes_dominate_the_frames() -> None:
+    """The packet-size choice (issue: MTU-sized packets): int32 frames >= 90% lanes, int8 >= 75%."""
+    share = {name: AGG.num_lanes * AGG.lane_bytes(code) / AGG.frame_bytes(code)
+             for name, code in AGG.elem_types.items() if name != "ELEM_NONE"}
+    assert share["ELEM_INT32"] >= 0.90 and share["ELEM_INT8"] >= 0.75, share
+    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT32"]) <= 1514  # one Ethernet MTU
 
 
 def test_definition_errors_name_the_problem() -> None:
     raw = tomllib.loads(DEFINITION.read_text())
-    raw["field"] = raw["field"][:-1]  # drop offset: 96 bits, still whole bytes
+    raw["field"] = raw["field"][:-2]  # drop offset and next_exponent: 96 bits, still whole bytes
     assert _parse(raw).header_bytes == 12
     raw["field"][0]["bits"] = 3
     with pytest.raises(WireFormatError, match="whole number of bytes"):

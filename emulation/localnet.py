@@ -99,14 +99,14 @@ def bmv2_switches(topo: Topology, workdir: Path, timeout: float = 30.0) -> Itera
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m controller.localnet TOPO OUT.json`: serve embedded switches until SIGTERM/Ctrl-C."""
+    """`python -m emulation.localnet TOPO OUT.json`: serve embedded switches until SIGTERM/Ctrl-C."""
     import argparse
     import signal
     import threading
 
-    from controller.cli import load_topology
+    from controller.topospec import load_topology
 
-    ap = argparse.ArgumentParser(prog="python -m controller.localnet", description="Start an embedded switch (P4Runtime on 127.0.0.1, no ports) for every switch of a topology and write the topology JSON with their addresses.")
+    ap = argparse.ArgumentParser(prog="python -m emulation.localnet", description="Start an embedded switch (P4Runtime on 127.0.0.1, no ports) for every switch of a topology and write the topology JSON with their addresses.")
     ap.add_argument("topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON")
     ap.add_argument("out", type=Path, help="where to write the topology JSON with grpc_addr filled in (written once all listen)")
     ap.add_argument("-v", "--verbose", action="store_true")

@@ -1,0 +1,204 @@
+"""A host's long-lived agent: runs whatever all-reduce the runner asks for, step by step, and reports it.
+
+One agent per host keeps its sockets (the in-network worker's AF_PACKET
+transport, one UDP socket per host method) across steps, so the runner can
+interleave methods in any order without starting processes in between. A step:
+
+1. the command arrives (method, size, iteration, the job's settings);
+2. the agent builds its input for that iteration (hosts.workload: every
+   iteration all-reduces different tensors, so a stale result cannot pass);
+3. it meets the other agents at the step's barrier; the release instant, on
+   the clock every process shares (hosts.clock), is the all-reduce's start;
+4. it all-reduces; the end is when its float32 result is complete;
+5. it checks the result (every rank sends a digest; the checker rank also
+   compares with numpy's float64 sum of every input) and reports.
+
+While it waits for a command or a barrier it keeps answering its host
+methods' sockets (a neighbour may still need an acknowledgement).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from hosts import clock, workload
+from hosts.coordination import CoordinatorClient, result_digest
+from hosts.methods import Method, method
+from hosts.packets import Endpoint
+
+LOG = logging.getLogger(__name__)
+
+T = TypeVar("T")
+RING_BASE_PORT = 16712  # one UDP port per host method, from here up
+
+
+class StepError(RuntimeError):
+    """A command the agent cannot carry out; reported to the runner as the step's error."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    rank: int
+    workers: int
+    coord: str
+    iface: str | None = None  # the in-network worker's interface (None: no in-network methods)
+    peers: tuple[str, ...] = ()  # every rank's IPv4 address, or "ip:port" (host methods use port, port + 1, ...)
+    groups: tuple[str, ...] | None = None  # edge switch of every rank: rings keep groups together
+
+
+class Agent:
+    """transport/endpoint: the in-network worker's, if not the interface's own (tests pass a model switch's)."""
+
+    def __init__(self, cfg: AgentConfig, client: CoordinatorClient, transport: Any = None,
+                 endpoint: Endpoint | None = None) -> None:
+        self.cfg = cfg
+        self.client = client
+        self._workers: dict[tuple[Any, ...], Any] = {}
+        self._transport: Any = transport
+        self._endpoint = endpoint
+
+    # -- waiting without going deaf --------------------------------------------------------------
+    def _serviced(self, fn: Callable[[], T]) -> T:
+        """Run fn (a blocking call to the coordinator) while answering the host methods' sockets."""
+        rings = [w for w in self._workers.values() if hasattr(w, "service")]
+        if not rings:
+            return fn()
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as ex:  # handed to the caller below
+                box["error"] = ex
+
+        t = threading.Thread(target=run, name="agent-wait", daemon=True)
+        t.start()
+        fds = [r.fileno() for r in rings]
+        while t.is_alive():
+            ready, _, _ = select.select(fds, [], [], 0.005)
+            for ring in rings:
+                if ring.fileno() in ready:
+                    ring.service()
+            t.join(0)
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    # -- workers ---------------------------------------------------------------------------------
+    def _worker(self, m: Method, cmd: dict[str, Any]) -> Any:
+        if m.in_network:
+            return self._inc_worker(cmd)
+        return self._ring(m, cmd)
+
+    def _inc_worker(self, cmd: dict[str, Any]) -> Any:
+        from hosts.inc_worker import IncJob, IncWorker
+        from hosts.transport import RawSocketTransport, interface_endpoint
+
+        job = cmd["job"]
+        key = ("inc", job["job_id"], job.get("install", 0))
+        if key not in self._workers:
+            if self._transport is None and not self.cfg.iface:
+                raise StepError("an in-network method needs --iface")
+            if self._transport is None:
+                self._endpoint = interface_endpoint(self.cfg.iface)
+                self._transport = RawSocketTransport(self.cfg.iface, self._endpoint.ip)
+            # a reinstalled job (new token) starts its epochs afresh; the old worker is dropped
+            for old in [k for k in self._workers if k[0] == "inc" and k[1] == job["job_id"]]:
+                del self._workers[old]
+            assert self._endpoint is not None
+            self._workers[key] = IncWorker(IncJob(
+                job_id=job["job_id"], rank=self.cfg.rank, n_workers=self.cfg.workers, slot_count=job["slots"],
+                contrib_type=job["contrib_type"], result_type=job["result_type"], shift=job["shift"],
+                timeout_s=job["timeout_s"], min_timeout_s=job["timeout_s"], first_epoch=job.get("first_epoch", 1),
+            ), self._transport, self._endpoint)
+        return self._workers[key]
+
+    def _ring(self, m: Method, cmd: dict[str, Any]) -> Any:
+        from hosts.ring import RingAllreduce, RingConfig, topology_order
+
+        if len(self.cfg.peers) != self.cfg.workers:
+            raise StepError(f"a host method needs the {self.cfg.workers} peers' addresses (--peers)")
+        ring_cfg = cmd.get("ring", {})
+        key = ("ring", m.wire, ring_cfg.get("window"), ring_cfg.get("timeout_s"))
+        if key not in self._workers:
+            offset = sorted({"float32", "bfloat16"}).index(m.wire)
+            peers = []
+            for peer in self.cfg.peers:
+                ip, _, port = peer.partition(":")
+                peers.append((ip, (int(port) if port else RING_BASE_PORT) + offset))
+            order = topology_order(list(self.cfg.groups)) if self.cfg.groups else None
+            extra = {k: ring_cfg[k] for k in ("window", "ack_every", "ack_delay_s") if k in ring_cfg}
+            if "timeout_s" in ring_cfg:
+                extra.update(timeout_s=ring_cfg["timeout_s"], min_timeout_s=ring_cfg["timeout_s"])
+            cfg = RingConfig(rank=self.cfg.rank, peers=tuple(peers), order=order, wire=m.wire, **extra)
+            self._workers[key] = RingAllreduce(cfg)
+        return self._workers[key]
+
+    # -- one step --------------------------------------------------------------------------------
+    def run_step(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        step, m = int(cmd["step"]), method(cmd["method"])
+        size, iteration = int(cmd["size"]), int(cmd["iteration"])
+        kind, seed = cmd.get("input", "normal"), int(cmd.get("seed", 0))
+        worker = self._worker(m, cmd)
+        x = workload.make_input(kind, size, self.cfg.rank, seed, iteration)
+        _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
+        if m.in_network:
+            result = worker.allreduce(x)
+        else:
+            result = worker.allreduce(x, call=step)
+        stats = worker.last_stats
+        report: dict[str, Any] = {
+            "step": step, "method": m.name, "rank": self.cfg.rank, "size": size, "iteration": iteration,
+            "t_release": released, **stats.to_dict(), "digest": result_digest(result),
+        }
+        report["latency_s"] = stats.t_done - released  # from the common start, on the shared clock
+        if cmd.get("checker") == self.cfg.rank:
+            report.update(self._check(m, result, kind, size, seed, iteration, worker))
+        return report
+
+    def _check(self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int,
+               worker: Any) -> dict[str, Any]:
+        """Against numpy's float64 sum of every rank's input for this iteration (not timed)."""
+        t0 = clock.now()
+        reference, magnitude = workload.reference_sum(kind, size, self.cfg.workers, seed, iteration)
+        if m.in_network:
+            bound = workload.inc_bound(reference, worker.last_plan)
+        else:
+            bound = workload.ring_bound(magnitude, self.cfg.workers, m.wire)
+        acc = workload.accuracy(result, reference, bound).to_dict()
+        acc["rel_l2_target"] = m.rel_l2_target
+        acc["check_s"] = clock.now() - t0
+        return acc
+
+    def serve(self) -> int:
+        """Take steps until the runner says stop; returns the number of steps run."""
+        last, done = -1, 0
+        while True:
+            cmd = self._serviced(lambda: self.client.next_command(last, wait_s=60.0))
+            if cmd is None:
+                continue
+            last = int(cmd["step"])
+            if cmd.get("op") == "quit":
+                return done
+            try:
+                report = self.run_step(cmd)
+            except Exception as ex:  # the step failed here; the runner decides what happens next
+                LOG.exception("step %d (%s) failed", last, cmd.get("method"))
+                report = {"step": last, "rank": self.cfg.rank, "method": cmd.get("method"),
+                          "error": f"{type(ex).__name__}: {ex}"}
+            self.client.step_report(last, report)
+            done += 1
+
+    def close(self) -> None:
+        for w in self._workers.values():
+            if hasattr(w, "close"):
+                w.close()
+        if self._transport is not None:
+            self._transport.close()

@@ -1,0 +1,127 @@
+"""Agents take the runner's steps in order, interleaving methods, and report sums that are checked."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hosts import clock
+from hosts import quantization as qz
+from hosts.agent import Agent, AgentConfig
+from hosts.coordination import CoordinatorClient, CoordinatorServer
+from hosts.fakeswitch import FakeSwitch, FakeTransport
+from hosts.packets import Endpoint
+
+N = 3
+
+
+def free_base_ports(n: int) -> list[int]:
+    """n base ports, each with its successor free too (one UDP port per host method)."""
+    out: list[int] = []
+    while len(out) < n:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+                    b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        if port not in out and port + 1 not in out and port - 1 not in out:
+            out.append(port)
+    return out
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Any:
+    releases: list[tuple[str, float]] = []
+    server = CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", N, timeout_s=60,
+                               on_release=lambda tag: releases.append((tag, clock.now())))
+    server.start()
+    switch = FakeSwitch(job_id=3, n_workers=N, slot_count=4)
+    peers = tuple(f"127.0.0.1:{p}" for p in free_base_ports(N))
+    threads, agents_ = [], []
+    for r in range(N):
+        client = CoordinatorClient(server.address, r, N)
+        agent = Agent(AgentConfig(rank=r, workers=N, coord=server.address, peers=peers), client,
+                      transport=FakeTransport(switch, r), endpoint=Endpoint(f"02:00:00:00:00:0{r}", f"10.0.0.{r + 1}"))
+        agents_.append(agent)
+        threads.append(threading.Thread(target=agent.serve, daemon=True))
+    for t in threads:
+        t.start()
+    yield server, switch, releases
+    server.post(10_000, {"op": "quit"})
+    for t in threads:
+        t.join(30)
+    for a in agents_:
+        a.close()
+    server.close()
+
+
+JOB = {"job_id": 3, "slots": 4, "contrib_type": qz.ELEM_INT32, "result_type": qz.ELEM_INT32, "shift": 0,
+       "timeout_s": 5.0}
+
+
+def test_interleaved_methods_every_iteration_checked(agents: Any) -> None:
+    server, switch, releases = agents
+    step = 0
+    order = [("ring", 0), ("inc-int32", 0), ("ring-bf16", 0), ("inc-int32", 1), ("ring", 1), ("ring-bf16", 1)]
+    seen: dict[str, list[str]] = {}
+    for method, iteration in order:
+        step += 1
+        server.post(step, {"method": method, "size": 3000, "iteration": iteration, "input": "normal", "seed": 4,
+                           "checker": 0, "job": JOB})
+        reports = server.step_reports(step, 60)
+        assert sorted(reports) == list(range(N)), reports
+        assert not any("error" in r for r in reports.values()), reports
+        assert len({r["digest"] for r in reports.values()}) == 1  # the same sum on every rank
+        check = reports[0]
+        assert check["rel_l2_error"] <= check["rel_l2_target"] and check["max_error_ratio"] <= 1.0
+        # one clock: every rank's latency is from the same release to its own end
+        released = {r["t_release"] for r in reports.values()}
+        assert len(released) == 1 and released.pop() == pytest.approx(dict(releases)[f"step-{step}"], abs=0.05)
+        assert all(r["latency_s"] >= r["t_done"] - r["t_start"] > 0 for r in reports.values())
+        seen.setdefault(method, []).append(check["digest"])
+    # a new iteration all-reduces new tensors: an old sum would not pass for a new one
+    assert all(len(set(d)) == len(d) for d in seen.values())
+    assert switch.counters["completions"] > 0
+
+
+def test_a_failing_step_is_reported_and_the_agent_goes_on(agents: Any) -> None:
+    server, _switch, _ = agents
+    server.post(1, {"method": "no-such-method", "size": 10, "iteration": 0, "checker": 0})
+    reports = server.step_reports(1, 30)
+    assert all("unknown method" in r["error"] for r in reports.values())
+    server.post(2, {"method": "ring", "size": 100, "iteration": 0, "checker": 0})
+    reports = server.step_reports(2, 30)
+    assert not any("error" in r for r in reports.values())
+
+
+def test_a_stale_sum_is_caught_by_the_check(agents: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that handed back the previous iteration's sum (say, a late result of an older epoch taken
+    for the new one) fails its repetition: every iteration all-reduces different tensors."""
+    from hosts.inc_worker import IncWorker
+
+    server, _switch, _ = agents
+    real = IncWorker.allreduce
+    previous: dict[int, np.ndarray] = {}
+
+    def stale(self: IncWorker, tensor: np.ndarray) -> np.ndarray:
+        out = real(self, tensor)
+        old = previous.get(self.job.rank)
+        previous[self.job.rank] = out
+        return old if old is not None else out
+
+    monkeypatch.setattr(IncWorker, "allreduce", stale)
+    for step, iteration in ((1, 0), (2, 1)):
+        server.post(step, {"method": "inc-int32", "size": 2000, "iteration": iteration, "seed": 1, "checker": 0,
+                           "job": JOB})
+        reports = server.step_reports(step, 60)
+        assert len({r["digest"] for r in reports.values()}) == 1  # the ranks even agree...
+    assert reports[0]["rel_l2_error"] > reports[0]["rel_l2_target"]  # ...but the check is against this iteration
+    assert reports[0]["max_error_ratio"] > 1.0

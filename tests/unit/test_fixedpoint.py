@@ -1,0 +1,38 @@
+"""The switch's integer rules: which jobs can represent their sums (the controller's and the workers' check)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wireformat import fixedpoint as fxp
+
+
+@pytest.mark.parametrize(("n", "c", "r", "shift"), [
+    (16, 32, 32, 0), (16, 32, 8, 24), (16, 32, 16, 16), (16, 8, 8, 4), (16, 16, 16, 4), (2, 8, 8, 1), (1, 8, 8, 0),
+    (12, 8, 8, 4), (200, 32, 8, 24), (128, 16, 8, 15),
+])
+def test_default_shift(n: int, c: int, r: int, shift: int) -> None:
+    assert fxp.default_shift(n, c, r) == shift
+    fxp.check(n, c, r)  # the default is always accepted
+
+
+@given(n=st.integers(1, 4096), c=st.sampled_from([8, 16, 32]), r=st.sampled_from([8, 16, 32]))
+def test_default_plan_never_overflows_and_uses_the_result(n: int, c: int, r: int) -> None:
+    plan = fxp.check(n, c, r)
+    assert n * plan.q_limit <= 2**31 - 1  # the int32 sum never saturates
+    assert (n * plan.q_limit) >> plan.shift <= 2 ** (r - 1) - 1  # the shifted sum never clamps
+    assert plan.result_magnitude_bits >= min(r - 1, plan.contrib_magnitude_bits)
+
+
+@pytest.mark.parametrize(("n", "c", "r", "shift", "message"), [
+    (16, 8, 8, 24, r"16 x 127 >> 24, keeps 0 of the result's 7 magnitude bits where shift 4 keeps 7; use shift 4"),
+    (16, 8, 8, 0, r"contributions keep 3 of their 7 magnitude bits \(\|q\| <= 7\) where shift 4 keeps 7"),
+    (16, 32, 32, 1, "only narrowed results are shifted"),
+    (16, 12, 8, None, "contribution lanes of 12 bits"),
+    (0, 8, 8, None, "at least one worker"),
+])
+def test_refusals_name_the_numbers(n: int, c: int, r: int, shift: int | None, message: str) -> None:
+    with pytest.raises(fxp.FixedPointConfigError, match=message):
+        fxp.check(n, c, r, shift)

@@ -1,0 +1,119 @@
+"""The integer rules of the switch's arithmetic, shared by the controller and the hosts.
+
+A job sums n contributions of c-bit lanes in an int32 register and, when its
+results are narrower (r < 32 bits), the root shifts the sum right by `shift`
+before clamping it to r bits. Which (n, c, r, shift) can represent every sum is a
+property of the wire format and the switch, not of either side, so both the
+controller (`p4ina job install`) and the workers check a job with the same code:
+
+    headroom H = min(31, r - 1 + shift)                 magnitude bits the shifted sum may use
+    q_limit    = min(2^(c-1) - 1, (2^H - 1) // n)       largest |lane| a worker may contribute
+
+so that n contributions never saturate the int32 sum and, after the shift, never
+clamp into the r-bit result. The *default* shift spends exactly the bits the sum
+needs: shift = max(0, min(31, c - 1 + ceil(log2 n)) - (r - 1)) (0 for int32
+results). A configuration is refused when it leaves fewer significant bits than
+that default would: contributions squeezed below their width (shift too small),
+or results that cannot use their width (shift too large; e.g. int8 contributions
+of 16 workers shifted by 24 leave no bit at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wireformat.format import AGG
+
+ELEM_BITS = {AGG.elem_types["ELEM_INT32"]: 32, AGG.elem_types["ELEM_INT16"]: 16, AGG.elem_types["ELEM_INT8"]: 8}
+BITS_ELEM = {bits: code for code, bits in ELEM_BITS.items()}
+ELEM_NAMES = {"int32": 32, "int16": 16, "int8": 8}
+SUM_BITS = 32  # the switches' registers
+
+
+class FixedPointConfigError(ValueError):
+    """A job whose workers, lane widths and shift cannot represent its sums; the message gives the numbers."""
+
+
+def lane_bits(elem_type: int) -> int:
+    try:
+        return ELEM_BITS[elem_type]
+    except KeyError as ex:
+        raise FixedPointConfigError(f"unknown elem_type {elem_type}; known: {sorted(ELEM_BITS)}") from ex
+
+
+def bits_of(name: str) -> int:
+    """'int32' | 'int16' | 'int8' -> 32 | 16 | 8."""
+    try:
+        return ELEM_NAMES[name]
+    except KeyError as ex:
+        raise FixedPointConfigError(f"lane type {name!r}: choose one of {', '.join(ELEM_NAMES)}") from ex
+
+
+def _ceil_log2(n: int) -> int:
+    return max(0, (n - 1).bit_length())
+
+
+def default_shift(n_workers: int, contrib_bits: int, result_bits: int) -> int:
+    """The shift that gives the sum of n_workers exactly the headroom it needs in a result_bits result."""
+    if result_bits >= SUM_BITS:
+        return 0
+    return max(0, min(SUM_BITS - 1, contrib_bits - 1 + _ceil_log2(n_workers)) - (result_bits - 1))
+
+
+def q_limit(n_workers: int, contrib_bits: int, result_bits: int, shift: int) -> int:
+    """Largest |q| a worker may contribute so that no sum of n_workers saturates or clamps (0: none can)."""
+    headroom = min(SUM_BITS - 1, result_bits - 1 + shift)
+    return max(0, min((1 << (contrib_bits - 1)) - 1, ((1 << headroom) - 1) // n_workers))
+
+
+@dataclass(frozen=True)
+class FixedPointPlan:
+    """A checked job configuration and what it keeps of the numbers."""
+
+    n_workers: int
+    contrib_bits: int
+    result_bits: int
+    shift: int
+    q_limit: int
+
+    @property
+    def contrib_magnitude_bits(self) -> int:
+        """Significant magnitude bits of the largest contribution."""
+        return self.q_limit.bit_length()
+
+    @property
+    def result_magnitude_bits(self) -> int:
+        """Significant magnitude bits of the largest possible (shifted) result."""
+        return (self.n_workers * self.q_limit >> self.shift).bit_length()
+
+
+def check(n_workers: int, contrib_bits: int, result_bits: int, shift: int | None = None) -> FixedPointPlan:
+    """The plan for a job, or FixedPointConfigError naming what cannot be represented."""
+    if n_workers < 1:
+        raise FixedPointConfigError(f"a job needs at least one worker, got {n_workers}")
+    for what, bits in (("contribution", contrib_bits), ("result", result_bits)):
+        if bits not in BITS_ELEM:
+            raise FixedPointConfigError(f"{what} lanes of {bits} bits: the wire carries 32, 16 or 8")
+    if result_bits >= SUM_BITS and shift:
+        raise FixedPointConfigError(f"shift {shift} with int32 results: only narrowed results are shifted")
+    best = default_shift(n_workers, contrib_bits, result_bits)
+    shift = best if shift is None else shift
+    if not 0 <= shift <= SUM_BITS - 1:
+        raise FixedPointConfigError(f"shift {shift} outside 0..{SUM_BITS - 1}")
+    plan = FixedPointPlan(n_workers, contrib_bits, result_bits, shift, q_limit(n_workers, contrib_bits, result_bits, shift))
+    ref = FixedPointPlan(n_workers, contrib_bits, result_bits, best, q_limit(n_workers, contrib_bits, result_bits, best))
+    where = (f"{n_workers} workers with int{contrib_bits} contributions and int{result_bits} results, "
+             f"shift {shift}")
+    if plan.q_limit < 1:
+        raise FixedPointConfigError(f"{where}: even |q| = 1 from every worker could overflow the result; "
+                                    f"use shift {best}")
+    if plan.contrib_magnitude_bits < ref.contrib_magnitude_bits:
+        raise FixedPointConfigError(
+            f"{where}: contributions keep {plan.contrib_magnitude_bits} of their {contrib_bits - 1} magnitude bits "
+            f"(|q| <= {plan.q_limit}) where shift {best} keeps {ref.contrib_magnitude_bits}; use shift {best}")
+    if plan.result_magnitude_bits < ref.result_magnitude_bits:
+        raise FixedPointConfigError(
+            f"{where}: the largest sum, {n_workers} x {plan.q_limit} >> {shift}, keeps {plan.result_magnitude_bits} of "
+            f"the result's {result_bits - 1} magnitude bits where shift {best} keeps {ref.result_magnitude_bits}; "
+            f"use shift {best}")
+    return plan
