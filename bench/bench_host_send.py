@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from bench.results import Figure, Figures
+from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def send(iface: str, ip: str, packets: int) -> dict[str, float]:
     """Runs inside the sender's namespace."""
     from hosts.packets import ContributionFrames
     from hosts.transport import RawSocketTransport, interface_endpoint
-    from wireformat import AGG
+
 
     me = interface_endpoint(iface)
     lanes = np.random.default_rng(0).integers(-(2**20), 2**20, size=(CHUNKS, AGG.num_lanes))
@@ -116,7 +117,7 @@ def run(packets: int = PACKETS) -> Figures:
     return {
         "host_send_pps": Figure(round(result["pps"]), "packets/s", note),
         "host_send_delivered_fraction": Figure(received / packets, "fraction", "frames counted at the veth peer"),
-        "host_send_goodput": Figure(result["pps"] * 64 * 4 * 8 / 1e9, "Gbit/s", "int32 lane payload at that rate"),
+        "host_send_goodput": Figure(result["pps"] * AGG.num_lanes * 4 * 8 / 1e9, "Gbit/s", "int32 lane payload at that rate"),
         "host_recv_pps_af_packet": Figure(round(rx_rates["packet"]["pps"]), "packets/s",
                                           f"results taken by the worker's AF_PACKET receive (default); "
                                           f"{rx_rates['packet']['received']}/{RECV_PACKETS} arrived"),

@@ -35,6 +35,7 @@ def switch_entries(plan: JobPlan, sp: SwitchPlan) -> list[Entity]:
                 "result_type": sp.result_type,
                 "shift": sp.shift,
                 "token": sp.token,
+                "up_type": sp.up_type,
             },
         )
     )

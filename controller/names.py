@@ -29,6 +29,7 @@ DROP_NO_ROUTE = 7
 DROP_TTL_EXPIRED = 8
 DROP_NOT_IPV4 = 9
 DROP_STALE = 10
+DROP_GROWTH = 11
 DROP_REASONS: dict[int, str] = {
     DROP_MALFORMED: "malformed",
     DROP_UNKNOWN_JOB: "unknown_job",
@@ -40,6 +41,7 @@ DROP_REASONS: dict[int, str] = {
     DROP_TTL_EXPIRED: "ttl_expired",
     DROP_NOT_IPV4: "not_ipv4",
     DROP_STALE: "stale",
+    DROP_GROWTH: "growth",
 }
 
 ELEM_INT32 = AGG.elem_types["ELEM_INT32"]

@@ -90,6 +90,7 @@ class JobSpec:
             raise PlanError(f"job {self.job_id}: slots must be 1..{N.NUM_SLOTS}, got {self.slots}")
         try:  # the workers refuse the same configurations (hosts/inc_worker.py), with the same message
             fxp.check(len(self.hosts), LANE_BITS[self.contrib], LANE_BITS[self.quantize], self.shift)
+            fxp.check_growth(len(self.hosts), LANE_BITS[self.contrib], LANE_BITS[self.quantize], self.shift)
         except fxp.FixedPointConfigError as ex:
             raise PlanError(f"job {self.job_id}: {ex}") from ex
 
@@ -100,6 +101,11 @@ class JobSpec:
     @property
     def contrib_type(self) -> int:
         return fxp.BITS_ELEM[LANE_BITS[self.contrib]]
+
+    @property
+    def up_type(self) -> int:
+        """Lanes of partial sums between switches: the narrowest that holds any sum of the job."""
+        return fxp.BITS_ELEM[fxp.partial_bits(len(self.hosts), LANE_BITS[self.contrib], LANE_BITS[self.quantize], self.shift)]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -134,6 +140,7 @@ class SwitchPlan:
     result_type: int
     shift: int
     token: int = 1  # 1..255, new at every install of a job on this switch (docs/DESIGN.md)
+    up_type: int = N.ELEM_INT32  # lanes of the partial sums sent up (inner nodes): as narrow as the sum allows
 
     @property
     def fan_in(self) -> int:
@@ -337,6 +344,7 @@ def _assign(spec: JobSpec, root: str, tree: Mapping[str, tuple[str | None, int, 
                 result_type=spec.result_type,
                 shift=spec.shift,
                 token=next_token(installs.get(sw, 0)),
+                up_type=spec.up_type if parent is not None else N.ELEM_INT32,
             )
         )
     plan = JobPlan(spec, root, tuple(out))

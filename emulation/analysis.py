@@ -245,14 +245,20 @@ def summarize(config: ExperimentConfig, samples: Sequence[Sample], **extra: Any)
     return _clean(summary)
 
 
+def _num(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
 def _why_not(f: dict[str, Any]) -> str:
+    """Why a point is no headline (works on raw figures and on the NaN-free summary.json form)."""
     if not f["ok"]:
         return "failed: " + "; ".join(f["problems"][:3])
-    wire = f"measured {f['t_over_wire']:.2f}x T_wire" if not math.isnan(f["t_over_wire"]) else "no rate limit"
-    path = f", {f['t_over_path']:.2f}x T_path" if not math.isnan(f["t_over_path"]) else ""
-    busy = (f"; busiest switch {f['busiest_switch']} {f['switch_busy'] * 100:.0f}% busy, busiest agent "
-            f"{f['agents_busy'] * 100:.0f}%, all cores {f['cores_busy'] * 100:.0f}%"
-            if not math.isnan(f["switch_busy"]) else "")
+    tw, tp = _num(f["t_over_wire"]), _num(f["t_over_path"])
+    wire = f"measured {tw:.2f}x T_wire" if not math.isnan(tw) else "no rate limit"
+    path = f", {tp:.2f}x T_path" if not math.isnan(tp) else ""
+    sb, ab, cb = _num(f["switch_busy"]), _num(f["agents_busy"]), _num(f["cores_busy"])
+    busy = (f"; busiest switch {f['busiest_switch']} {sb * 100:.0f}% busy, busiest agent {ab * 100:.0f}%, "
+            f"all cores {cb * 100:.0f}%" if not math.isnan(sb) else "")
     return f"{f['bound']}: {wire}{path} (both above {bounds.BOUND_SLACK}){busy}"
 
 

@@ -2,7 +2,11 @@
 
 - T_wire (measured): the bytes the busiest link direction actually carried
   during the all-reduce (every frame: headers, acks, retransmissions, read from
-  the interfaces' counters) over the link rate. Nothing can finish sooner.
+  the interfaces' counters), less what the shaper lets through on credit, over
+  the link rate. HTB sends a frame whenever its token bucket is not negative
+  and then charges it, so over any interval a link carries at most rate x T
+  plus its burst plus one more frame (emulation.shaping: burst = one frame, so
+  two frames in all). Nothing can finish sooner.
 - T_path (computed): the method's chain of dependent hops. An in-network
   all-reduce needs 1 + ceil(chunks / window) rounds in its busiest slot (the
   exponent round, then its data rounds), each a trip up the tree and back; a
@@ -37,6 +41,13 @@ MACHINE_BUSY = 0.85  # ... or all cores together: the point measured the CPUs
 
 ELEM_OF_LANES = {"int32": AGG.elem_types["ELEM_INT32"], "int16": AGG.elem_types["ELEM_INT16"],
                  "int8": AGG.elem_types["ELEM_INT8"]}
+
+
+def wire_time(nbytes: int, rate_bps: float, credit_bytes: int = 0) -> float:
+    """Seconds a link at rate_bps needs for nbytes when credit_bytes may go at once; NaN when unshaped."""
+    if not rate_bps:
+        return math.nan
+    return max(nbytes - credit_bytes, 0) * 8 / rate_bps
 
 
 def host_distance(topo: Topology, a: str, b: str, dist: Mapping[str, Mapping[str, int]] | None = None) -> int:

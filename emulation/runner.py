@@ -140,6 +140,8 @@ class Runner:
         self.sock_dir = sock_dir
         self.tmo = timeouts(config)
         self.rate_bps = (config.shape.bw_mbps or 0.0) * 1e6
+        shaping = config.shape.shaping()
+        self.credit_bytes = shaping.credit_bytes if shaping else 0
         self.delay_s = (config.shape.delay_ms or 0.0) / 1e3
         self.ports = net.link_ports()  # switch interface -> (switch, port, neighbour)
         self.step = 0
@@ -174,7 +176,7 @@ class Runner:
             if peer in members:
                 up, down = max(up, rx1 - rx0), max(down, tx1 - tx0)
         out.update(wire_bytes=best, wire_link=where, host_up_bytes=up, host_down_bytes=down,
-                   t_wire_s=best * 8 / self.rate_bps if self.rate_bps else float("nan"))
+                   t_wire_s=bounds.wire_time(best, self.rate_bps, self.credit_bytes))
         dt = max(after.t - before.t, 1e-9)
         busy = {k: (after.switch_cpu[k] - before.switch_cpu.get(k, after.switch_cpu[k])) / dt for k in after.switch_cpu}
         if busy:

@@ -74,6 +74,12 @@ class Shaping:
         if self.queue_pkts < 1:
             raise ShapingError(f"queue of {self.queue_pkts} packets")
 
+    @property
+    def credit_bytes(self) -> int:
+        """The most a link can send beyond rate x time: HTB dequeues a frame whenever its bucket is not
+        negative and charges it afterwards, so the burst plus one more full frame."""
+        return self.burst_bytes + FRAME_BYTES
+
     def commands(self, dev: str) -> list[list[str]]:
         rate = f"{int(round(self.rate_bps))}bit"
         burst = str(self.burst_bytes)

@@ -103,7 +103,9 @@ def q_limit(n_workers: int, *, contrib_type: int = ELEM_INT32, result_type: int 
 def check_job(n_workers: int, *, contrib_type: int, result_type: int, shift: int) -> fxp.FixedPointPlan:
     """The controller's check (wireformat.fixedpoint.check), as a QuantizationError for the worker."""
     try:
-        return fxp.check(n_workers, _bits(contrib_type), _bits(result_type), shift)
+        plan = fxp.check(n_workers, _bits(contrib_type), _bits(result_type), shift)
+        fxp.check_growth(n_workers, _bits(contrib_type), _bits(result_type), shift)
+        return plan
     except fxp.FixedPointConfigError as ex:
         raise QuantizationError(str(ex)) from ex
 

@@ -87,6 +87,35 @@ class FixedPointPlan:
         return (self.n_workers * self.q_limit >> self.shift).bit_length()
 
 
+def partial_bits(n_workers: int, contrib_bits: int, result_bits: int, shift: int) -> int:
+    """Width of the partial sums an inner switch sends up: 16 when every sum of the job fits int16, else 32.
+
+    Any partial sum is a sum of at most n contributions of |q| <= q_limit, so it is bounded by the job's
+    headroom 2^H - 1 (H = min(31, r - 1 + shift)): int8 lanes both ways of up to 256 workers sum into int16.
+    """
+    headroom = min(SUM_BITS - 1, result_bits - 1 + shift)
+    return 16 if headroom + 1 <= 16 and contrib_bits <= 16 else 32
+
+
+# BMv2's simple_switch gives a packet len + 512 bytes of buffer (simple_switch.cpp), and aborts on an
+# assertion when the deparser needs more: no packet may leave a switch more than this much longer.
+MAX_GROWTH_BYTES = 512
+
+
+def check_growth(n_workers: int, contrib_bits: int, result_bits: int, shift: int) -> None:
+    """Refuse jobs whose results or partial sums would be more than MAX_GROWTH_BYTES longer than the
+    contributions that trigger them (a switch widens them in place)."""
+    lanes = AGG.num_lanes
+    up = partial_bits(n_workers, contrib_bits, result_bits, shift)
+    for what, bits in (("results", result_bits), ("partial sums", up)):
+        growth = lanes * (bits - contrib_bits) // 8
+        if growth > MAX_GROWTH_BYTES:
+            raise FixedPointConfigError(
+                f"int{contrib_bits} contributions with int{bits} {what} grow each packet by {growth} bytes, more than "
+                f"the {MAX_GROWTH_BYTES} bytes BMv2 can add to a packet: send int{max(contrib_bits, bits - 8 * MAX_GROWTH_BYTES // lanes)} "
+                "or wider contributions, or narrower results")
+
+
 def check(n_workers: int, contrib_bits: int, result_bits: int, shift: int | None = None) -> FixedPointPlan:
     """The plan for a job, or FixedPointConfigError naming what cannot be represented."""
     if n_workers < 1:

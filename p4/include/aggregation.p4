@@ -28,6 +28,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     counter(MAX_JOBS, CounterType.packets_and_bytes) overflows;
 
     bit<8> send = SEND_NOTHING;
+    bit<1> no_lanes = 0;   // an exponent round (ELEM_NONE): the packet carries no lanes
     bit<1> load_from_cell = 0;
     bit<1> resend = 0;
     bit<1> fresh = 0;
@@ -38,7 +39,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
 
     action set_job(bit<8> job_index, bit<8> role, bit<8> fan_in, bit<16> slot_base,
                    bit<16> slot_count, bit<16> mcast_grp, bit<9> up_port,
-                   bit<8> result_type, bit<8> shift, bit<8> token) {
+                   bit<8> result_type, bit<8> shift, bit<8> token, bit<8> up_type) {
         meta.job_index = job_index;
         meta.role = role;
         meta.fan_in = fan_in;
@@ -49,6 +50,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.result_type = result_type;
         meta.shift = shift;
         meta.token = token;
+        meta.up_type = up_type;
     }
 
     // One entry per job on this switch (MAX_JOBS - 1 at most; room to spare for modify-by-reinsert).
@@ -145,7 +147,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             return;
         }
         // Trailing bytes after the lanes would ride along into a result: refuse them.
-        bit<1> no_lanes = 0;
         if (hdr.agg.elem_type == ELEM_NONE) {
             no_lanes = 1;
         }
@@ -172,6 +173,14 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         if ((meta.from_parent == 1 && hdr.agg.op != OP_RESULT)
                 || (meta.from_parent == 0 && hdr.agg.op != OP_CONTRIB)) {
             meta.drop_reason = DROP_BAD_PORT;
+            return;
+        }
+        // An int8 contribution answered with int32 lanes (a result, or an inner node's partial sum) would
+        // grow by 768 bytes; BMv2 leaves 512 in front of a packet and aborts beyond. The controller never
+        // installs such a job (wireformat.fixedpoint.check_growth); a packet that claims one is dropped.
+        if (hdr.lanes8.isValid() && meta.from_parent == 0
+                && (meta.result_type == ELEM_INT32 || (meta.role == ROLE_INNER && meta.up_type == ELEM_INT32))) {
+            meta.drop_reason = DROP_GROWTH;
             return;
         }
         locate_cell();
@@ -346,6 +355,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         if (send == SEND_UP) {
             hdr.agg.op = OP_CONTRIB;
             hdr.agg.shift = 0;
+            // Partial sums go up as narrow as the job's sum can be (the controller knows its headroom):
+            // int16 partials of int8 lanes halve the bytes between switches, and keep a packet from
+            // growing by more than the 512 bytes BMv2 leaves in front of it (simple_switch aborts then).
+            if (hdr.lanes32.isValid() && meta.up_type == ELEM_INT16) {
+                meta.out_shift = 0;
+                narrow16();
+            }
         }
         hdr.agg.flags = 0;
         if (meta.overflow == 1 || saturated == 1) {

@@ -49,6 +49,7 @@ const bit<8> DROP_NO_ROUTE = 7;        // no IPv4 route
 const bit<8> DROP_TTL_EXPIRED = 8;     // IPv4 TTL would reach 0
 const bit<8> DROP_NOT_IPV4 = 9;        // hosts use static ARP; nothing but IPv4 is forwarded
 const bit<8> DROP_STALE = 10;          // epoch older than the cell's: a late packet of an earlier all-reduce
+const bit<8> DROP_GROWTH = 11;         // int8 lanes where the job answers in int32: the packet would grow past BMv2's headroom
 
 struct metadata_t {
     // Set for every packet.
@@ -69,6 +70,7 @@ struct metadata_t {
     bit<8> result_type;
     bit<8> shift;
     bit<8> token;
+    bit<8> up_type;     // lane type of the partial sums an inner node sends up (ELEM_INT32 or ELEM_INT16)
     // From job_ports.
     bit<1> from_parent;
     bit<32> child_bit;

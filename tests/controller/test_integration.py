@@ -117,7 +117,7 @@ def test_drift_is_detected_and_repaired(ctl: Controller) -> None:
     victim = [e for e in job_entries_on(ctl, edge, 3) if e.table == N.T_JOB_PORTS][0]
     cl = ctl.fabric.client(edge)
     cl.write([update("delete", victim.encode(ctl.schema))])
-    stray = TableEntry.make(N.T_JOB_CONFIG, {N.K_JOB_ID: 999}, N.A_SET_JOB, dict(job_index=9, role=1, fan_in=1, slot_base=0, slot_count=1, mcast_grp=9, up_port=0, result_type=0, shift=0, token=1))
+    stray = TableEntry.make(N.T_JOB_CONFIG, {N.K_JOB_ID: 999}, N.A_SET_JOB, dict(job_index=9, role=1, fan_in=1, slot_base=0, slot_count=1, mcast_grp=9, up_port=0, result_type=0, shift=0, token=1, up_type=0))
     cl.write([update("insert", stray.encode(ctl.schema))])
     drift = ctl.verify()
     assert drift[edge].missing == [str(victim)] and drift[edge].unexpected == [str(stray)]
@@ -177,8 +177,8 @@ def test_refusals_write_nothing(ctl: Controller) -> None:
 
 
 def _contribution(src_ip: str, job_id: int, slot: int, value: int) -> bytes:
-    """Ethernet/IPv4/UDP/agg/64 int32 lanes from src to the aggregation address (docs/DESIGN.md)."""
-    payload = AGG.pack_header(op=AGG.ops["OP_CONTRIB"], elem_type=AGG.elem_types["ELEM_INT32"], job_id=job_id, slot=slot, epoch=1) + struct.pack(">64i", *([value] * AGG.num_lanes))
+    """Ethernet/IPv4/UDP/agg/NUM_LANES int32 lanes from src to the aggregation address (docs/DESIGN.md)."""
+    payload = AGG.pack_header(op=AGG.ops["OP_CONTRIB"], elem_type=AGG.elem_types["ELEM_INT32"], job_id=job_id, slot=slot, epoch=1) + struct.pack(f">{AGG.num_lanes}i", *([value] * AGG.num_lanes))
     udp = struct.pack(">HHHH", AGG.udp_port, AGG.udp_port, 8 + len(payload), 0) + payload
     ip = bytearray(struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, ipaddress.IPv4Address(src_ip).packed, ipaddress.IPv4Address("10.255.255.254").packed))
     words = sum(struct.unpack(">10H", bytes(ip)))
@@ -226,7 +226,7 @@ def test_cli_end_to_end(net: tuple[str, Topology, dict], ctl: Controller, tmp_pa
     code, out = run("routes", "install", *st, "--json")  # the topology is remembered in the state
     assert code == 0 and json.loads(out)["seconds"] >= 0
     code, out = run("job", "install", "--job", "21", "--hosts", "h1,h2", "--quantize", "int8", *st, "--json")
-    assert code == 0 and json.loads(out)["spec"]["shift"] == 24
+    assert code == 0 and json.loads(out)["spec"]["shift"] == 1  # int8 lanes both ways, 2 hosts: 1 bit of headroom
     code, out = run("job", "list", *st, "--json")
     assert [j["job_id"] for j in json.loads(out)] == [21]
     code, out = run("job", "show", "--job", "21", *st, "--json")

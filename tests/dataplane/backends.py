@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import select
 import socket
 import subprocess
@@ -115,7 +116,9 @@ class Bmv2Dut(Dut):
             for s in self.socks.values():
                 s.setblocking(False)
             port = _free_port()
-            cmd = ["simple_switch_grpc", "--device-id", str(DEVICE_ID), "--log-level", "off", "--no-p4"]
+            log = os.environ.get("P4INA_BMV2_LOG")  # a file for BMv2's per-packet debug log, to chase a divergence
+            cmd = ["simple_switch_grpc", "--device-id", str(DEVICE_ID), "--no-p4",
+                   *(["--log-level", "debug", "--log-file", log, "--log-flush"] if log else ["--log-level", "off"])]
             for p in PORTS:
                 cmd += ["-i", f"{p}@{self.sw_ifaces[p]}"]
             cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{port}"]

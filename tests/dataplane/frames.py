@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from wireformat import AGG
 from wireformat.format import ETH_LEN, IPV4_LEN, UDP_LEN
 
-INT32, INT16, INT8 = (AGG.elem_types[k] for k in ("ELEM_INT32", "ELEM_INT16", "ELEM_INT8"))
+INT32, INT16, INT8, NONE = (AGG.elem_types[k] for k in ("ELEM_INT32", "ELEM_INT16", "ELEM_INT8", "ELEM_NONE"))
 CONTRIB, RESULT = AGG.ops["OP_CONTRIB"], AGG.ops["OP_RESULT"]
 RETRANSMIT, OVERFLOW = AGG.flags["FLAG_RETRANSMIT"], AGG.flags["FLAG_OVERFLOW"]
 AGG_MAC = AGG.agg_mac.to_bytes(6, "big")
@@ -57,7 +57,8 @@ def contribution(port: int, values: list[int], *, job: int = 7, slot: int = 0, s
                   contributor=port, exponent=exponent, epoch=epoch, offset=offset)
     fields.update(overrides)
     lane_type = elem_type if elem_type in AGG.elem_types.values() else INT32   # an invalid type still needs lanes
-    payload = AGG.pack_header(**fields) + AGG.lane_struct(lane_type).pack(*values) + trailer
+    lanes = b"" if lane_type == NONE else AGG.lane_struct(lane_type).pack(*values)  # an exponent round has none
+    payload = AGG.pack_header(**fields) + lanes + trailer
     return udp_frame(port, AGG_MAC, AGG_IP, payload, sport=AGG.udp_port, dport=AGG.udp_port)
 
 
@@ -85,8 +86,10 @@ def parse(frame: bytes) -> AggPacket:
         raise ValueError(f"UDP port {dport} is not the aggregation port")
     body = frame[ETH_LEN + IPV4_LEN + UDP_LEN :]
     header = AGG.unpack_header(body)
-    lanes_struct = AGG.lane_struct(header["elem_type"])
-    lanes = list(lanes_struct.unpack(body[AGG.header_bytes : AGG.header_bytes + lanes_struct.size]))
+    lanes = []
+    if header["elem_type"] != NONE:
+        lanes_struct = AGG.lane_struct(header["elem_type"])
+        lanes = list(lanes_struct.unpack(body[AGG.header_bytes : AGG.header_bytes + lanes_struct.size]))
     return AggPacket(
         eth_dst=frame[:6], eth_src=frame[6:12], ip_dst=ip[16:20], ip_src=ip[12:16], ip_total_len=struct.unpack(">H", ip[2:4])[0],
         ip_checksum_ok=ipv4_checksum(ip) == 0, udp_len=ulen, header=header, lanes=lanes,

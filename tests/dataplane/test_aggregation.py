@@ -5,17 +5,19 @@ from __future__ import annotations
 import pytest
 
 from tests.dataplane.backends import Dut
-from tests.dataplane.frames import (AGG_IP, AGG_MAC, CONTRIB, INT8, INT16, INT32, OVERFLOW, RESULT, RETRANSMIT, contribution,
-                                    host_ip, host_mac, parse)
+from tests.dataplane.frames import (AGG_IP, AGG_MAC, CONTRIB, INT8, INT16, INT32, NONE, OVERFLOW, RESULT, RETRANSMIT,
+                                    contribution, host_ip, host_mac, parse)
 from tests.dataplane.program import INNER, JOB_CONFIG, Job, install_hosts, install_job
+from wireformat import AGG
 
 C = "P4inaIngress.aggregation."
+L = AGG.num_lanes
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 
 
 def values(seed: int) -> list[int]:
-    """64 distinct lanes, negatives included."""
-    return [seed * 1000 + 37 * (i - 32) for i in range(64)]
+    """NUM_LANES distinct lanes, negatives included."""
+    return [seed * 1000 + 37 * (i - 32) for i in range(L)]
 
 
 def lane_sum(*vectors: list[int]) -> list[int]:
@@ -55,7 +57,8 @@ def test_sum_of_n_children_is_multicast_to_each(dut: Dut, n: int) -> None:
         assert (pkt.header["epoch"], pkt.header["exponent"], pkt.header["offset"]) == (5, -4, 192)
         assert pkt.eth_dst == host_mac(port) and pkt.ip_dst == host_ip(port), "results are addressed to the host"
         assert pkt.eth_src == AGG_MAC and pkt.ip_src == AGG_IP, "results come from the aggregation address"
-        assert pkt.ip_checksum_ok and pkt.ip_total_len == 300 and pkt.udp_len == 280
+        assert pkt.ip_checksum_ok and pkt.ip_total_len == 20 + 8 + AGG.payload_bytes(INT32)
+        assert pkt.udp_len == 8 + AGG.payload_bytes(INT32)
     assert dut.counter(C + "contributions", 1)[0] == n
     assert dut.counter(C + "completions", 1)[0] == 1
     assert dut.counter("P4inaEgress.results_sent", 1)[0] == n
@@ -96,8 +99,8 @@ def test_results_are_narrowed_with_a_saturating_shift(dut: Dut, result_type: int
     shift = 4
     job = Job(children=(1, 2), result_type=result_type, shift=shift)
     setup(dut, job)
-    a = [(i - 32) * (1 << bits) // 2 for i in range(64)]   # sums reach past the narrow range at both ends
-    b = [(i - 32) * 7 for i in range(64)]
+    a = [(i - 32) * (1 << bits) // 2 for i in range(L)]   # sums reach past the narrow range at both ends
+    b = [(i - 32) * 7 for i in range(L)]
     dut.send(1, contribution(1, a))
     dut.send(2, contribution(2, b))
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
@@ -108,14 +111,14 @@ def test_results_are_narrowed_with_a_saturating_shift(dut: Dut, result_type: int
         assert pkt.header["elem_type"] == result_type and pkt.header["shift"] == shift
         assert pkt.lanes == expected
         assert pkt.header["flags"] & OVERFLOW, "clamped lanes set the overflow flag"
-        assert pkt.ip_total_len == 20 + 8 + 16 + 64 * bits // 8 and pkt.ip_checksum_ok
+        assert pkt.ip_total_len == 20 + 8 + AGG.header_bytes + AGG.num_lanes * bits // 8 and pkt.ip_checksum_ok
     assert dut.counter(C + "overflows", 1)[0] >= 1
 
 
 def test_narrowing_without_clamping_leaves_the_flag_clear(dut: Dut) -> None:
     job = Job(children=(1, 2), result_type=INT8, shift=2)
     setup(dut, job)
-    a, b = [i - 32 for i in range(64)], [2 * (i - 32) for i in range(64)]   # |sum| <= 96, >> 2 fits
+    a, b = [i % 64 - 32 for i in range(L)], [2 * (i % 64 - 32) for i in range(L)]   # |sum| <= 96, >> 2 fits
     dut.send(1, contribution(1, a))
     dut.send(2, contribution(2, b))
     for _, pkt in results_by_port(dut.receive(2)).items():
@@ -132,20 +135,22 @@ def test_int32_sums_saturate_instead_of_wrapping(dut: Dut) -> None:
     dut.send(1, contribution(1, a))
     dut.send(2, contribution(2, b))
     for _, pkt in results_by_port(dut.receive(2)).items():
-        assert pkt.lanes == [INT32_MAX, INT32_MIN, 3000, -3000] * 16
+        assert pkt.lanes == [INT32_MAX, INT32_MIN, 3000, -3000] * (L // 4)
         assert pkt.header["flags"] & OVERFLOW
     assert dut.counter(C + "overflows", 1)[0] == 1
 
 
 @pytest.mark.parametrize("elem_type", [INT8, INT16])
 def test_narrow_contributions_are_widened(dut: Dut, elem_type: int) -> None:
-    job = Job(children=(1, 2, 3))
+    # int8 lanes answered in int32 would outgrow BMv2's headroom (DROP_GROWTH, below): int16 results
+    result_type = INT32 if elem_type == INT16 else INT16
+    job = Job(children=(1, 2, 3), result_type=result_type)
     setup(dut, job)
-    vecs = {p: [((i * 5 + p * 31) % 256) - 128 for i in range(64)] for p in job.children}
+    vecs = {p: [((i * 5 + p * 31) % 256) - 128 for i in range(L)] for p in job.children}
     for p in job.children:
         dut.send(p, contribution(p, vecs[p], elem_type=elem_type))
     for _, pkt in results_by_port(dut.receive(3)).items():
-        assert pkt.header["elem_type"] == INT32
+        assert pkt.header["elem_type"] == result_type
         assert pkt.lanes == lane_sum(*vecs.values())
 
 
@@ -169,7 +174,7 @@ def test_inner_node_sends_partial_up_and_relays_the_result_down(dut: Dut) -> Non
     assert parse(again[0][1]).lanes == partial.lanes
 
     # The parent's (already narrowed) result comes down and is relayed unchanged to both children.
-    final = [(i % 100) - 50 for i in range(64)]
+    final = [(i % 100) - 50 for i in range(L)]
     dut.send(5, contribution(5, final, slot=2, epoch=9, op=RESULT, elem_type=INT8, shift=3))
     down = results_by_port(dut.receive(2))
     assert sorted(down) == [1, 2]
@@ -229,7 +234,7 @@ def test_a_new_install_token_resets_cells(dut: Dut) -> None:
     # Reinstall (new token) and start again at epoch 1, as a restarted job does.
     dut.modify(JOB_CONFIG, {"job_id": 7}, "set_job", dict(
         job_index=1, role=1, fan_in=2, slot_base=0, slot_count=8, mcast_grp=1, up_port=0, result_type=INT32, shift=0,
-        token=2))
+        token=2, up_type=INT32))
     dut.send(1, contribution(1, values(3), epoch=1))
     dut.send(2, contribution(2, values(4), epoch=1))
     assert results_by_port(dut.receive(2))[1].lanes == lane_sum(values(3), values(4))
@@ -250,3 +255,94 @@ def test_jobs_are_isolated(dut: Dut) -> None:
     got_a = results_by_port(dut.receive(2))
     assert sorted(got_a) == [1, 2] and got_a[1].lanes == lane_sum(values(1), values(2))
     assert dut.counter(C + "contributions", 1)[0] == 2 and dut.counter(C + "contributions", 2)[0] == 2
+
+
+# -- in-band exponent agreement: the next round's exponent is the minimum of the proposals ---------------
+def test_an_exponent_round_agrees_the_minimum_proposal(dut: Dut) -> None:
+    """ELEM_NONE contributions carry no lanes; the result carries min(next_exponent) to every child."""
+    job = Job(children=(1, 2, 3))
+    setup(dut, job)
+    for port, proposal in ((1, 20), (2, -3), (3, 7)):
+        dut.send(port, contribution(port, [], elem_type=NONE, slot=4, epoch=2, next_exponent=proposal, offset=4 * L))
+    got = results_by_port(dut.receive(3))
+    assert sorted(got) == [1, 2, 3]
+    for pkt in got.values():
+        assert pkt.header["elem_type"] == NONE and pkt.lanes == [] and pkt.header["next_exponent"] == -3
+        assert pkt.ip_total_len == 20 + 8 + AGG.header_bytes and pkt.header["op"] == RESULT
+    assert dut.counter(C + "completions", 1)[0] == 1
+    # a lost result: the retransmission gets the agreed exponent back, not its own proposal
+    dut.send(1, contribution(1, [], elem_type=NONE, slot=4, epoch=2, next_exponent=20, offset=4 * L, flags=RETRANSMIT))
+    (port, frame), = dut.receive(1)
+    assert port == 1 and parse(frame).header["next_exponent"] == -3
+
+
+def test_data_rounds_carry_the_next_agreement_with_their_sum(dut: Dut) -> None:
+    job = Job(children=(1, 2))
+    setup(dut, job)
+    dut.send(1, contribution(1, values(1), shadow=1, exponent=5, next_exponent=9))
+    dut.send(2, contribution(2, values(2), shadow=1, exponent=5, next_exponent=11))
+    for pkt in results_by_port(dut.receive(2)).values():
+        assert pkt.lanes == lane_sum(values(1), values(2))
+        assert pkt.header["exponent"] == 5 and pkt.header["next_exponent"] == 9
+
+
+def test_lanes_and_no_lanes_do_not_mix_in_a_round(dut: Dut) -> None:
+    """An exponent-only contribution to a round that carries lanes (or the reverse) would corrupt the sum."""
+    job = Job(children=(1, 2))
+    setup(dut, job)
+    dut.send(1, contribution(1, values(1)))
+    dut.send(2, contribution(2, [], elem_type=NONE))
+    assert dut.receive(0) == []
+    assert dut.counter("P4inaIngress.drops", 1 * 16 + 5)[0] == 1  # DROP_SCALE_MISMATCH
+    dut.send(2, contribution(2, [], elem_type=NONE, slot=1))
+    dut.send(1, contribution(1, values(1), slot=1))
+    assert dut.receive(0) == []
+    assert dut.counter("P4inaIngress.drops", 1 * 16 + 5)[0] == 2
+
+
+def test_an_exponent_round_with_trailing_bytes_is_malformed(dut: Dut) -> None:
+    job = Job(children=(1, 2))
+    setup(dut, job)
+    dut.send(1, contribution(1, [], elem_type=NONE, trailer=b"\x00" * 4))
+    assert dut.receive(0) == []
+    assert dut.counter("P4inaIngress.drops", 1 * 16 + 1)[0] + dut.counter("P4inaIngress.drops", 0 * 16 + 1)[0] == 1
+
+
+def test_an_inner_node_passes_the_partial_minimum_up(dut: Dut) -> None:
+    job = Job(children=(1, 2), role=INNER, up_port=5)
+    setup(dut, job)
+    dut.send(1, contribution(1, [], elem_type=NONE, slot=3, next_exponent=12))
+    dut.send(2, contribution(2, [], elem_type=NONE, slot=3, next_exponent=4))
+    (port, frame), = dut.receive(1)
+    up = parse(frame)
+    assert port == 5 and up.header["op"] == CONTRIB and up.header["elem_type"] == NONE
+    assert up.header["next_exponent"] == 4 and up.lanes == []
+    # the root's answer (its own minimum over the whole tree) is stored and relayed down
+    dut.send(5, contribution(5, [], elem_type=NONE, slot=3, op=RESULT, next_exponent=-1))
+    down = results_by_port(dut.receive(2))
+    assert all(p.header["next_exponent"] == -1 and p.header["elem_type"] == NONE for p in down.values())
+    dut.send(2, contribution(2, [], elem_type=NONE, slot=3, next_exponent=4, flags=RETRANSMIT))
+    (port, frame), = dut.receive(1)
+    assert port == 2 and parse(frame).header["next_exponent"] == -1
+
+
+def test_an_inner_node_sends_narrow_partial_sums_when_the_job_allows(dut: Dut) -> None:
+    """up_type int16: int8 lanes from the children go up as exact int16 partial sums (half the bytes)."""
+    job = Job(children=(1, 2), role=INNER, up_port=5, result_type=INT8, shift=2, up_type=INT16)
+    setup(dut, job)
+    a = [(i % 255) - 127 for i in range(L)]
+    b = [127 - (i % 255) for i in range(L)][::-1]
+    dut.send(1, contribution(1, a, elem_type=INT8))
+    dut.send(2, contribution(2, b, elem_type=INT8))
+    (port, frame), = dut.receive(1)
+    up = parse(frame)
+    assert port == 5 and up.header["elem_type"] == INT16 and up.lanes == lane_sum(a, b)
+    assert up.ip_total_len == 20 + 8 + AGG.payload_bytes(INT16) and up.header["flags"] == 0
+
+
+def test_a_contribution_that_would_outgrow_bmv2s_headroom_is_dropped(dut: Dut) -> None:
+    """int8 lanes into a job that answers in int32 would grow the packet by 768 B (BMv2 allows 512)."""
+    setup(dut, Job(children=(1, 2)))  # int32 results
+    dut.send(1, contribution(1, [5] * L, elem_type=INT8))
+    assert dut.receive(0) == []
+    assert dut.counter("P4inaIngress.drops", 1 * 16 + 11)[0] == 1

@@ -10,13 +10,14 @@ from controller.entities import Lpm
 from tests.dataplane.backends import PORTS, Dut, open_dut
 from tests.dataplane.frames import INT8, INT16, INT32, RETRANSMIT, contribution, host_mac, udp_frame
 from tests.dataplane.program import INNER, Job, install_hosts, install_job
+from wireformat import AGG
 
 pytestmark = [pytest.mark.bmv2, pytest.mark.netns]
 
 JOBS = (
     Job(job_id=7, job_index=1, children=(1, 2, 3), slot_count=4, mcast_grp=1, result_type=INT8, shift=6),
     Job(job_id=9, job_index=2, children=(4, 5), role=INNER, up_port=1, slot_base=4, slot_count=4, mcast_grp=2,
-        result_type=INT16, shift=2),
+        result_type=INT16, shift=2, up_type=INT16),
 )
 COUNTERS = [f"P4inaIngress.aggregation.{c}" for c in ("contributions", "retransmissions", "completions", "overflows")]
 
@@ -40,7 +41,7 @@ def traffic(seed: int, count: int) -> list[tuple[int, bytes]]:
         if kind < 0.55:
             port = rng.choice(job.children)
             big = rng.choice([100, 1 << 20, 1 << 31])
-            lanes = [rng.randrange(-big, big) for _ in range(64)]
+            lanes = [rng.randrange(-big, big) for _ in range(AGG.num_lanes)]
             elem = rng.choice([INT32, INT32, INT16, INT8])
             if elem != INT32:
                 lanes = [v % 128 - 64 for v in lanes]
@@ -48,7 +49,7 @@ def traffic(seed: int, count: int) -> list[tuple[int, bytes]]:
                                            shadow=rng.randrange(2), epoch=rng.choice([1, 1, 1, 2]), elem_type=elem,
                                            flags=RETRANSMIT if rng.random() < 0.2 else 0)))
         elif kind < 0.65:
-            lanes = [rng.randrange(-30000, 30000) for _ in range(64)]
+            lanes = [rng.randrange(-30000, 30000) for _ in range(AGG.num_lanes)]
             out.append((1, contribution(1, lanes, job=9, slot=rng.randrange(4), shadow=rng.randrange(2), epoch=1,
                                         op=2, elem_type=INT16, shift=2)))
         elif kind < 0.85:
@@ -57,7 +58,7 @@ def traffic(seed: int, count: int) -> list[tuple[int, bytes]]:
                                                      sport=rng.randrange(1024, 65535), dport=rng.randrange(1, 65535))))
         else:
             port = rng.choice(PORTS)
-            frame = bytearray(contribution(port, [rng.randrange(-99, 99) for _ in range(64)], job=job.job_id))
+            frame = bytearray(contribution(port, [rng.randrange(-99, 99) for _ in range(AGG.num_lanes)], job=job.job_id))
             for _ in range(rng.randrange(1, 4)):
                 frame[rng.randrange(len(frame))] = rng.randrange(256)
             if rng.random() < 0.3:

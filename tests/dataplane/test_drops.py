@@ -7,13 +7,14 @@ import pytest
 from tests.dataplane.backends import Dut
 from tests.dataplane.frames import RESULT, contribution, parse
 from tests.dataplane.program import Job, install_hosts, install_job
+from wireformat import AGG
 
 DROPS = "P4inaIngress.drops"
 MALFORMED, UNKNOWN_JOB, BAD_PORT, BAD_SLOT, SCALE_MISMATCH = 1, 2, 3, 4, 5
 
 
 def lanes(seed: int) -> list[int]:
-    return [seed * 100 + i for i in range(64)]
+    return [seed * 100 + i for i in range(AGG.num_lanes)]
 
 
 BAD_PACKETS = {
@@ -24,7 +25,7 @@ BAD_PACKETS = {
     "result from a child": (1, contribution(1, lanes(9), op=RESULT), 1, BAD_PORT),
     "truncated lanes": (1, contribution(1, lanes(9))[:-10], 0, MALFORMED),
     "trailing bytes": (1, contribution(1, lanes(9), trailer=b"\0" * 8), 0, MALFORMED),
-    "bad version": (1, contribution(1, lanes(9), version=2), 0, MALFORMED),
+    "bad version": (1, contribution(1, lanes(9), version=AGG.version - 1), 0, MALFORMED),  # the 64-lane v1 header
     "bad elem type": (1, contribution(1, lanes(9), elem_type=7), 0, MALFORMED),
     "bad op": (1, contribution(1, lanes(9), op=9), 0, MALFORMED),
 }

@@ -36,7 +36,8 @@ def test_every_method_gives_checked_sums(backend: str, tmp_path: Path, leak_chec
     for p in summary["points"]:
         assert p["ok"] and p["reps"] == 2 and p["median_latency_s"] > 0, p
         assert p["rel_l2_error"] <= p["rel_l2_target"] == METHODS[p["method"]].rel_l2_target
-        assert p["t_wire_s"] > 0 and p["t_path_s"] > 0 and p["t_over_wire"] >= 0.9, p  # the wire bound holds
+        # the wire bound holds (a few frames fit the shaper's credit: then T_wire is 0 and the ratio undefined)
+        assert p["t_wire_s"] >= 0 and p["t_path_s"] > 0 and (p["t_over_wire"] is None or p["t_over_wire"] >= 1.0), p
         if p["method"] in ("inc-int32", "ring"):
             assert p["max_abs_error"] == 0.0, f"{p['method']} sum is not exact"
     # each repetition ran the methods in its own shuffled order
@@ -92,4 +93,5 @@ def test_cli_tiny_run_prints_the_table_and_writes_the_folder(tmp_path: Path, lea
             assert point["median_latency_s"] > 0 and point["speedup_over_ring"]["value"] > 0
     env = json.loads((folder / "config.json").read_text())["environment"]
     assert env["backend"]["name"] == "embedded" and env["program"]["bmv2_json_sha256"]
-    assert env["shaping"]["tc_class"]["burst"] == "1514b"
+    assert env["shaping"]["burst_bytes"] == 1514
+    assert abs(int(env["shaping"]["tc_class"]["burst"].rstrip("b")) - 1514) <= 15  # tc stores it in time units

@@ -184,9 +184,10 @@ def test_links_are_shaped_with_a_one_frame_burst_and_counted(tmp_path: Path, lea
                                     capture_output=True, text=True).stdout):
             cls = read_class_config(show)
             assert cls["rate"] == "2Mbit" and cls["ceil"] == "2Mbit", show
-            assert cls["burst"] == cls["cburst"] == "1514b", show
+            burst = int(cls["burst"].rstrip("b"))  # tc keeps the burst as a time at the rate: read back rounded
+            assert cls["burst"] == cls["cburst"] and abs(burst - 1514) <= 15, show
         report = net.shaping_report()
-        assert report["burst_bytes"] == 1514 and report["tc_class"]["burst"] == "1514b"
+        assert report["burst_bytes"] == 1514 and report["tc_class"]["burst"] == cls["burst"]
         with Controller(net.topology, state=State(tmp_path / "state.json")) as ctl:
             ctl.push_pipeline()
             ctl.install_routes()

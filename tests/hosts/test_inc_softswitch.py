@@ -136,11 +136,11 @@ def test_narrow_results(contrib: int, result_type: int, shift: int) -> None:
     assert counter(switch, "overflows") == 0
 
 
-def test_int8_contributions() -> None:
+def test_int8_contributions_with_int16_results() -> None:
     n = 2
-    switch = real_switch(ADDRS[:n], slot_count=4)
+    switch = real_switch(ADDRS[:n], slot_count=4, result_type=qz.ELEM_INT16)
     inputs = [np.linspace(-3, 3, SIZE, dtype=np.float32) * (r + 1) for r in range(n)]
-    allreduce(Wire(switch, n), n, inputs, contrib_type=qz.ELEM_INT8)
+    allreduce(Wire(switch, n), n, inputs, contrib_type=qz.ELEM_INT8, result_type=qz.ELEM_INT16)
     assert counter(switch, "contributions") == n * ROUNDS
 
 

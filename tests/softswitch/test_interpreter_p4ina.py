@@ -66,7 +66,7 @@ def configured_root() -> SoftSwitch:
     sw.load_program(PROGRAM.read_bytes())
     sw.table_insert(
         table(sw, "job_config"),
-        TableEntry((Exact(1),), ActionCall(action(sw, "set_job"), (1, 1, 2, 0, 16, 1, 0, C["ELEM_INT32"], 0, 1))),
+        TableEntry((Exact(1),), ActionCall(action(sw, "set_job"), (1, 1, 2, 0, 16, 1, 0, C["ELEM_INT32"], 0, 1, C["ELEM_INT32"]))),
     )
     for child, port in enumerate(CHILD_PORTS):
         sw.table_insert(table(sw, "job_ports"), TableEntry((Exact(1), Exact(port)), ActionCall(action(sw, "from_child"), (child,))))
@@ -88,8 +88,8 @@ def shared_root() -> SoftSwitch:
 
 
 def test_two_children_complete_a_cell_and_the_root_multicasts(root: SoftSwitch) -> None:
-    a = [i - 32 for i in range(64)]
-    b = [1000 * i for i in range(64)]
+    a = [i - 32 for i in range(AGG.num_lanes)]
+    b = [1000 * i for i in range(AGG.num_lanes)]
     assert root.process_packet(1, contribution(0, a)) == []
     out = root.process_packet(2, contribution(1, b))
     assert [p for p, _ in out] == [1, 2]
@@ -126,7 +126,7 @@ def test_ipv4_forwarding(root: SoftSwitch) -> None:
 @st.composite
 def mutated_contributions(draw: st.DrawFn) -> tuple[int, bytes]:
     child = draw(st.integers(0, 1))
-    values = draw(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=64, max_size=64))
+    values = draw(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=AGG.num_lanes, max_size=AGG.num_lanes))
     data = bytearray(contribution(child, values, slot=draw(st.integers(0, 20))))
     for _ in range(draw(st.integers(0, 4))):
         kind = draw(st.integers(0, 2))

@@ -156,7 +156,7 @@ def test_p4ina_matches_bmv2() -> None:
     names = {n.rsplit(".", 1)[-1]: n for n in list(sw.actions()) + list(sw.tables())}
     sw.table_insert(
         names["job_config"],
-        TableEntry((Exact(1),), ActionCall(names["set_job"], (1, 1, 2, 0, 16, 1, 0, c["ELEM_INT32"], 0, 1))),
+        TableEntry((Exact(1),), ActionCall(names["set_job"], (1, 1, 2, 0, 16, 1, 0, c["ELEM_INT32"], 0, 1, c["ELEM_INT32"]))),
     )
     for child, port in enumerate((1, 2)):
         sw.table_insert(names["job_ports"], TableEntry((Exact(1), Exact(port)), ActionCall(names["from_child"], (child,))))
@@ -170,7 +170,7 @@ def test_p4ina_matches_bmv2() -> None:
                 version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=c["ELEM_INT32"], shift=0, job_id=1,
                 shadow=0, slot=slot, contributor=child, exponent=0, epoch=1, offset=0,
             )
-            lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(*[(child + 1) * (i - 32) * 1000003 for i in range(64)])
+            lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(*[(child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)])
             udp = struct.pack(">HHHH", c["UDP_PORT_AGG"], c["UDP_PORT_AGG"], 8 + len(agg) + len(lanes), 0)
             ip = bytearray(struct.pack(">BBHHHBBHII", 0x45, 0, 28 + len(agg) + len(lanes), 0, 0, 64, 17, 0, 0x0A000001 + child, 0x0AFFFFFE))
             total = sum(struct.unpack(">10H", bytes(ip)))

@@ -27,13 +27,14 @@ def _switch() -> SoftSwitch:
     sw.load_program(PROGRAM.read_bytes())
     # job 7: ports 1, 2, slots [0, 8); job 9: ports 3, 4, slots [8, 16). Both roots.
     for job, index, ports, base, grp in ((7, 1, (1, 2), 0, 1), (9, 2, (3, 4), 8, 2)):
-        sw.table_insert(A + "job_config", TableEntry((Exact(job),), ActionCall(A + "set_job", (index, 1, 2, base, 8, grp, 0, 0, 0, 1))))
+        sw.table_insert(A + "job_config", TableEntry((Exact(job),), ActionCall(A + "set_job", (index, 1, 2, base, 8, grp, 0, 0, 0, 1, 0))))
         for child, port in enumerate(ports):
             sw.table_insert(A + "job_ports", TableEntry((Exact(job), Exact(port)), ActionCall(A + "from_child", (child,))))
         sw.mc_group_set(grp, [(p, c) for c, p in enumerate(ports)])
     # Leave job 9 mid-round in several cells, so there is state to corrupt.
     for slot in range(0, 8, 2):
-        sw.process_packet(3, contribution(3, [slot * 100 + i for i in range(64)], job=9, slot=slot, shadow=slot % 4 // 2))
+        sw.process_packet(3, contribution(3, [slot * 100 + i for i in range(AGG.num_lanes)], job=9, slot=slot,
+                                          shadow=slot % 4 // 2))
     return sw
 
 
@@ -56,7 +57,7 @@ def _mutate(frame: bytes, edits: list[tuple[int, int]], cut: int | None) -> byte
 
 agg_frames = st.builds(
     lambda port, job, slot, shadow, elem, edits, cut: _mutate(
-        contribution(port, [slot] * 64, job=job, slot=slot, shadow=shadow, elem_type=elem), edits, cut),
+        contribution(port, [slot] * AGG.num_lanes, job=job, slot=slot, shadow=shadow, elem_type=elem), edits, cut),
     port=st.integers(1, 5), job=st.integers(0, 0xFFFF), slot=st.integers(0, 20), shadow=st.integers(0, 1),
     elem=st.sampled_from(sorted(AGG.elem_types.values())),
     edits=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=4),

@@ -36,3 +36,21 @@ def test_default_plan_never_overflows_and_uses_the_result(n: int, c: int, r: int
 def test_refusals_name_the_numbers(n: int, c: int, r: int, shift: int | None, message: str) -> None:
     with pytest.raises(fxp.FixedPointConfigError, match=message):
         fxp.check(n, c, r, shift)
+
+
+@pytest.mark.parametrize(("n", "c", "r", "bits"), [
+    (16, 8, 8, 16), (256, 8, 8, 16), (257, 8, 8, 32), (16, 16, 16, 32), (16, 32, 32, 32), (16, 32, 8, 32), (2, 8, 16, 16),
+])
+def test_partial_sums_go_up_as_narrow_as_the_job_allows(n: int, c: int, r: int, bits: int) -> None:
+    plan = fxp.check(n, c, r)
+    assert fxp.partial_bits(n, c, r, plan.shift) == bits
+    assert n * plan.q_limit <= 2 ** (bits - 1) - 1  # any partial sum fits
+
+
+def test_packets_may_not_outgrow_bmv2s_headroom() -> None:
+    fxp.check_growth(16, 8, 8, 4)  # int8 both ways, int16 partials: +256 B at most
+    fxp.check_growth(16, 16, 16, 4)  # int16 lanes, int32 partials: +512 B, exactly what BMv2 allows
+    with pytest.raises(fxp.FixedPointConfigError, match=r"int8 contributions with int32 results grow each packet by 768 bytes"):
+        fxp.check_growth(16, 8, 32, 0)
+    with pytest.raises(fxp.FixedPointConfigError, match="partial sums"):
+        fxp.check_growth(300, 8, 8, fxp.default_shift(300, 8, 8))
