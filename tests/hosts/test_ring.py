@@ -139,7 +139,7 @@ def test_acks_are_batched() -> None:
     stats = rings[0].last_stats
     assert stats is not None
     data = -(-200_000 // elements_per_packet("float32"))  # 2(n-1) = 2 steps of one segment each, per rank
-    acks = stats.packets_sent - data
+    acks = stats.packets_sent - data - stats.retransmissions  # a stall on a busy machine may cause resends
     assert 0 < acks <= data // 16 + 3, (acks, data)
 
 
