@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -32,6 +33,28 @@ from hosts.stats import AllreduceStats
 LOG = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class OrderedConfig(CollectiveConfig):
+    """A collective over the ranks in one order (ring positions, tree positions): default rank order.
+
+    hosts.ring.topology_order gives the order that keeps ranks under one edge
+    switch next to each other, so most hops stay under that switch.
+    """
+
+    order: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        n = len(self.peers)
+        if self.order is not None and sorted(self.order) != list(range(n)):
+            raise ValueError(f"order {self.order} is not a permutation of 0..{n - 1}")
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        """positions[i] = the rank at position i."""
+        return self.order if self.order is not None else tuple(range(self.size))
 
 
 class HostCollective:

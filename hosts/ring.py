@@ -31,13 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hosts.bf16 import round_bf16
-from hosts.collective import HostCollective
+from hosts.collective import HostCollective, OrderedConfig
 from hosts.coordination import Group
 from hosts.reliable import (  # noqa: F401  (re-exported: the ring's wire format is the layer's)
     DATA_HDR,
     FRAME_OVERHEAD,
     WIRE_BYTES,
-    CollectiveConfig,
     Exchange,
     TransferTimeoutError,
     chunk_count,
@@ -51,20 +50,12 @@ RingTimeoutError = TransferTimeoutError  # the ring's name for the layer's timeo
 
 
 @dataclass(frozen=True)
-class RingConfig(CollectiveConfig):
+class RingConfig(OrderedConfig):
     """One rank's view of the ring: order = ring positions (default: rank order)."""
-
-    order: tuple[int, ...] | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        n = len(self.peers)
-        if self.order is not None and sorted(self.order) != list(range(n)):
-            raise ValueError(f"order {self.order} is not a permutation of 0..{n - 1}")
 
     @property
     def ring(self) -> tuple[int, ...]:
-        return self.order if self.order is not None else tuple(range(self.size))
+        return self.positions
 
 
 def topology_order(groups: Sequence[Hashable]) -> tuple[int, ...]:
