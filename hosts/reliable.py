@@ -223,7 +223,8 @@ class Exchange:
         self._left = [0] * cfg.size  # chunks still expected from each source
         self.expected = 0
         self.received = 0
-        self._waiting = [deque() for _ in range(cfg.size)]  # per destination: (tag, chunk, payload) not yet sent
+        # per destination: (tag, chunk, payload) built, not yet sent (its window is full)
+        self._waiting: list[deque[tuple[int, int, bytes]]] = [deque() for _ in range(cfg.size)]
         self._dsts: list[int] = []  # destinations sent to so far
         self._queued = 0
         self.t_done: float | None = None
