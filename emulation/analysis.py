@@ -222,7 +222,7 @@ def summarize(config: ExperimentConfig, samples: Sequence[Sample], **extra: Any)
         method, n, size = key
         if METHODS[method].in_network:
             hosts_here = [pts[(b, n, size)] for b in HOST_BASELINES if (b, n, size) in pts and pts[(b, n, size)].ok]
-            for b in ("ring", "ring-bf16"):
+            for b in HOST_BASELINES:  # None where that baseline did not run (or failed) at this point
                 fig[f"speedup_over_{b.replace('-', '_')}"] = speedup(pts.get((b, n, size)), p)
             best = min(hosts_here, key=lambda q: q.median_ci()[0], default=None)
             fig["speedup_over_best_host"] = speedup(best, p)

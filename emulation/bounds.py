@@ -10,7 +10,10 @@
 - T_path (computed): the method's chain of dependent hops. An in-network
   all-reduce needs 1 + ceil(chunks / window) rounds in its busiest slot (the
   exponent round, then its data rounds), each a trip up the tree and back; a
-  pipelined ring passes its last chunk through 2(n-1) neighbour hops. Each
+  pipelined ring passes its last chunk through 2(n-1) neighbour hops; hier
+  passes a chunk from a member to its leader, through the leaders' ring (up to
+  2(L-1) hops for L leaders) and down to a member again; a pipelined tree
+  passes a chunk up from its deepest leaf and back down to it. Each
   link on the way costs the frame's serialization plus the link's delay; switch
   and host processing are not included (an ASIC's are negligible), so where
   T_path dominates and the measurement is close to it, the point is
@@ -26,13 +29,15 @@ are statements about the network; the report says which points were left out.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from controller.planner import JobPlan
 from controller.routing import switch_distances
 from controller.topology import Topology
+from hosts.hier import hier_layout
 from hosts.methods import Method
 from hosts.ring import DATA_HDR, FRAME_OVERHEAD, WIRE_BYTES, elements_per_packet
+from hosts.tree import NO_PARENT, BinaryTree, double_binary_tree
 from wireformat import AGG
 
 BOUND_SLACK = 1.15  # measured / bound at most this: the bound explains the measurement
@@ -84,22 +89,74 @@ def inc_path(method: Method, *, elements: int, height: int, slots: int, rate_bps
     return 2 * height * _link_time(exp, rate_bps, delay_s) + data_rounds * one_round
 
 
+def _host_frame(method: Method, segment: int) -> int:
+    """A host method's data frame when it moves segments of `segment` elements (MTU-sized chunks at most)."""
+    per = min(max(1, segment), elements_per_packet(method.wire))
+    return FRAME_OVERHEAD + DATA_HDR.size + per * WIRE_BYTES[method.wire]
+
+
 def ring_path(method: Method, *, elements: int, hops: Sequence[int], rate_bps: float, delay_s: float) -> float:
     """The last chunk of a segment through 2(n-1) consecutive ring hops (the longest such chain)."""
     n = len(hops)
     if n < 2:
         return 0.0
-    segment = max(1, elements // n)
-    per = min(segment, elements_per_packet(method.wire))
-    frame = FRAME_OVERHEAD + DATA_HDR.size + per * WIRE_BYTES[method.wire]
+    frame = _host_frame(method, elements // n)
     steps = 2 * (n - 1)
     chains = [sum(hops[(p + i) % n] for i in range(steps)) for p in range(n)]
     return max(chains) * _link_time(frame, rate_bps, delay_s)
 
 
+def hier_path(method: Method, *, elements: int, member_hops: Sequence[int], ring_hops: Sequence[int], rate_bps: float,
+              delay_s: float) -> float:
+    """A chunk from a member up to its leader, k ring hops, down to a member: the longest such chain.
+
+    member_hops[g] = links between leader g and its farthest member (0 for a group of one); ring_hops[g]
+    = links from leader g to the next. A chunk of the segment that enters the ring at leader g is summed
+    after L-1 hops and reaches the last leader after 2(L-1); each leader on the way from the (L-1)th hop
+    on hands it down to its members, so k runs over L-1..2(L-1). One group: up and down again.
+    """
+    n_ring = len(ring_hops)
+    if n_ring != len(member_hops) or n_ring < 1:
+        raise ValueError(f"{len(member_hops)} groups' member hops for {n_ring} leaders")
+    frame = _host_frame(method, elements // n_ring)
+    longest = 0
+    for g in range(n_ring):
+        ring = 0
+        for k in range(2 * (n_ring - 1) + 1):
+            if k >= n_ring - 1:
+                longest = max(longest, member_hops[g] + ring + member_hops[(g + k) % n_ring])
+            ring += ring_hops[(g + k) % n_ring]
+    return longest * _link_time(frame, rate_bps, delay_s)
+
+
+def tree_links(tree: BinaryTree, hops: Callable[[int, int], int]) -> int:
+    """Links on the tree's longest root-to-node path; hops(a, b) = links between positions a and b."""
+    longest = 0
+    for p in range(tree.size):
+        path = tree.path_to_root(p)
+        longest = max(longest, sum(hops(a, b) for a, b in zip(path, path[1:])))
+    return longest
+
+
+def tree_path(method: Method, *, elements: int, depths: Sequence[int], rate_bps: float, delay_s: float) -> float:
+    """The deepest chunk up to the root and back down, in the slower of the trees.
+
+    depths[k] = tree k's links on its longest root-to-node path (tree_links). Each tree carries half
+    of the tensor, so its chunks are of half the elements at most.
+    """
+    if not depths:
+        return 0.0
+    frame = _host_frame(method, elements // len(depths))
+    return 2 * max(depths) * _link_time(frame, rate_bps, delay_s)
+
+
 def path_bound(method: Method, *, elements: int, rate_bps: float | None, delay_s: float, plan: JobPlan | None = None,
                slots: int = 0, topo: Topology | None = None, ring_order: Sequence[str] = ()) -> float:
-    """T_path of one all-reduce; NaN when the links are unshaped (no rate, no bound)."""
+    """T_path of one all-reduce; NaN when the links are unshaped (no rate, no bound).
+
+    ring_order: the job's hosts in topology order (hosts.ring.topology_order), which is the ring's
+    order, the trees' positions, and, group by group, hier's leader ring (each group's first host leads).
+    """
     if not rate_bps:
         return math.nan
     if method.in_network:
@@ -111,8 +168,26 @@ def path_bound(method: Method, *, elements: int, rate_bps: float | None, delay_s
         raise ValueError(f"{method.name}: the path bound needs the topology and the ring's order")
     dist = switch_distances(topo)
     n = len(ring_order)
-    hops = [host_distance(topo, ring_order[i], ring_order[(i + 1) % n], dist) for i in range(n)]
-    return ring_path(method, elements=elements, hops=hops, rate_bps=rate_bps, delay_s=delay_s)
+
+    def links(a: int, b: int) -> int:
+        return host_distance(topo, ring_order[a], ring_order[b], dist)
+
+    if method.family == "ring":
+        hops = [links(i, (i + 1) % n) for i in range(n)]
+        return ring_path(method, elements=elements, hops=hops, rate_bps=rate_bps, delay_s=delay_s)
+    if method.family == "hier":
+        lay = hier_layout([topo.host(h).switch for h in ring_order])
+        leaders = lay.leaders
+        member_hops = [max((links(lead, m) for m in lay.members[g]), default=0) for g, lead in enumerate(leaders)]
+        ring_hops = [links(lead, leaders[(g + 1) % len(leaders)]) for g, lead in enumerate(leaders)]
+        return hier_path(method, elements=elements, member_hops=member_hops, ring_hops=ring_hops, rate_bps=rate_bps,
+                         delay_s=delay_s)
+    if method.family == "tree":
+        if n < 2:
+            return 0.0
+        depths = [tree_links(t, links) for t in double_binary_tree(n)]
+        return tree_path(method, elements=elements, depths=depths, rate_bps=rate_bps, delay_s=delay_s)
+    raise ValueError(f"{method.name}: no path bound for host methods of family {method.family!r}")
 
 
 def classify(latency_s: float, t_wire_s: float, t_path_s: float, *, switch_busy: float = math.nan,
@@ -129,21 +204,50 @@ def classify(latency_s: float, t_wire_s: float, t_path_s: float, *, switch_busy:
 
 
 def wire_bytes_per_element(method: Method) -> tuple[float, float]:
-    """Bytes on a host link per element (up, down) at full packets: the bandwidth cost of each method."""
+    """Bytes on a host link per element (up, down) at full packets: the bandwidth cost of each method.
+
+    The host methods (ring, ring-bf16, hier, tree) all move MTU-sized hosts.reliable datagrams, so per
+    element they cost the same; how many times a link carries the tensor is tensor_copies below.
+    """
     if method.in_network:
         frame = AGG.frame_bytes(ELEM_OF_LANES[method.lanes])
         return frame / AGG.num_lanes, frame / AGG.num_lanes
     per = elements_per_packet(method.wire)
-    frame = FRAME_OVERHEAD + DATA_HDR.size + per * WIRE_BYTES[method.wire]
+    frame = _host_frame(method, per)
     return frame / per, frame / per
 
 
-def bandwidth_speedup(method: Method, baseline: Method, hosts: int) -> float:
-    """Large-message speed-up the wire predicts: a ring sends 2(n-1)/n of the tensor, in-network once."""
+def tensor_copies(method: Method, hosts: int, group_size: int = 1) -> float:
+    """How many times the busiest host link direction carries the tensor (large messages).
+
+    In-network: once each way. Ring: 2(n-1)/n. Tree: each rank sends half the tensor up each tree and,
+    where it is interior, down to its children (read off the trees). hier with groups of group_size
+    hosts: a leader receives every member's tensor and sends it the result, plus its share of the
+    leaders' ring, 2(L-1)/L.
+    """
+    if method.in_network:
+        return 1.0
+    if hosts < 2:
+        return 0.0
+    if method.family == "ring":
+        return 2 * (hosts - 1) / hosts
+    if method.family == "tree":
+        halves = [0.0] * hosts
+        for t in double_binary_tree(hosts):
+            for p in range(hosts):
+                halves[p] += len(t.children[p]) + (t.parent[p] != NO_PARENT)
+        return max(halves) / 2
+    if method.family == "hier":
+        g = min(max(1, group_size), hosts)
+        leaders = -(-hosts // g)
+        return (g - 1) + (2 * (leaders - 1) / leaders if leaders > 1 else 0.0)
+    raise ValueError(f"{method.name}: unknown host method family {method.family!r}")
+
+
+def bandwidth_speedup(method: Method, baseline: Method, hosts: int, group_size: int = 1) -> float:
+    """Large-message speed-up the wire predicts: bytes per element times the copies on the busiest link."""
     def cost(m: Method) -> float:
         up, _down = wire_bytes_per_element(m)
-        return up * (2 * (hosts - 1) / hosts if not m.in_network else 1.0)
+        return up * tensor_copies(m, hosts, group_size)
 
     return cost(baseline) / cost(method)
-
-

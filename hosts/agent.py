@@ -37,6 +37,9 @@ LOG = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RING_BASE_PORT = 16712  # one UDP port per host method, from here up
+# port offset of each host method (family, wire): ring-bf16 and ring keep the ports they always had
+HOST_METHOD_PORTS = {("ring", "bfloat16"): 0, ("ring", "float32"): 1, ("hier", "float32"): 2, ("tree", "float32"): 3,
+                     ("hier", "bfloat16"): 4, ("tree", "bfloat16"): 5}
 
 
 class StepError(RuntimeError):
@@ -50,7 +53,7 @@ class AgentConfig:
     coord: str
     iface: str | None = None  # the in-network worker's interface (None: no in-network methods)
     peers: tuple[str, ...] = ()  # every rank's IPv4 address, or "ip:port" (host methods use port, port + 1, ...)
-    groups: tuple[str, ...] | None = None  # edge switch of every rank: rings keep groups together
+    groups: tuple[str, ...] | None = None  # edge switch of every rank: rings and trees keep groups together, hier's groups
 
 
 class Agent:
@@ -95,7 +98,7 @@ class Agent:
     def _worker(self, m: Method, cmd: dict[str, Any]) -> Any:
         if m.in_network:
             return self._inc_worker(cmd)
-        return self._ring(m, cmd)
+        return self._host_method(m, cmd)
 
     def _inc_worker(self, cmd: dict[str, Any]) -> Any:
         from hosts.inc_worker import IncJob, IncWorker
@@ -120,25 +123,39 @@ class Agent:
             ), self._transport, self._endpoint)
         return self._workers[key]
 
-    def _ring(self, m: Method, cmd: dict[str, Any]) -> Any:
+    def _host_method(self, m: Method, cmd: dict[str, Any]) -> Any:
+        """The ring, hier or tree worker of this method, on its own UDP port (base port + the method's offset)."""
+        from hosts.hier import HierAllreduce, HierConfig
         from hosts.ring import RingAllreduce, RingConfig, topology_order
+        from hosts.tree import TreeAllreduce, TreeConfig
 
         if len(self.cfg.peers) != self.cfg.workers:
             raise StepError(f"a host method needs the {self.cfg.workers} peers' addresses (--peers)")
-        ring_cfg = cmd.get("ring", {})
-        key = ("ring", m.wire, ring_cfg.get("window"), ring_cfg.get("timeout_s"))
+        if (m.family, m.wire) not in HOST_METHOD_PORTS:
+            raise StepError(f"{m.name}: no host method of family {m.family!r} with {m.wire} on the wire")
+        settings = cmd.get("ring", {})  # the runner's transport settings, the same for every host method
+        key = (m.family, m.wire, settings.get("window"), settings.get("timeout_s"))
         if key not in self._workers:
-            offset = sorted({"float32", "bfloat16"}).index(m.wire)
+            offset = HOST_METHOD_PORTS[(m.family, m.wire)]
             peers = []
             for peer in self.cfg.peers:
                 ip, _, port = peer.partition(":")
                 peers.append((ip, (int(port) if port else RING_BASE_PORT) + offset))
-            order = topology_order(list(self.cfg.groups)) if self.cfg.groups else None
-            extra = {k: ring_cfg[k] for k in ("window", "ack_every", "ack_delay_s") if k in ring_cfg}
-            if "timeout_s" in ring_cfg:
-                extra.update(timeout_s=ring_cfg["timeout_s"], min_timeout_s=ring_cfg["timeout_s"])
-            cfg = RingConfig(rank=self.cfg.rank, peers=tuple(peers), order=order, wire=m.wire, **extra)
-            self._workers[key] = RingAllreduce(cfg)
+            groups = self.cfg.groups
+            order = topology_order(list(groups)) if groups else None
+            extra: dict[str, Any] = {k: settings[k] for k in ("window", "ack_every", "ack_delay_s") if k in settings}
+            if "timeout_s" in settings:
+                extra.update(timeout_s=settings["timeout_s"], min_timeout_s=settings["timeout_s"])
+            common: dict[str, Any] = dict(rank=self.cfg.rank, peers=tuple(peers), wire=m.wire, **extra)
+            if m.family == "ring":
+                worker: Any = RingAllreduce(RingConfig(order=order, **common))
+            elif m.family == "tree":
+                worker = TreeAllreduce(TreeConfig(order=order, **common))
+            else:
+                if not groups:
+                    raise StepError(f"{m.name} needs every rank's group, its edge switch (--groups)")
+                worker = HierAllreduce(HierConfig(groups=groups, **common))
+            self._workers[key] = worker
         return self._workers[key]
 
     # -- one step --------------------------------------------------------------------------------

@@ -6,10 +6,11 @@ accuracy target as a relative L2 error against numpy's float64 sum of the
 float32 inputs, ||result - exact|| / ||exact||, and why that number: a point
 that misses it fails, whatever its speed.
 
-- float32 methods (in-network int32, the float32 ring): 1e-6. float32 itself
+- float32 methods (in-network int32, the float32 ring, hier, tree): 1e-6. float32 itself
   rounds each element to 2^-24 relative (6e-8); a ring's n-1 roundings of
   partial sums and int32 fixed point with log2(n) bits of headroom stay below
   1e-6 for up to thousands of workers, so 1e-6 means "as good as float32".
+  hier and tree add in float32 too, with at most n-1 roundings per element.
 - 16-bit methods (in-network int16 lanes both ways, the bf16 ring): 2^-7 =
   7.8e-3. bfloat16 keeps 8 significant bits (relative rounding 2^-9 per value);
   a bf16 ring rounds every partial sum once per hop, so its error grows past
@@ -36,7 +37,7 @@ BYTE_TARGET = 2.0**-3
 @dataclass(frozen=True)
 class Method:
     name: str
-    family: str  # "inc" (through the switches) or "ring" (host-based)
+    family: str  # "inc" (through the switches), or host-based: "ring", "hier" or "tree" (hosts.agent builds it)
     label: str
     rel_l2_target: float
     lanes: str = "int32"  # inc: lane type both ways (int32 | int16 | int8)
@@ -58,6 +59,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("inc-int8", "inc", "in-network, int8 lanes both ways", BYTE_TARGET, lanes="int8"),
     Method("ring", "ring", "ring, float32", FLOAT32_TARGET, wire="float32"),
     Method("ring-bf16", "ring", "ring, bfloat16 on the wire", HALF_TARGET, wire="bfloat16"),
+    Method("hier", "hier", "hierarchical (edge reduce, leader ring), float32", FLOAT32_TARGET, wire="float32"),
+    Method("tree", "tree", "double binary tree, float32", FLOAT32_TARGET, wire="float32"),
 )}
 
 

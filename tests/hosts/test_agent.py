@@ -12,7 +12,7 @@ import pytest
 
 from hosts import clock
 from hosts import quantization as qz
-from hosts.agent import Agent, AgentConfig
+from hosts.agent import HOST_METHOD_PORTS, Agent, AgentConfig
 from hosts.coordination import CoordinatorClient, CoordinatorServer
 from hosts.fakeswitch import FakeSwitch, FakeTransport
 from hosts.packets import Endpoint
@@ -20,19 +20,24 @@ from hosts.packets import Endpoint
 N = 3
 
 
+SPAN = max(HOST_METHOD_PORTS.values()) + 1  # one UDP port per host method, from the base up
+GROUPS = ("e1", "e1", "e2")  # edge switch of each rank: hier's groups, the ring's and the tree's order
+
+
 def free_base_ports(n: int) -> list[int]:
-    """n base ports, each with its successor free too (one UDP port per host method)."""
+    """n base ports, each with the SPAN - 1 ports above it free too, none overlapping another's."""
     out: list[int] = []
     while len(out) < n:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
             a.bind(("127.0.0.1", 0))
             port = a.getsockname()[1]
             try:
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
-                    b.bind(("127.0.0.1", port + 1))
+                for p in range(port + 1, port + SPAN):
+                    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+                        b.bind(("127.0.0.1", p))
             except OSError:
                 continue
-        if port not in out and port + 1 not in out and port - 1 not in out:
+        if all(abs(port - other) >= SPAN for other in out):
             out.append(port)
     return out
 
@@ -48,7 +53,7 @@ def agents(tmp_path: Path) -> Any:
     threads, agents_ = [], []
     for r in range(N):
         client = CoordinatorClient(server.address, r, N)
-        agent = Agent(AgentConfig(rank=r, workers=N, coord=server.address, peers=peers), client,
+        agent = Agent(AgentConfig(rank=r, workers=N, coord=server.address, peers=peers, groups=GROUPS), client,
                       transport=FakeTransport(switch, r), endpoint=Endpoint(f"02:00:00:00:00:0{r}", f"10.0.0.{r + 1}"))
         agents_.append(agent)
         threads.append(threading.Thread(target=agent.serve, daemon=True))
@@ -67,19 +72,19 @@ JOB = {"job_id": 3, "slots": 4, "contrib_type": qz.ELEM_INT32, "result_type": qz
        "timeout_s": 5.0}
 
 
-def test_interleaved_methods_every_iteration_checked(agents: Any) -> None:
-    server, switch, releases = agents
-    step = 0
-    order = [("ring", 0), ("inc-int32", 0), ("ring-bf16", 0), ("inc-int32", 1), ("ring", 1), ("ring-bf16", 1)]
+def run_steps(server: Any, releases: list[tuple[str, float]], order: list[tuple[str, int]],
+              size: int = 3000) -> dict[str, list[str]]:
+    """Post the steps in order; each must be reported by every rank, agree and pass the checker's test."""
     seen: dict[str, list[str]] = {}
-    for method, iteration in order:
-        step += 1
-        server.post(step, {"method": method, "size": 3000, "iteration": iteration, "input": "normal", "seed": 4,
+    for step, (method, iteration) in enumerate(order, start=1):
+        server.post(step, {"method": method, "size": size, "iteration": iteration, "input": "normal", "seed": 4,
                            "checker": 0, "job": JOB})
         reports = server.step_reports(step, 60)
         assert sorted(reports) == list(range(N)), reports
         assert not any("error" in r for r in reports.values()), reports
         assert len({r["digest"] for r in reports.values()}) == 1  # the same sum on every rank
+        if not method.startswith("inc"):
+            assert {r["method"] for r in reports.values()} == {method}  # the stats of the method asked for
         check = reports[0]
         assert check["rel_l2_error"] <= check["rel_l2_target"] and check["max_error_ratio"] <= 1.0
         # one clock: every rank's latency is from the same release to its own end
@@ -89,7 +94,23 @@ def test_interleaved_methods_every_iteration_checked(agents: Any) -> None:
         seen.setdefault(method, []).append(check["digest"])
     # a new iteration all-reduces new tensors: an old sum would not pass for a new one
     assert all(len(set(d)) == len(d) for d in seen.values())
+    return seen
+
+
+def test_interleaved_methods_every_iteration_checked(agents: Any) -> None:
+    server, switch, releases = agents
+    order = [("ring", 0), ("inc-int32", 0), ("ring-bf16", 0), ("inc-int32", 1), ("ring", 1), ("ring-bf16", 1)]
+    run_steps(server, releases, order)
     assert switch.counters["completions"] > 0
+
+
+def test_hier_and_tree_between_ring_steps(agents: Any) -> None:
+    """hier and tree on their own ports, interleaved with the rings, each iteration checked against numpy."""
+    server, _switch, releases = agents
+    order = [("hier", 0), ("ring", 0), ("tree", 0), ("hier", 1), ("ring-bf16", 0), ("tree", 1), ("ring", 1),
+             ("tree", 2), ("hier", 2)]
+    seen = run_steps(server, releases, order, size=5000)
+    assert len(seen["hier"]) == len(seen["tree"]) == 3
 
 
 def test_a_failing_step_is_reported_and_the_agent_goes_on(agents: Any) -> None:

@@ -1,87 +1,26 @@
-"""Ring all-reduce over loopback UDP, ranks as threads; loss injected at the sender."""
+"""Ring all-reduce over loopback UDP, ranks as threads (collective_rig); loss injected at the sender."""
 
 from __future__ import annotations
 
-import random
 import socket
-import threading
 from typing import Any
 
 import numpy as np
 import pytest
+from collective_rig import check, make_ranks, run
 
-from hosts.coordination import LocalGroup
 from hosts.quantization import NonFiniteError
 from hosts.bf16 import round_bf16
 from hosts.ring import RingAllreduce, RingConfig, RingTimeoutError, elements_per_packet, segment_bounds, topology_order
 from hosts.stats import AllreduceStats
 
 
-class LossySocket:
-    """A UDP socket whose sendto drops a fraction of datagrams (seeded)."""
-
-    def __init__(self, sock: socket.socket, loss: float, seed: int) -> None:
-        self._sock, self._loss, self._rng = sock, loss, random.Random(seed)
-        self.dropped = 0
-
-    def sendto(self, data: bytes, addr: Any) -> int:
-        if self._rng.random() < self._loss:
-            self.dropped += 1
-            return len(data)
-        return self._sock.sendto(data, addr)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
 def make_rings(n: int, loss: float = 0.0, order: tuple[int, ...] | None = None, timeout_s: float = 0.01,
                **cfg: Any) -> list[RingAllreduce]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    peers = tuple(s.getsockname() for s in socks)
-    groups = LocalGroup.create(n, timeout_s=60)
-    return [
-        RingAllreduce(RingConfig(rank=r, peers=peers, order=order, timeout_s=timeout_s, **cfg), groups[r],
-                      LossySocket(socks[r], loss, r) if loss else socks[r])  # type: ignore[arg-type]
-        for r in range(n)
-    ]
+    def build(r: int, peers: Any, group: Any, sock: Any) -> RingAllreduce:
+        return RingAllreduce(RingConfig(rank=r, peers=peers, order=order, timeout_s=timeout_s, **cfg), group, sock)
 
-
-def run(rings: list[RingAllreduce], inputs: list[np.ndarray], calls: int = 1) -> list[np.ndarray]:
-    out: list[Any] = [None] * len(rings)
-    errors: list[BaseException] = []
-
-    def body(r: int) -> None:
-        try:
-            for _ in range(calls):
-                out[r] = rings[r].allreduce(inputs[r])
-            rings[r].barrier("done")
-        except BaseException as ex:
-            errors.append(ex)
-        finally:
-            rings[r].close()
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(len(rings))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    if errors:
-        raise errors[0]
-    return out
-
-
-def check(inputs: list[np.ndarray], results: list[np.ndarray]) -> None:
-    ref = np.sum([x.astype(np.float64) for x in inputs], axis=0)
-    mag = np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0)
-    for res in results:
-        assert res.dtype == np.float32 and res.shape == inputs[0].shape
-        assert np.array_equal(res, results[0])  # bit-identical on every rank
-        assert (np.abs(res - ref) <= len(inputs) * 2.0**-24 * mag).all()
+    return make_ranks(n, build, loss)  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -142,7 +81,7 @@ def test_acks_are_batched() -> None:
     stats = rings[0].last_stats
     assert stats is not None and stats.retransmissions == 0
     data = -(-200_000 // elements_per_packet("float32"))  # 2(n-1) = 2 steps of one segment each, per rank
-    acks = stats.packets_sent - data
+    acks = stats.packets_sent - data - stats.retransmissions  # a stall on a busy machine may cause resends
     assert 0 < acks <= data // 16 + 3, (acks, data)
 
 
