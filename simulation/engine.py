@@ -116,6 +116,69 @@ def reduce_flowset(fs: FlowSet, link_bw: np.ndarray) -> Reduced:
     return Reduced(rates, todo, offsets, compact[flat[sel]], caps[todo], link_bw[used], used)
 
 
+def symmetric_classes(red: Reduced) -> tuple[np.ndarray, np.ndarray]:
+    """Group the flows SimGrid must rate into independent components (no shared link between them) and
+    components into classes of identical ones (same paths up to renaming links, same caps and bandwidths).
+
+    Identical components get identical max-min rates, so one of each class is enough: a phase that repeats
+    the same pattern in every server or pod is solved once.  Returns (representative flow of each flow,
+    whether the flow is its class's representative); positions refer to red.todo.
+    """
+    n = len(red.todo)
+    parent = list(range(len(red.link_ids)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    off = red.offsets.tolist()
+    links = red.links.tolist()
+    for i in range(n):
+        a = find(links[off[i]])
+        for x in links[off[i] + 1:off[i + 1]]:
+            b = find(x)
+            if a != b:
+                parent[b] = a
+    members: dict[int, list[int]] = {}
+    for i in range(n):
+        members.setdefault(find(links[off[i]]), []).append(i)
+    rep = np.arange(n)
+    is_rep = np.ones(n, dtype=bool)
+    seen: dict[tuple, list[int]] = {}
+    caps, bw = red.caps.tolist(), red.link_bw.tolist()
+    for flows in members.values():
+        names: dict[int, int] = {}
+        shape = []
+        for i in flows:
+            path = links[off[i]:off[i + 1]]
+            shape.append((tuple(names.setdefault(x, len(names)) for x in path), caps[i]))
+        key = (tuple(shape), tuple(bw[x] for x in sorted(names, key=names.__getitem__)))
+        first = seen.setdefault(key, flows)
+        if first is not flows:
+            rep[flows] = first
+            is_rep[flows] = False
+    return rep, is_rep
+
+
+def _representatives(red: Reduced) -> tuple[Reduced, np.ndarray]:
+    """The reduced flow set cut down to one component per symmetry class; and each flow's row in it."""
+    rep, is_rep = symmetric_classes(red)
+    keep = np.nonzero(is_rep)[0]
+    row = np.full(len(rep), -1, dtype=np.int64)
+    row[keep] = np.arange(len(keep))
+    lengths = np.diff(red.offsets)[keep]
+    starts = red.offsets[keep]
+    flat = np.concatenate([red.links[a:a + m] for a, m in zip(starts.tolist(), lengths.tolist())]) if len(keep) else red.links[:0]
+    used = np.unique(flat)
+    compact = np.full(len(red.link_ids), -1, dtype=np.int64)
+    compact[used] = np.arange(len(used))
+    sub = Reduced(red.rates, red.todo[keep], np.concatenate([[0], np.cumsum(lengths)]), compact[flat], red.caps[keep],
+                  red.link_bw[used], red.link_ids[used])
+    return sub, row[rep]
+
+
 def _raise_stack() -> None:  # runs in the child before exec: SimGrid's maestro recurses deeply on big flow sets
     soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
     want = resource.RLIM_INFINITY if hard == resource.RLIM_INFINITY else hard
@@ -177,7 +240,7 @@ class Engine:
         bw = fabric.link_bw.copy()
         if fabric.failed_links:
             bw[list(fabric.failed_links)] = 0.0  # routing avoids them; a zero here would show a bug as a zero rate
-        pending: list[tuple[FlowSet, Reduced, str]] = []
+        pending: list[tuple[FlowSet, Reduced, str, np.ndarray, np.ndarray]] = []
         for fs in flowsets:
             if not fs.paths:
                 fs.rates = np.zeros(0)
@@ -187,12 +250,14 @@ class Engine:
                 fs.rates = self._cache[key].copy()
                 continue
             red = reduce_flowset(fs, bw)
-            fs.stats = {"flows": len(fs), "simgrid_flows": int(len(red.todo)), "simgrid_links": int(len(red.link_ids))}
             if len(red.todo) == 0:
+                fs.stats = {"flows": len(fs), "contended_flows": 0, "simgrid_flows": 0}
                 fs.rates = red.rates
                 self._cache[key] = red.rates
-            else:
-                pending.append((fs, red, key))
+                continue
+            sub, row = _representatives(red)
+            fs.stats = {"flows": len(fs), "contended_flows": int(len(red.todo)), "simgrid_flows": int(len(sub.todo))}
+            pending.append((fs, sub, key, red.todo, row))
         if not pending:
             return
         missing = simgrid_available()
@@ -201,7 +266,7 @@ class Engine:
         batches: list[list[int]] = []
         cur: list[int] = []
         load = 0
-        for i, (_, red, _) in sorted(enumerate(pending), key=lambda t: len(t[1][1].todo)):
+        for i, (_, red, _, _, _) in sorted(enumerate(pending), key=lambda t: len(t[1][1].todo)):
             n = len(red.todo)
             if cur and load + n > BATCH_FLOWS:
                 batches.append(cur)
@@ -215,9 +280,9 @@ class Engine:
             futures = [pool.submit(_run_worker, [pending[i][1] for i in b], Path(tmp), f"b{j}") for j, b in enumerate(batches)]
             for b, fut in zip(batches, futures):
                 for i, rate in zip(b, fut.result()):
-                    fs, red, key = pending[i]
+                    fs, red, key, todo, row = pending[i]
                     rates = red.rates.copy()
-                    rates[red.todo] = rate
+                    rates[todo] = rate[row]  # every flow gets its class representative's rate
                     fs.rates = rates
                     self._cache[key] = rates
                     self.simgrid_flows += len(red.todo)

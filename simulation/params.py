@@ -141,16 +141,18 @@ class Preset:
 
 
 # The emulation's default (`make emulate`): k=4 fat-tree, every link shaped to 1 Mbit/s by tc, Python host
-# agents and the Python embedded switch.  The per-packet costs are the README's measurements (about 0.1 ms of
-# CPU per aggregation packet in the switch, as much again in the host agents); `--calibrate` refits them.
+# agents and the Python embedded switch on the machine's two cores.  The costs are the calibration's fit to the
+# committed results folder (tests/simulation/data/emulation-k4, `p4ina simulate --calibrate`): 0.11 ms of switch
+# CPU per aggregation packet (the README measures about 0.1 ms), its forwarding cost 5.5x lower, 0.034 ms per
+# packet in a host agent, 31 bytes of ring acknowledgements per data frame, a 986-byte token bucket on tc's
+# shaped links and 0.82 ms per rank of the per-call start barrier.
 EMULATION = Preset(
     name="emulation",
-    description="make emulate: k=4 fat-tree, 1 Mbit/s tc-shaped links, Python hosts and embedded switch",
+    description="make emulate: k=4 fat-tree, 1 Mbit/s tc-shaped links, Python hosts and embedded switch on 2 cores",
     nic_bw=mbit(1.0), fabric_bw=mbit(1.0), cable_latency=0.0, switch_latency=0.0,
-    step_overhead=0.2e-3, host_packet_cost=0.1e-3, switch_packet_cost=0.1e-3, switch_forward_cost=0.02e-3,
-    emulator_cores=2.0,
-    # hosts/ring.py acknowledges every data frame; acks are batched, about one 57-byte frame per data frame
-    ack_bytes_per_frame=57.0, pipeline_chunk=EMU_RING_PAYLOAD, routing="ecmp",
+    step_overhead=0.0, host_packet_cost=0.034e-3, switch_packet_cost=0.11e-3, switch_forward_cost=0.11e-3 / 5.5,
+    emulator_cores=2.0, ack_bytes_per_frame=31.0, link_burst_bytes=986.0, barrier_cost=0.82e-3,
+    pipeline_chunk=EMU_RING_PAYLOAD, routing="ecmp",
 )
 
 # An NDR InfiniBand cluster of CPU hosts (one NIC each), the setting of NVIDIA's published SHARP figures.
@@ -159,8 +161,7 @@ NDR = Preset(
     name="ndr",
     description="NDR 400 Gb/s InfiniBand cluster of CPU hosts, one NIC each, MPI-like host software",
     nic_bw=gbit(400), fabric_bw=gbit(400), cable_latency=25e-9, switch_latency=0.13e-6,
-    step_overhead=0.62e-6, host_byte_cost=1.43e-9,
-    switch_packet_cost=0.0,
+    step_overhead=0.578e-6, switch_agg_latency=0.576e-6, host_byte_cost=1.41e-9,
     mtu_payload=4096, frame_overhead=30, pipeline_chunk=1 << 20, inc_slots=512, switch_slots=4096, routing="dmodk",
 )
 
