@@ -76,7 +76,6 @@ class FabricBuilder:
     def nvswitch(self, server: int) -> int:
         """The NVSwitch of a server: its GPUs reach each other through it, not through the NICs."""
         node = self.switch(NVSWITCH_TIER, f"s{server}.nvs")
-        self.tiers[node] = NVSWITCH_TIER
         self._nvswitch[server] = node
         return node
 

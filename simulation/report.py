@@ -188,7 +188,8 @@ def _time(t: float) -> str:
 def _pyplot() -> Any:
     import matplotlib
 
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+    backend = matplotlib.get_backend().lower()
+    if backend != "agg" and "inline" not in backend:  # headless runs draw into files; notebooks keep their own
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

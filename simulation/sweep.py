@@ -47,10 +47,12 @@ def placement(topologies: Sequence[str] = ("fattree:radix=64", "fattree:radix=64
 
 
 def failures(preset: str = "h100") -> list[Scenario]:
+    """A healthy fabric, then its job's tree root down, then a switch the tree and the rings use down."""
     out = []
-    for fail in ((), ("tree-root",), ("tree-link",)):
+    for fail in ((), ("tree-root",), ("switch:a1",)):  # a1: pod 0's aggregation switch in the planner's tree
         out.append(Scenario(topology="fat-tree:4", gpus=16, preset="emulation", methods=("ring", "inc-int32"), sizes=(4 * KIB, 256 * KIB),
                             fail=fail, label="failure"))
+    for fail in ((), ("tree-root",), ("switch:p0.s0",)):  # p0.s0: a spine of pod 0, on D-mod-k paths of the rings
         out.append(Scenario(topology="rail:radix=64", gpus=4096, preset=preset, methods=("ring", "hier-rail", "inc-int32", "hier-inc"),
                             sizes=(MIB, 256 * MIB), fail=fail, label="failure"))
     return out

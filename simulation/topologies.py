@@ -87,10 +87,11 @@ def _params_text(params: Mapping[str, Any]) -> str:
 def fat_tree3(n_gpus: int, preset: Preset, radix: int = 64, tiers: int = 3, oversub: float = 1.0, rail: bool = False) -> Fabric:
     """A folded Clos of radix-`radix` switches with room for `n_gpus` GPUs, partially populated like a cluster.
 
-    Leaves have radix/2 GPU ports and radix/2 up-links (to every spine of their pod), so with `oversub`=1 the
-    fabric is non-blocking; `oversub`=o thins each leaf up-link to 1/o of the link rate (o:1 at the leaves).
-    A pod is radix/2 leaves and radix/2 spines; spine j of every pod connects to the radix/2 cores of group j,
-    and a core has one port per pod: at most radix pods, radix^3/4 GPUs (65,536 at radix 64).  A job of one
+    Leaves have radix/2 GPU ports and radix/2 up-links (one to every spine of their pod), so with `oversub`=1
+    the fabric is non-blocking; `oversub`=o keeps radix/(2o) of the up-links (o:1 at the leaves, every link
+    at full rate, fewer spines).  A pod is radix/2 leaves and its spines; spine j of every pod connects to
+    the radix/2 cores of group j, and a core has one port per pod: at most radix pods, radix^3/4 GPUs
+    (65,536 at radix 64).  A job of one
     pod gets no core tier (its traffic would never use it).  `rail`: servers of `gpus_per_server` GPUs whose
     GPU i sits on rail leaf i of the server's scalable unit (that many leaves), as in NVIDIA's rail-optimised
     clusters; otherwise a server's GPUs share one leaf.
@@ -136,12 +137,14 @@ def fat_tree3(n_gpus: int, preset: Preset, radix: int = 64, tiers: int = 3, over
         raise FabricError(f"a 2-tier fat-tree of radix {radix} holds {radix * d} GPUs, not {n_gpus}")
     if pods > radix:
         raise FabricError(f"a 3-tier fat-tree of radix {radix} holds {radix * d * d} GPUs (radix^3/4), not {n_gpus}")
-    spines_per_pod = radix - d if tiers == 3 else d
+    # o:1 at the leaves: radix/2 GPU ports and radix/(2o) full-rate up-links (the other ports stay dark)
+    uplinks = max(1, round(d / oversub))
+    spines_per_pod = uplinks
     b = FabricBuilder(n_gpus)
     leaf = [b.switch(0, f"l{i}") for i in range(n_leaves)]
     for gi, li in enumerate(leaf_of):
         b.cable(gi, leaf[li], preset.nic_bw, _lat(preset, True), _lat(preset, False))
-    up_bw = preset.fabric_bw / oversub
+    up_bw = preset.fabric_bw
     if tiers == 2 or pods == 1:
         spine = [b.switch(1, f"s{j}") for j in range(spines_per_pod)]
         for li in range(n_leaves):

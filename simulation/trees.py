@@ -140,7 +140,17 @@ def _clos_tree(fabric: Fabric, router: ClosRouter, job: Job, load: dict[int, int
                  if fabric.tiers[x] == t and router.lo[x] <= lo and hi <= router.hi[x] and x not in fabric.failed_nodes]
         if not cands:
             continue
-        order = sorted(range(len(cands)), key=lambda i: (load.get(cands[i], 0), (i - job.index) % len(cands)))
+        probes = _one_per_child(router, cands[0], gpus)  # one member per child range (the same ranges under every candidate)
+
+        def score(i: int) -> tuple[int, int, int]:
+            """The controller planner's key: the load of the tree's upper switches (root and the switches
+            right below it that cover members: for a fat-tree core, one spine per member pod), then rotation."""
+            root = cands[i]
+            kids = {router._child(root, g) for g in probes}
+            upper = [load.get(root, 0)] + [load.get(k, 0) for k in kids if fabric.tiers[k] > 0]
+            return (max(upper), sum(upper), (i - job.index) % len(cands))
+
+        order = sorted(range(len(cands)), key=score)
         for i in order:
             root = cands[i]
             if fabric.has_failures and not all(router._down_ok(root, g) for g in gpus):
@@ -159,6 +169,17 @@ def _clos_tree(fabric: Fabric, router: ClosRouter, job: Job, load: dict[int, int
         if fabric.has_failures:
             continue
     raise TreeError(f"job {job.index}: no switch reaches all {len(leaves)} member leaves around the failures")
+
+
+def _one_per_child(router: ClosRouter, root: int, gpus: Sequence[int]) -> list[int]:
+    """One member GPU under each child of `root` that has members (children cover contiguous ranges)."""
+    out, last = [], -1
+    for g in gpus:  # sorted
+        c = router._child(root, g)
+        if c != last:
+            out.append(g)
+            last = c
+    return out
 
 
 def _graph_tree(fabric: Fabric, job: Job, load: dict[int, int]) -> AggTree:

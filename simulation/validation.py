@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,27 +40,32 @@ def full_cases(large: bool = False) -> list[tuple[str, Scenario, str, int, Prese
     tree = p.with_(pipeline_chunk=128 * KIB)
     inc = p.with_(inc_slots=32)
     n = 256 if large else 64
+    r = 16 if large else 8  # radix-8 fabrics hold 128 GPUs; radix 16 makes 256 span 4 pods (groups)
     return [
-        (f"ring, {n} GPUs, fat-tree 2:1, scattered", Scenario(topology="fattree:radix=8,oversub=2", gpus=n, placement="scattered"), "ring", MIB, lock),
-        (f"ring, {n} GPUs, Dragonfly+, scattered", Scenario(topology="dragonfly+:radix=8", gpus=n, placement="scattered"), "ring", MIB, lock),
-        (f"dbtree, {n} GPUs, fat-tree, 32 chunks", Scenario(topology="fattree:radix=8", gpus=n), "dbtree", 8 * MIB, tree),
-        (f"dbtree, {n} GPUs, fat-tree 2:1, scattered, 64 chunks", Scenario(topology="fattree:radix=8,oversub=2", gpus=n, placement="scattered"),
+        (f"ring, {n} GPUs, fat-tree 2:1, scattered", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"), "ring", MIB, lock),
+        (f"ring, {n} GPUs, Dragonfly+, scattered", Scenario(topology=f"dragonfly+:radix={r}", gpus=n, placement="scattered"), "ring", MIB, lock),
+        (f"dbtree, {n} GPUs, fat-tree, 32 chunks", Scenario(topology=f"fattree:radix={r}", gpus=n), "dbtree", 8 * MIB, tree),
+        (f"dbtree, {n} GPUs, fat-tree 2:1, scattered, 64 chunks", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
          "dbtree", 16 * MIB, tree),
-        (f"inc-int32, {n} GPUs, fat-tree 2:1, scattered, window 32", Scenario(topology="fattree:radix=8,oversub=2", gpus=n, placement="scattered"),
+        (f"inc-int32, {n} GPUs, fat-tree 2:1, scattered, window 32", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
          "inc-int32", 16 * KIB, inc),
-        (f"inc-int8, {n} GPUs, Dragonfly+, window 32", Scenario(topology="dragonfly+:radix=8", gpus=n), "inc-int8", 16 * KIB, inc),
+        (f"inc-int8, {n} GPUs, Dragonfly+, window 32", Scenario(topology=f"dragonfly+:radix={r}", gpus=n), "inc-int8", 16 * KIB, inc),
     ]
 
 
-def phase_vs_full(large: bool = False) -> list[dict[str, Any]]:
-    out = []
-    for name, sc, method, size, preset in full_cases(large):
+def phase_vs_full(large: bool = False, workers: int = 2) -> list[dict[str, Any]]:
+    """Every full case, `workers` at a time (each full simulation is a process of its own)."""
+
+    def one(case: tuple[str, Scenario, str, int, Preset]) -> dict[str, Any]:
+        name, sc, method, size, preset = case
         t0 = time.perf_counter()
         model, full = compare(sc, method, size, preset)
-        out.append({"name": name, "model_s": model, "full_s": full, "rel_error": (model - full) / full,
-                    "seconds": time.perf_counter() - t0})
-        LOG.info("phase vs full: %s: %.3g s vs %.3g s (%+.2f%%)", name, model, full, out[-1]["rel_error"] * 100)
-    return out
+        row = {"name": name, "model_s": model, "full_s": full, "rel_error": (model - full) / full, "seconds": time.perf_counter() - t0}
+        LOG.info("phase vs full: %s: %.3g s vs %.3g s (%+.2f%%)", name, model, full, row["rel_error"] * 100)
+        return row
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        return list(pool.map(one, full_cases(large)))
 
 
 def run_all(emulation_results: Path | None = None, large: bool = False, engine: Engine | None = None) -> tuple[dict[str, Any], Calibration | None]:
