@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         return _calibrate(args)
     t0 = time.perf_counter()
+    label = "_".join(filter(None, ["simulate", args.sweep or ("custom" if args.topology else "default"), args.name]))
+    out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_{label}"
     scenarios = [] if args.validate_only else _scenarios(args)
     for s in scenarios:
         get_preset(s.preset)  # refuse unknown presets before anything runs
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         validation, calib = run_all(args.emulation_results, large=args.topology is None and args.sweep != "quick")
         if calib is not None:
             calibration = calib.to_dict()
-            path = args.out / "simulate-calibration.json"
+            path = out / "calibration.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"preset": calib.preset.to_dict()}, indent=1) + "\n")
             # the emulation scenarios use the fitted costs
@@ -146,8 +148,6 @@ def run(args: argparse.Namespace) -> int:
     if bar is not None:
         bar.close()
     duration = time.perf_counter() - t0
-    label = "_".join(filter(None, ["simulate", args.sweep or ("custom" if args.topology else "default"), args.name]))
-    out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_{label}"
     config = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
               "scenarios": [s.to_dict() for s in scenarios],
               "presets": {s.preset: get_preset(s.preset).to_dict() for s in scenarios}}

@@ -196,8 +196,9 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path | None) -> None:
-    fig.tight_layout()
+def _save(fig: Any, path: Path | None, layout: bool = True) -> None:
+    if layout:
+        fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)
         _pyplot().close(fig)
@@ -232,64 +233,94 @@ def plot_scaling(rows: Sequence[Row], path: Path | None = None, sizes: Sequence[
             if j == 0:
                 ax.set_ylabel("speed-up over ring" if speedup else "all-reduce time (s)")
     handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     if handles:
         fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 9), fontsize=8, bbox_to_anchor=(0.5, 1.0))
-    fig.subplots_adjust(top=0.88)
-    _save(fig, path)
+    _save(fig, path, layout=False)
     return fig
 
 
 def plot_fabrics(rows: Sequence[Row], path: Path | None = None, methods: Sequence[str] = ("ring", "hier-rail", "dbtree", "inc-int32", "hier-inc"),
                  size: int | None = None) -> Any:
-    """Bus bandwidth against GPU count per topology (fat-tree solid, rail dashed, Dragonfly+ dotted)."""
+    """Left: bus bandwidth against GPU count per topology (fat-tree solid, rail dashed, Dragonfly+ dotted), one
+    job placed contiguously.  Right: what scattered placement keeps of it, per topology (the placement study)."""
     plt = _pyplot()
     agg = _mean_over_jobs(r for r in rows if r.label == "scaling")
+    place = _mean_over_jobs(r for r in rows if r.label == "placement" and r.background == 0)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1.4, 1]})
     sizes = sorted({k[7] for k in agg})
-    size = size if size in sizes else sizes[-2] if len(sizes) > 1 else sizes[-1]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for topo in sorted({k[1] for k in agg}):
-        for method in methods:
-            pts = sorted((k[2], v[1]) for k, v in agg.items() if k[1] == topo and k[6] == method and k[7] == size)
-            if pts:
-                colour, marker, _ = STYLE[method]
-                ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], color=colour, marker=marker, linestyle=TOPO_STYLE.get(_kind(topo), "-"),
-                        label=f"{method}, {topo}", markersize=4)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("GPUs in the job")
-    ax.set_ylabel("bus bandwidth (GB/s, nccl-tests' busbw)")
-    ax.set_title(f"Fat-tree (solid), rail-optimised (dashed), Dragonfly+ (dotted): {human_bytes(size)} all-reduce")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6, ncol=3)
+    if sizes:
+        size = size if size in sizes else sizes[-2] if len(sizes) > 1 else sizes[-1]
+        for topo in sorted({k[1] for k in agg}):
+            for method in methods:
+                pts = sorted((k[2], v[1]) for k, v in agg.items() if k[1] == topo and k[6] == method and k[7] == size)
+                if pts:
+                    colour, marker, _ = STYLE[method]
+                    ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], color=colour, marker=marker,
+                            linestyle=TOPO_STYLE.get(_kind(topo), "-"), label=f"{method}, {topo}", markersize=4)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("GPUs in the job")
+        ax.set_ylabel("bus bandwidth (GB/s, nccl-tests' busbw)")
+        ax.set_title(f"one job, contiguous, {human_bytes(size)}: fat-tree (solid), rail (dashed), Dragonfly+ (dotted)", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, ncol=3)
+    if place:
+        psize = max(k[7] for k in place)
+        topos = sorted({k[1] for k in place})
+        meths = [m for m in STYLE if any(k[6] == m for k in place)]
+        width = 0.8 / len(topos)
+        for i, topo in enumerate(topos):
+            vals = []
+            for m in meths:
+                c = [v[1] for k, v in place.items() if k[1] == topo and k[3] == "contiguous" and k[6] == m and k[7] == psize]
+                sc = [v[1] for k, v in place.items() if k[1] == topo and k[3] == "scattered" and k[6] == m and k[7] == psize]
+                vals.append(sc[0] / c[0] if c and sc else 0.0)
+            bx.bar([x + (i - (len(topos) - 1) / 2) * width for x in range(len(meths))], vals, width=width, label=topo,
+                   hatch=["", "//", "..", "xx"][i % 4], alpha=0.8)
+        bx.axhline(1.0, color="black", linewidth=0.8)
+        bx.axhline(0.5, color="gray", linewidth=0.8, linestyle=":")
+        bx.set_xticks(range(len(meths)))
+        bx.set_xticklabels(meths, rotation=45, fontsize=8)
+        bx.set_ylabel("scattered / contiguous bus bandwidth")
+        jobs = max(k for k in {r.jobs for r in rows if r.label == "placement"})
+        bx.set_title(f"{jobs} jobs sharing the cluster, {human_bytes(psize)} (dotted: half)", fontsize=9)
+        bx.grid(True, axis="y", alpha=0.3)
+        bx.legend(fontsize=7)
     _save(fig, path)
     return fig
 
 
 def plot_placement(rows: Sequence[Row], path: Path | None = None, size: int | None = None) -> Any:
-    """Bus bandwidth per method, contiguous against scattered placement, per topology and background load."""
+    """Bus bandwidth per method, contiguous against scattered placement: a panel per topology and background load."""
     plt = _pyplot()
     agg = _mean_over_jobs(r for r in rows if r.label == "placement")
     if not agg:
         return None
     sizes = sorted({k[7] for k in agg})
     size = size if size in sizes else sizes[-1]
-    groups = sorted({(k[1], k[4]) for k in agg})
+    topos = sorted({k[1] for k in agg})
+    bgs = sorted({k[4] for k in agg})
     methods = [m for m in STYLE if any(k[6] == m for k in agg)]
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 4), squeeze=False, sharey=True)
-    for ax, (topo, bg) in zip(axes[0], groups):
-        xs = range(len(methods))
-        for off, pl, hatch in ((-0.2, "contiguous", ""), (0.2, "scattered", "//")):
-            vals = []
-            for m in methods:
-                v = [val[1] for k, val in agg.items() if k[1] == topo and k[4] == bg and k[3] == pl and k[6] == m and k[7] == size]
-                vals.append(v[0] / 1e9 if v else 0.0)
-            ax.bar([x + off for x in xs], vals, width=0.4, label=pl, hatch=hatch, color=[STYLE[m][0] for m in methods], alpha=0.8 if pl == "contiguous" else 0.45)
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels(methods, rotation=60, fontsize=7)
-        ax.set_yscale("log")
-        ax.set_title(f"{topo}\nbackground {bg:g}", fontsize=8)
-        ax.grid(True, axis="y", alpha=0.3)
-    axes[0][0].set_ylabel(f"mean bus bandwidth per job (GB/s), {human_bytes(size)}")
+    fig, axes = plt.subplots(len(bgs), len(topos), figsize=(4.2 * len(topos), 3.4 * len(bgs)), squeeze=False, sharey=True)
+    for row, bg in enumerate(bgs):
+        for col, topo in enumerate(topos):
+            ax = axes[row][col]
+            xs = range(len(methods))
+            for off, pl, hatch in ((-0.2, "contiguous", ""), (0.2, "scattered", "//")):
+                vals = []
+                for m in methods:
+                    v = [val[1] for k, val in agg.items() if k[1] == topo and k[4] == bg and k[3] == pl and k[6] == m and k[7] == size]
+                    vals.append(v[0] / 1e9 if v else 0.0)
+                ax.bar([x + off for x in xs], vals, width=0.4, label=pl, hatch=hatch, color=[STYLE[m][0] for m in methods],
+                       alpha=0.85 if pl == "contiguous" else 0.45)
+            ax.set_xticks(list(xs))
+            ax.set_xticklabels(methods, rotation=45, fontsize=7)
+            ax.set_yscale("log")
+            ax.set_title(f"{topo}, background {bg:g}", fontsize=8)
+            ax.grid(True, axis="y", alpha=0.3)
+            if col == 0:
+                ax.set_ylabel(f"bus bandwidth per job (GB/s)\n{human_bytes(size)}", fontsize=8)
     axes[0][0].legend(fontsize=7)
     _save(fig, path)
     return fig
