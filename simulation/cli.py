@@ -56,6 +56,16 @@ def _list(conv: Any) -> Any:
     return parse
 
 
+def _override(text: str) -> tuple[str, float]:
+    key, eq, value = text.partition("=")
+    try:
+        if not eq:
+            raise ValueError
+        return key.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: want PARAM=NUMBER, e.g. switch_latency=1.3e-6") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="p4ina simulate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calibrate", type=Path, metavar="RESULTS_DIR", help="fit per-packet costs to an emulation results folder, print the error table")
@@ -68,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"methods, comma-separated, from {', '.join(METHODS)}")
     ap.add_argument("--preset", default=None, help=f"{', '.join(PRESETS)}, or a preset JSON (e.g. a calibration.json); default h100 for the scale "
                     "topologies, emulation for the controller's")
+    ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", type=_override,
+                    help="replace a preset parameter, e.g. --set switch_latency=1.3e-6 (repeatable; see simulation/params.py)")
     ap.add_argument("--jobs", type=int, default=1, help="jobs sharing the cluster, all all-reducing at once (default 1)")
     ap.add_argument("--cluster-gpus", type=int, help="size the fabric for this many GPUs (default: jobs x GPUs per job)")
     ap.add_argument("--placement", type=_list(str), default=("contiguous",), help=f"placements, comma-separated: {', '.join(POLICIES)}")
@@ -94,7 +106,7 @@ def _scenarios(args: argparse.Namespace) -> list[Scenario]:
     for topo, n, pl, bg in product(args.topology, args.gpus or (None,), args.placement, args.background):
         preset = args.preset or ("emulation" if topo.split(":")[0] in ("fat-tree", "leaf-spine") or topo.endswith(".json") else "h100")
         out.append(Scenario(topology=topo, gpus=n, jobs=args.jobs, cluster_gpus=args.cluster_gpus, placement=pl, background=bg,
-                            fail=tuple(args.fail), preset=preset, methods=tuple(args.methods), sizes=tuple(args.sizes),
+                            fail=tuple(args.fail), preset=preset, overrides=tuple(args.set), methods=tuple(args.methods), sizes=tuple(args.sizes),
                             seed=args.seed, label="custom"))
     return out
 
@@ -118,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_{label}"
     scenarios = [] if args.validate_only else _scenarios(args)
     for s in scenarios:
-        get_preset(s.preset)  # refuse unknown presets before anything runs
+        get_preset(s.preset).with_(**dict(s.overrides))  # refuse unknown presets and parameters before anything runs
     validation: dict[str, Any] = {}
     calibration = None
     if not args.no_validate:

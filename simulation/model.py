@@ -49,6 +49,7 @@ class Scenario:
     background: float = 0.0  # every GPU also sends one flow to a random GPU at this share of its NIC rate
     fail: tuple[str, ...] = ()  # "switch:NAME", "link:A-B", "tree-root", "tree-link"
     preset: str = "emulation"
+    overrides: tuple[tuple[str, float], ...] = ()  # preset parameters replaced, e.g. (("switch_latency", 1.3e-6),)
     methods: tuple[str, ...] = ("ring", "dbtree", "inc-int32")
     sizes: tuple[int, ...] = (4096, 65536, 1 << 20)  # bytes of float32 gradient per GPU
     seed: int = 0
@@ -165,6 +166,8 @@ class Evaluation:
     def __init__(self, scenario: Scenario, preset: Preset | None = None, engine: Engine | None = None) -> None:
         self.scenario = scenario
         self.preset = preset or get_preset(scenario.preset)
+        if scenario.overrides:
+            self.preset = self.preset.with_(**dict(scenario.overrides))
         self.engine = engine or Engine()
         s = scenario
         self.base = topologies.build(s.topology, self.preset, s.cluster_gpus or (s.gpus * s.jobs if s.gpus else None))

@@ -148,9 +148,10 @@ def findings(rows: Sequence[Row]) -> dict[str, Any]:
 def summary(outcomes: Sequence[Outcome], validation: Mapping[str, Any], duration_s: float,
             calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
     rows = all_rows(outcomes)
+    max_gpus = max((r.gpus for r in rows), default=0)  # the largest job simulated
     return {
-        "validation": dict(validation),
-        "max_gpus": max((o.fabric["gpus"] for o in outcomes), default=0),
+        "validation": {**validation, "max_gpus": max_gpus} if validation else {},
+        "max_gpus": max_gpus,
         "duration_s": duration_s,
         "findings": findings(rows),
         "calibration": dict(calibration) if calibration else None,

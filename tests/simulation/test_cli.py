@@ -14,7 +14,7 @@ import pytest
 from nbclient import NotebookClient
 
 from simulation.cli import main
-from simulation.model import Outcome, Scenario
+from simulation.model import Outcome, Row, Scenario
 from simulation.report import summary
 from tests.simulation.conftest import needs_simgrid
 
@@ -44,11 +44,24 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
 
 
 def test_summary_carries_the_validation_figures_and_the_largest_job():
-    outcome = Outcome(Scenario(), [], {"gpus": 100_000})
+    row = Row("scaling", "rail:radix=128", "rail", 100_000, 1, 0, "contiguous", 0.0, "", "ring", 1 << 20, 0.5, 2e6, 4e6)
+    outcome = Outcome(Scenario(), [row], {"gpus": 100_000})
     v = {"emulation_max_rel_error": 0.09, "closed_form_max_rel_error": 0.0, "sharp_anchor_rel_error": 0.01, "phase_vs_full_max_rel_error": 0.04}
     s = summary([outcome], v, 1.0)
-    assert s["max_gpus"] == 100_000
+    assert s["max_gpus"] == 100_000 and s["validation"]["max_gpus"] == 100_000
     assert set(v) <= set(s["validation"])
+
+
+@needs_simgrid
+def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    base = ["--topology", "fattree:radix=16", "--gpus", "64", "--methods", "inc-int32", "--sizes", "8", "--no-validate", "--no-progress",
+            "--json", "--out"]
+    assert main([*base, str(tmp_path / "a")]) == 0
+    assert main([*base, str(tmp_path / "b"), "--set", "switch_latency=1.3e-6"]) == 0
+    times = [float(next(csv.DictReader((_folder(tmp_path / d) / "raw.csv").open()))["time_s"]) for d in "ab"]
+    assert times[1] - times[0] == pytest.approx(3 * (1.3e-6 - 0.13e-6), rel=0.01)  # leaf, root spine, leaf: three traversals
+    assert main([*base, str(tmp_path / "c"), "--set", "warp_speed=9"]) == 1
+    assert "warp_speed" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, message", [
