@@ -9,11 +9,13 @@ SYSTEM_PY   ?= /usr/bin/python3
 STAMP       := $(VENV)/.p4ina-installed
 PYTEST_ARGS ?=
 EMULATE_ARGS ?=
+SIMULATE_ARGS ?=
 
-.PHONY: help setup system-deps venv test emulate bench p4 p4-check clean-net clean
+.PHONY: help setup system-deps venv test emulate simulate bench p4 p4-check clean-net clean
 
 help:
 	@echo "make emulate   install what is missing, run the main experiment (embedded switch)"
+	@echo "make simulate  the same methods at 16 to 100,000 GPUs on SimGrid, calibrated on the emulation"
 	@echo "make test      install what is missing, run the test suite"
 	@echo "make bench     run the benchmarks, write results/bench.json"
 	@echo "make p4        regenerate p4/generated and recompile p4/build with p4c (needs p4c-bm2-ss)"
@@ -38,6 +40,9 @@ test: setup
 
 emulate: setup
 	$(PY) -m emulation $(EMULATE_ARGS)
+
+simulate: setup
+	$(PY) -m simulation $(SIMULATE_ARGS)
 
 bench: setup
 	$(PY) -m bench $(BENCH_ARGS)

@@ -205,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", type=int, help="one job (default: all jobs, plus drops of no job)")
     p = leaf(sub, "verify", cmd_verify, "read the switches back and compare with the state (exit 1 on drift)")
     p.add_argument("--repair", action="store_true", help="make the switches match the state instead")
+    # handled in main() before parsing: its options are simulation/cli.py's (`p4ina simulate --help`)
+    sub.add_parser("simulate", add_help=False, help="the all-reduce methods at cluster scale on SimGrid (make simulate)")
     return ap
 
 
@@ -212,6 +214,11 @@ OFFLINE = {cmd_topo_show, cmd_job_list, cmd_job_show}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["simulate"]:
+        from simulation.cli import main as simulate  # the layer above the controller: imported only for this command
+
+        return simulate(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

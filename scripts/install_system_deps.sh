@@ -3,7 +3,8 @@
 # Idempotent and quick when everything is there (one dpkg query).
 set -euo pipefail
 
-PKGS=(mininet iproute2 iputils-ping ethtool procps python3-venv python3-dev)
+# python3-simgrid: the network model of `make simulate` (Python bindings only; no C++ API is used)
+PKGS=(mininet iproute2 iputils-ping ethtool procps python3-venv python3-dev python3-simgrid)
 
 missing=()
 for p in "${PKGS[@]}"; do

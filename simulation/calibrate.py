@@ -1,0 +1,322 @@
+"""Calibration against the emulation: read a results folder, fit per-packet costs, report the error table.
+
+This is the only module that reads the emulation's results folders, and it
+reads them as files (config.json, summary.json, raw.csv; topology.json when
+present), never through the emulation package: the simulator is a layer of
+its own, and the folder format is being extended (new columns, new methods,
+more lanes per packet).  So everything is optional: medians come from
+summary.json or, failing that, from raw.csv's measured repetitions; methods
+the simulator does not know are listed and skipped; missing fields fall
+back to the defaults `make emulate` uses.
+
+The model is the emulation preset (links at the configured rate and delay,
+p4ina's packet format from `wireformat`, the planner's trees) plus a few
+costs that physics does not give: the hosts' software time per all-reduce
+step, the host and switch CPU time per packet (the switch's forwarding cost
+tied to its aggregation cost by the embedded switch's measured ratio), the
+ring's acknowledgement bytes per data frame, and how many cores the
+emulated hosts and switches effectively shared.  `fit` chooses them to
+minimise the squared log error over every measured point (a bounded
+Nelder-Mead; no SciPy needed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.topology import Topology, TopologyError
+from simulation.engine import Engine
+from simulation.model import Evaluation, Scenario
+from simulation.params import EMULATION, Preset, mbit
+from wireformat import AGG
+
+LOG = logging.getLogger(__name__)
+
+# Emulation method -> simulation method.  "tree" is the emulation's planned host tree; the closest model is
+# NCCL's double binary tree.
+METHOD_MAP = {"inc-int32": "inc-int32", "inc-int16": "inc-int16", "inc-int8": "inc-int8", "ring": "ring",
+              "ring-bf16": "ring-bf16", "hier": "hier", "tree": "dbtree"}
+FORWARD_RATIO = 1 / 5.5  # README: the embedded switch spends 5.5x more on an aggregation packet than a forwarded one
+FIT = {  # parameter: (low, high, start)
+    "step_overhead": (0.0, 20e-3, 0.2e-3),
+    "host_packet_cost": (0.0, 2e-3, 0.1e-3),
+    "switch_packet_cost": (0.0, 2e-3, 0.1e-3),
+    "ack_bytes_per_frame": (0.0, 200.0, 57.0),
+    "link_burst_bytes": (0.0, 16384.0, 0.0),
+    "barrier_cost": (0.0, 5e-3, 0.0),
+}
+GRID = {  # coarse starting points for the search (the loss has flat valleys where a cost does not bind)
+    "step_overhead": (0.0, 0.3e-3, 2e-3),
+    "host_packet_cost": (0.0, 0.03e-3, 0.1e-3),
+    "switch_packet_cost": (0.0, 0.05e-3, 0.15e-3),
+    "ack_bytes_per_frame": (0.0, 57.0),
+    "link_burst_bytes": (0.0, 1000.0),
+    "barrier_cost": (0.0, 0.3e-3),
+}
+
+
+class CalibrationError(ValueError):
+    """A results folder the calibration cannot use; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Point:
+    method: str  # the emulation's name
+    hosts: int
+    elements: int
+    median_s: float
+
+
+@dataclass
+class Results:
+    folder: Path
+    topology: str
+    topology_json: dict[str, Any] | None
+    bw_mbps: float
+    delay_ms: float
+    slots: int
+    cpus: float
+    points: list[Point]
+    skipped: dict[str, str] = field(default_factory=dict)
+    lanes: int | None = None  # elements per in-network packet, inferred from raw.csv
+    notes: list[str] = field(default_factory=list)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as ex:
+        raise CalibrationError(f"{path} is not JSON: {ex}") from ex
+
+
+def read_results(folder: Path | str) -> Results:
+    """Median latency per (method, hosts, elements) and the configuration of an emulation results folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CalibrationError(f"{folder} is not a results folder")
+    config_file = _json(folder / "config.json")
+    summary = _json(folder / "summary.json")
+    cfg = config_file.get("config") or summary.get("config") or {}
+    env = config_file.get("environment", {})
+    shape = cfg.get("shape") or {}
+    medians: dict[tuple[str, int, int], float] = {}
+    for method, per_hosts in (summary.get("methods") or {}).items():
+        for hosts, per_size in per_hosts.items():
+            for size, entry in per_size.items():
+                med = entry.get("median_latency_s") if isinstance(entry, Mapping) else None
+                if med and entry.get("ok", True):
+                    medians[(method, int(hosts), int(size))] = float(med)
+    lanes = None
+    raw = folder / "raw.csv"
+    if raw.exists():
+        reps: dict[tuple[str, int, int], list[float]] = {}
+        per_packet: list[float] = []
+        with raw.open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                try:
+                    key = (row["method"], int(row["hosts"]), int(row["elements"]))
+                    lat = float(row["latency_s"])
+                except (KeyError, ValueError):
+                    continue
+                if row.get("warmup", "0") in ("1", "True", "true") or row.get("ok", "1") in ("0", "False", "false"):
+                    continue
+                reps.setdefault(key, []).append(lat)
+                if key[0].startswith("inc-") and row.get("packets_sent") and row.get("retransmissions", "0") == "0":
+                    sent = int(row["packets_sent"]) / key[1]
+                    if sent:
+                        per_packet.append(key[2] / sent)
+        for key, lats in reps.items():
+            medians.setdefault(key, statistics.median(lats))
+        if per_packet:
+            lanes = round(statistics.median(per_packet))
+    if not medians:
+        raise CalibrationError(f"{folder}: no measured latencies in summary.json or raw.csv")
+    skipped = {}
+    points = []
+    for (method, hosts, elements), med in sorted(medians.items()):
+        if method not in METHOD_MAP:
+            skipped[method] = "the simulator has no model of this method"
+            continue
+        points.append(Point(method, hosts, elements, med))
+    topo_json = _json(folder / "topology.json") or None
+    res = Results(folder, str(cfg.get("topology", "fat-tree:4")), topo_json, float(shape.get("bw_mbps") or 0.0),
+                  float(shape.get("delay_ms") or 0.0), int(cfg.get("slots", 128)), float(env.get("cpus") or 2),
+                  points, skipped, lanes)
+    if res.bw_mbps <= 0:
+        raise CalibrationError(f"{folder}: links were unshaped (bw 0); the model needs the link rate the emulation ran at")
+    if lanes and lanes != AGG.num_lanes:
+        res.notes.append(f"the results were made with {lanes} lanes per packet, this tree's wire format has {AGG.num_lanes}: "
+                         "re-run the emulation or check out the matching commit")
+    return res
+
+
+def base_preset(res: Results) -> Preset:
+    return EMULATION.with_(name="emulation-calibrated", nic_bw=mbit(res.bw_mbps), fabric_bw=mbit(res.bw_mbps),
+                           cable_latency=res.delay_ms / 1e3, inc_slots=min(res.slots, EMULATION.switch_slots),
+                           emulator_cores=res.cpus,
+                           description=f"fitted to {res.folder.name}: {res.topology}, {res.bw_mbps:g} Mbit/s links")
+
+
+def with_params(p: Preset, values: Mapping[str, float]) -> Preset:
+    kw = dict(values)
+    if "switch_packet_cost" in kw:
+        kw["switch_forward_cost"] = kw["switch_packet_cost"] * FORWARD_RATIO
+    return p.with_(**kw)
+
+
+class Model:
+    """The evaluations of every (host count) of a results folder, built once; predict() for any costs."""
+
+    def __init__(self, res: Results, engine: Engine | None = None) -> None:
+        self.res = res
+        self.base = base_preset(res)
+        engine = engine or Engine()
+        spec = res.topology
+        tmp = None
+        if res.topology_json is not None:
+            try:
+                Topology.from_dict(res.topology_json)
+                tmp = res.folder / "topology.json"
+            except TopologyError:
+                tmp = None
+        if tmp is not None:
+            spec = str(tmp)
+        self.evals: dict[int, Evaluation] = {}
+        for hosts in sorted({pt.hosts for pt in res.points}):
+            methods = tuple(sorted({METHOD_MAP[pt.method] for pt in res.points if pt.hosts == hosts}))
+            sizes = tuple(sorted({pt.elements * 4 for pt in res.points if pt.hosts == hosts}))
+            ev = Evaluation(Scenario(topology=spec, gpus=hosts, methods=methods, sizes=sizes, preset="emulation"), self.base, engine)
+            ev.build()
+            ev.solve()
+            self.evals[hosts] = ev
+
+    def predict(self, preset: Preset) -> list[float]:
+        out = []
+        for pt in self.res.points:
+            ev = self.evals[pt.hosts]
+            ev.preset = preset
+            plan = next(pl for pl in ev.plans if pl.method == METHOD_MAP[pt.method])
+            out.append(ev.times(plan, pt.elements * 4))
+        return out
+
+
+def _nelder_mead(f: Callable[[list[float]], float], x0: list[float], steps: list[float], iters: int = 400) -> list[float]:
+    """Minimise f from x0 (a plain Nelder-Mead: reflection, expansion, contraction, shrink)."""
+    pts = [x0] + [[x + (s if i == j else 0.0) for j, x in enumerate(x0)] for i, s in enumerate(steps)]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = sorted(range(len(pts)), key=vals.__getitem__)
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) < 1e-12:
+            break
+        centre = [sum(p[j] for p in pts[:-1]) / (len(pts) - 1) for j in range(len(x0))]
+        refl = [c + (c - w) for c, w in zip(centre, pts[-1])]
+        fr = f(refl)
+        if fr < vals[0]:
+            exp = [c + 2 * (c - w) for c, w in zip(centre, pts[-1])]
+            fe = f(exp)
+            pts[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = refl, fr
+        else:
+            con = [c + 0.5 * (w - c) for c, w in zip(centre, pts[-1])]
+            fc = f(con)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = con, fc
+            else:
+                pts = [pts[0]] + [[b + 0.5 * (x - b) for x, b in zip(p, pts[0])] for p in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+    return pts[min(range(len(pts)), key=vals.__getitem__)]
+
+
+@dataclass
+class Calibration:
+    results: Results
+    preset: Preset
+    fitted: dict[str, float]
+    table: list[dict[str, Any]]
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((abs(r["rel_error"]) for r in self.table), default=math.nan)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"folder": str(self.results.folder), "topology": self.results.topology, "fitted": self.fitted,
+                "max_rel_error": self.max_rel_error, "skipped_methods": self.results.skipped, "notes": self.results.notes,
+                "lanes_in_results": self.results.lanes, "lanes_in_model": AGG.num_lanes,
+                "table": self.table, "preset": self.preset.to_dict()}
+
+    def text(self) -> str:
+        lines = [f"calibration against {self.results.folder} ({self.results.topology}, {self.results.bw_mbps:g} Mbit/s)",
+                 "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
+                 f"{'method':<10} {'hosts':>5} {'elements':>9} {'emulation ms':>13} {'model ms':>10} {'error':>8}"]
+        for r in self.table:
+            lines.append(f"{r['method']:<10} {r['hosts']:>5} {r['elements']:>9} {r['measured_s'] * 1e3:>13.1f} "
+                         f"{r['predicted_s'] * 1e3:>10.1f} {r['rel_error'] * 100:>+7.1f}%")
+        lines.append(f"max |error| {self.max_rel_error * 100:.1f}% over {len(self.table)} points")
+        for m, why in self.results.skipped.items():
+            lines.append(f"skipped {m}: {why}")
+        lines += [f"note: {n}" for n in self.results.notes]
+        return "\n".join(lines)
+
+
+def fit(folder: Path | str, params: Sequence[str] = tuple(FIT), engine: Engine | None = None) -> Calibration:
+    """Fit `params` (a subset of FIT) to the folder's medians; the others keep the emulation preset's values."""
+    res = read_results(folder)
+    if not res.points:
+        raise CalibrationError(f"{folder}: none of its methods ({', '.join(res.skipped)}) has a model")
+    unknown = set(params) - set(FIT)
+    if unknown:
+        raise CalibrationError(f"cannot fit {sorted(unknown)}; fittable: {', '.join(FIT)}")
+    model = Model(res, engine)
+    measured = [pt.median_s for pt in res.points]
+    names = list(params)
+    lo = [FIT[n][0] for n in names]
+    hi = [FIT[n][1] for n in names]
+    start = {n: FIT[n][2] for n in names}
+
+    def decode(x: list[float]) -> dict[str, float]:  # a logistic map keeps every parameter inside its bounds
+        return {n: lo[i] + (hi[i] - lo[i]) / (1 + math.exp(-x[i])) for i, n in enumerate(names)}
+
+    def encode(v: Mapping[str, float]) -> list[float]:
+        out = []
+        for i, n in enumerate(names):
+            q = min(max((v[n] - lo[i]) / (hi[i] - lo[i]), 1e-6), 1 - 1e-6)
+            out.append(math.log(q / (1 - q)))
+        return out
+
+    def loss(x: list[float]) -> float:
+        pred = model.predict(with_params(model.base, decode(x)))
+        return sum(math.log(p / m) ** 2 for p, m in zip(pred, measured) if p > 0 and m > 0)
+
+    import itertools
+
+    def loss_at(v: Mapping[str, float]) -> float:
+        return loss(encode(v))
+
+    grid = [dict(zip(names, combo)) for combo in itertools.product(*(GRID.get(n, (start[n],)) for n in names))]
+    starts = sorted(grid, key=loss_at)[:3] + [start]
+    best, best_loss = None, math.inf
+    for v in starts:
+        x = _nelder_mead(loss, encode(v), [1.0] * len(names))
+        x = _nelder_mead(loss, x, [0.3] * len(names))  # restart: Nelder-Mead stalls on flat valleys
+        if loss(x) < best_loss:
+            best, best_loss = x, loss(x)
+    assert best is not None
+    fitted = decode(best)
+    preset = with_params(model.base, fitted)
+    pred = model.predict(preset)
+    table = [{"method": pt.method, "hosts": pt.hosts, "elements": pt.elements, "measured_s": pt.median_s, "predicted_s": p,
+              "rel_error": (p - pt.median_s) / pt.median_s} for pt, p in zip(res.points, pred)]
+    LOG.info("calibration: max error %.1f%% over %d points", max(abs(r["rel_error"]) for r in table) * 100, len(table))
+    return Calibration(res, preset, fitted, table)

@@ -1,0 +1,196 @@
+"""`p4ina simulate` / `python -m simulation` (make simulate): the all-reduce methods at 16 to 100,000 GPUs.
+
+Without topology options it runs the default sweep (scaling to 100k GPUs on
+a fat-tree, a rail-optimised fat-tree and Dragonfly+; placement of eight
+jobs; failures; the emulation's own fat-tree), the four validations, and
+writes a results folder with config.json, raw.csv, summary.json, table.txt
+and the plots.  With --topology/--gpus it runs the grid those options name.
+--calibrate RESULTS_DIR fits the per-packet costs to an emulation results
+folder and prints the error table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from datetime import datetime
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+from simulation import sweep
+from simulation.calibrate import CalibrationError, fit
+from simulation.engine import EngineError
+from simulation.fabric import FabricError
+from simulation.methods import METHODS, MethodError
+from simulation.model import Outcome, Scenario, ScenarioError
+from simulation.params import PRESETS, ParamError, get_preset
+from simulation.placement import POLICIES, PlacementError
+from simulation.report import human_bytes, write_folder
+from simulation.trees import TreeError
+
+LOG = logging.getLogger("simulation")
+
+ERRORS = (ScenarioError, FabricError, ParamError, PlacementError, MethodError, TreeError, CalibrationError, EngineError)
+
+
+def parse_bytes(text: str) -> int:
+    """'8', '4K', '256M', '1G' (binary multiples) -> bytes."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    digits = t[:-1] if mult > 1 else t
+    if not digits.isdigit() or int(digits) < 1:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not a positive number of bytes (e.g. 8, 4K, 256M, 1G)")
+    return int(digits) * mult
+
+
+def _list(conv: Any) -> Any:
+    def parse(text: str) -> tuple[Any, ...]:
+        try:
+            return tuple(conv(x) for x in text.split(",") if x.strip())
+        except ValueError as ex:
+            raise argparse.ArgumentTypeError(f"{text!r}: {ex}") from ex
+    return parse
+
+
+def _override(text: str) -> tuple[str, float]:
+    key, eq, value = text.partition("=")
+    try:
+        if not eq:
+            raise ValueError
+        return key.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: want PARAM=NUMBER, e.g. switch_latency=1.3e-6") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="p4ina simulate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calibrate", type=Path, metavar="RESULTS_DIR", help="fit per-packet costs to an emulation results folder, print the error table")
+    ap.add_argument("--sweep", choices=("default", "quick"), help="a predefined sweep (default when no --topology is given)")
+    ap.add_argument("--topology", type=_list(str), help="topologies, comma-separated: fat-tree:K, leaf-spine:LxSxH, a JSON, "
+                    "fattree[:radix=R,tiers=T,oversub=O], rail[:...], dragonfly+[:radix=R]")
+    ap.add_argument("--gpus", type=_list(int), help="GPUs per job, comma-separated (default: all hosts of a controller topology)")
+    ap.add_argument("--sizes", type=_list(parse_bytes), default=(64 << 10, 1 << 20, 256 << 20), help="all-reduce sizes in bytes (K/M/G), default 64K,1M,256M")
+    ap.add_argument("--methods", type=_list(str), default=("ring", "hier-rail", "dbtree", "inc-int32", "hier-inc", "adaptive"),
+                    help=f"methods, comma-separated, from {', '.join(METHODS)}")
+    ap.add_argument("--preset", default=None, help=f"{', '.join(PRESETS)}, or a preset JSON (e.g. a calibration.json); default h100 for the scale "
+                    "topologies, emulation for the controller's")
+    ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", type=_override,
+                    help="replace a preset parameter, e.g. --set switch_latency=1.3e-6 (repeatable; see simulation/params.py)")
+    ap.add_argument("--jobs", type=int, default=1, help="jobs sharing the cluster, all all-reducing at once (default 1)")
+    ap.add_argument("--cluster-gpus", type=int, help="size the fabric for this many GPUs (default: jobs x GPUs per job)")
+    ap.add_argument("--placement", type=_list(str), default=("contiguous",), help=f"placements, comma-separated: {', '.join(POLICIES)}")
+    ap.add_argument("--background", type=_list(float), default=(0.0,), help="background load per GPU as a share of its NIC rate, comma-separated")
+    ap.add_argument("--fail", action="append", default=[], help="switch:NAME, link:A-B, tree-root or tree-link (repeatable)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--emulation-results", type=Path, help="the emulation results folder to calibrate and validate against "
+                    "(default: the fixture in tests/simulation/data)")
+    ap.add_argument("--no-validate", action="store_true", help="skip the four validations")
+    ap.add_argument("--validate-only", action="store_true", help="only the validations")
+    ap.add_argument("--workers", "-j", type=int, default=None, help="parallel processes (default: cores, at most 2)")
+    ap.add_argument("--out", type=Path, default=Path("results"), help="parent of the results folder (default results/)")
+    ap.add_argument("--name", default="", help="extra label for the results folder")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--json", action="store_true", help="print summary.json's validation and findings instead of the table")
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return ap
+
+
+def _scenarios(args: argparse.Namespace) -> list[Scenario]:
+    if args.topology is None:
+        return sweep.quick_sweep() if args.sweep == "quick" else sweep.default_sweep()
+    out = []
+    for topo, n, pl, bg in product(args.topology, args.gpus or (None,), args.placement, args.background):
+        preset = args.preset or ("emulation" if topo.split(":")[0] in ("fat-tree", "leaf-spine") or topo.endswith(".json") else "h100")
+        out.append(Scenario(topology=topo, gpus=n, jobs=args.jobs, cluster_gpus=args.cluster_gpus, placement=pl, background=bg,
+                            fail=tuple(args.fail), preset=preset, overrides=tuple(args.set), methods=tuple(args.methods), sizes=tuple(args.sizes),
+                            seed=args.seed, label="custom"))
+    return out
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    calib = fit(args.calibrate)
+    out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_simulate-calibration{'_' + args.name if args.name else ''}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "calibration.json").write_text(json.dumps(calib.to_dict(), indent=1) + "\n")
+    (out / "calibration.txt").write_text(calib.text() + "\n")
+    print(json.dumps(calib.to_dict(), indent=1) if args.json else calib.text())
+    print(f"\nwritten to {out} (use --preset {out / 'calibration.json'} to simulate with the fitted costs)", file=sys.stderr)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.calibrate:
+        return _calibrate(args)
+    t0 = time.perf_counter()
+    label = "_".join(filter(None, ["simulate", args.sweep or ("custom" if args.topology else "default"), args.name]))
+    out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_{label}"
+    scenarios = [] if args.validate_only else _scenarios(args)
+    for s in scenarios:
+        get_preset(s.preset).with_(**dict(s.overrides))  # refuse unknown presets and parameters before anything runs
+    validation: dict[str, Any] = {}
+    calibration = None
+    if not args.no_validate:
+        from simulation.validation import run_all
+
+        LOG.info("validating (emulation, closed forms, SHARP anchor, phase vs full simulation)")
+        validation, calib = run_all(args.emulation_results, large=args.topology is None and args.sweep != "quick")
+        if calib is not None:
+            calibration = calib.to_dict()
+            path = out / "calibration.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"preset": calib.preset.to_dict()}, indent=1) + "\n")
+            # the emulation scenarios use the fitted costs
+            scenarios = [s.__class__(**{**s.to_dict(), "preset": str(path)}) if s.label == "emulation" else s for s in scenarios]
+    bar = None
+    if scenarios and not args.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(scenarios), desc="simulate", unit="point")
+
+    def progress(o: Outcome) -> None:
+        if bar is not None:
+            bar.set_postfix_str(f"{o.scenario.label} {o.scenario.topology} {o.fabric['gpus']} GPUs", refresh=False)
+            bar.update(1)
+
+    outcomes = sweep.run(scenarios, args.workers, progress) if scenarios else []
+    if bar is not None:
+        bar.close()
+    duration = time.perf_counter() - t0
+    config = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "scenarios": [s.to_dict() for s in scenarios],
+              "presets": {s.preset: get_preset(s.preset).to_dict() for s in scenarios}}
+    write_folder(out, outcomes, config, validation, duration, calibration)
+    summary = json.loads((out / "summary.json").read_text())
+    if args.json:
+        print(json.dumps({"validation": {k: v for k, v in summary["validation"].items() if k != "details"},
+                          "max_gpus": summary["max_gpus"], "findings": summary["findings"]}, indent=1))
+    else:
+        print((out / "table.txt").read_text())
+        v = summary["validation"]
+        if v:
+            def pct(x: Any) -> str:
+                return "-" if x is None else f"{x * 100:.1f}%"
+            print(f"validation: emulation {pct(v.get('emulation_max_rel_error'))} (limit 15%), closed forms "
+                  f"{pct(v.get('closed_form_max_rel_error'))} (2%), SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
+                  f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)")
+    print(f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {', '.join(human_bytes(s) for s in args.sizes) if args.topology else 'per study'})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("simulation").setLevel(logging.INFO)
+    try:
+        return run(args)
+    except ERRORS as ex:
+        print(f"p4ina simulate: error: {ex}", file=sys.stderr)
+        LOG.debug("details", exc_info=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130

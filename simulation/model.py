@@ -1,0 +1,308 @@
+"""One simulated situation (a Scenario) and its evaluation: fabric, jobs, trees, flows, SimGrid, times.
+
+A Scenario is the workload and the cluster: a topology spec, how many jobs of
+how many GPUs, their placement, background load, failures, the preset, the
+methods and message sizes.  `evaluate` builds the fabric, places the jobs,
+plans the aggregation trees, lets every method register its phases' flows,
+routes them, has SimGrid rate every flow set once (all jobs at the same
+time: jobs that share switches slow each other down), and composes each
+method's time for every message size from those rates.  Rates do not depend
+on the message size, so a sweep over sizes costs one network solve.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulation import topologies
+from simulation.engine import Engine, FlowSet
+from simulation.fabric import Fabric, FabricError
+from simulation.methods import (
+    METHODS, RESULT_LANES, Edges, FlowTable, MethodError, Phase, Plan, TreeMeasure, groups_of, inc_phase_time,
+    plan_method, ring_phase_time, tree_phase_time,
+)
+from simulation.params import Preset, get_preset
+from simulation.placement import POLICIES, Job, place
+from simulation.trees import AggTree, assign_windows, plan_trees
+
+LOG = logging.getLogger(__name__)
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be simulated; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    topology: str = "fat-tree:4"
+    gpus: int | None = None  # GPUs per job (default: the whole controller topology / required for scale builders)
+    jobs: int = 1
+    cluster_gpus: int | None = None  # size the fabric for this many GPUs (default: jobs x gpus)
+    placement: str = "contiguous"
+    background: float = 0.0  # every GPU also sends one flow to a random GPU at this share of its NIC rate
+    fail: tuple[str, ...] = ()  # "switch:NAME", "link:A-B", "tree-root", "tree-link"
+    preset: str = "emulation"
+    overrides: tuple[tuple[str, float], ...] = ()  # preset parameters replaced, e.g. (("switch_latency", 1.3e-6),)
+    methods: tuple[str, ...] = ("ring", "dbtree", "inc-int32")
+    sizes: tuple[int, ...] = (4096, 65536, 1 << 20)  # bytes of float32 gradient per GPU
+    seed: int = 0
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.jobs < 1:
+            raise ScenarioError(f"jobs must be >= 1, got {self.jobs}")
+        if self.placement not in POLICIES:
+            raise ScenarioError(f"placement {self.placement!r}: choose from {', '.join(POLICIES)}")
+        if not 0 <= self.background < 1:
+            raise ScenarioError(f"background load {self.background} must be in [0, 1)")
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad or not self.methods:
+            raise ScenarioError(f"methods {bad or '(none)'}: choose from {', '.join(METHODS)}")
+        if not self.sizes or any(s < 4 for s in self.sizes):
+            raise ScenarioError(f"sizes {self.sizes}: each must be >= 4 bytes (one float32)")
+        if self.gpus is not None and self.gpus < 2:
+            raise ScenarioError(f"a job needs >= 2 GPUs, got {self.gpus}")
+        for f in self.fail:
+            kind = f.partition(":")[0]
+            if kind not in ("switch", "link", "tree-root", "tree-link"):
+                raise ScenarioError(f"failure {f!r}: use switch:NAME, link:A-B, tree-root or tree-link")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Row:
+    """One method's time for one job and message size."""
+
+    label: str
+    topology: str
+    fabric: str
+    gpus: int
+    jobs: int
+    job: int
+    placement: str
+    background: float
+    failures: str
+    method: str
+    size: int
+    time_s: float
+    algbw: float  # bytes/s: S / time
+    busbw: float  # algbw x 2(N-1)/N (nccl-tests' bus bandwidth)
+    choice: str = ""  # adaptive: the method it picked
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Outcome:
+    scenario: Scenario
+    rows: list[Row]
+    fabric: dict[str, Any]
+    skipped: dict[str, str] = field(default_factory=dict)  # method -> why it did not apply
+    trees: list[dict[str, Any]] = field(default_factory=list)
+    flowsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _fail(fabric: Fabric, specs: Sequence[str], jobs: Sequence[Job], preset: Preset) -> Fabric:
+    links: list[tuple[int, int]] = []
+    nodes: list[int] = []
+    for spec in specs:
+        kind, _, arg = spec.partition(":")
+        if kind in ("tree-root", "tree-link"):
+            tree = plan_trees(fabric, jobs[:1], slots=preset.inc_slots)[0]
+            if kind == "tree-root":
+                nodes.append(tree.root)
+            else:
+                child = min(c for c in tree.children[tree.root])
+                links.append((child, tree.root))
+            continue
+        try:
+            if kind == "switch":
+                nodes.append(fabric.node(arg))
+            else:
+                a, sep, b = arg.partition("-")
+                if not sep:
+                    raise ScenarioError(f"failure {spec!r}: want link:A-B")
+                links.append((fabric.node(a), fabric.node(b)))
+        except FabricError as ex:
+            raise ScenarioError(f"failure {spec!r}: {ex}") from ex
+    return fabric.fail(links=links, nodes=nodes)
+
+
+def _tree_measure(fabric: Fabric, tree: AggTree, up: np.ndarray, down: np.ndarray) -> TreeMeasure:
+    lat = fabric.link_lat
+    up_lat: dict[int, float] = {tree.root: 0.0}
+    dn_lat: dict[int, float] = {tree.root: 0.0}
+
+    def walk(x: int) -> None:
+        chain = []
+        while x not in up_lat:
+            chain.append(x)
+            x = tree.parent[x]
+        for y in reversed(chain):
+            p = tree.parent[y]
+            up_lat[y] = up_lat[p] + float(lat[fabric.link(y, p)])
+            dn_lat[y] = dn_lat[p] + float(lat[fabric.link(p, y)])
+
+    for g in tree.gpus:
+        walk(g)
+    return TreeMeasure(rate_up=float(up.min()), rate_down=float(down.min()), latency_up=max(up_lat[g] for g in tree.gpus),
+                       latency_down=max(dn_lat[g] for g in tree.gpus))
+
+
+class Evaluation:
+    """Everything evaluate() built, kept for inspection (notebook, tests)."""
+
+    def __init__(self, scenario: Scenario, preset: Preset | None = None, engine: Engine | None = None) -> None:
+        self.scenario = scenario
+        self.preset = preset or get_preset(scenario.preset)
+        if scenario.overrides:
+            self.preset = self.preset.with_(**dict(scenario.overrides))
+        self.engine = engine or Engine()
+        s = scenario
+        self.base = topologies.build(s.topology, self.preset, s.cluster_gpus or (s.gpus * s.jobs if s.gpus else None))
+        per_job = s.gpus or self.base.n_gpus // s.jobs
+        if per_job < 2:
+            raise ScenarioError(f"{s.jobs} jobs on {self.base.n_gpus} GPUs leave fewer than 2 per job")
+        try:
+            self.jobs = place(self.base, [per_job] * s.jobs, s.placement, s.seed)
+        except ValueError as ex:
+            raise ScenarioError(str(ex)) from ex
+        self.fabric = _fail(self.base, s.fail, self.jobs, self.preset) if s.fail else self.base
+        self.trees: dict[str, list[AggTree]] = {}
+        self.skipped: dict[str, str] = {}
+        self.tables: dict[str, FlowTable] = {}
+        self.plans: list[Plan] = []
+        self.flowsets: dict[str, FlowSet] = {}
+        self._edges: dict[tuple[str, tuple[int, int]], Edges] = {}
+
+    def _plan_trees(self) -> None:
+        s, p = self.scenario, self.preset
+        if any(m in ("inc-int32", "inc-int16", "inc-int8") for m in s.methods):
+            self.trees["inc"] = plan_trees(self.fabric, self.jobs, slots=p.inc_slots)
+            assign_windows(self.trees["inc"], p.inc_slots, p.switch_slots)
+        if "hier-inc" in s.methods and (self.fabric.nvswitch >= 0).any():
+            subjobs = []
+            for job in self.jobs:
+                groups = groups_of(self.fabric, job.topology_order(self.fabric))
+                g = max(len(x) for x in groups)
+                subjobs += [Job(job.index * g + i, tuple(grp[i] for grp in groups if len(grp) > i)) for i in range(g)]
+            self.trees["hier-inc"] = plan_trees(self.fabric, subjobs, slots=p.inc_slots)
+            assign_windows(self.trees["hier-inc"], p.inc_slots, p.switch_slots)
+
+    def build(self) -> None:
+        self._plan_trees()
+        for method in self.scenario.methods:
+            if method == "adaptive":
+                continue
+            try:
+                for job in self.jobs:
+                    self.plans.append(plan_method(method, self.fabric, job, self.tables, self.trees))
+            except MethodError as ex:
+                self.skipped[method] = str(ex)
+                self.plans = [pl for pl in self.plans if pl.method != method]
+        f = self.fabric
+        bg_pairs: list[tuple[int, int]] = []
+        caps_bg: list[float] = []
+        if self.scenario.background > 0:
+            perm = np.random.default_rng(self.scenario.seed + 1).permutation(f.n_gpus)
+            bg_pairs = [(g, int(perm[g])) for g in range(f.n_gpus) if perm[g] != g and f.server[g] != f.server[perm[g]]]
+            caps_bg = [self.scenario.background * self.preset.nic_bw] * len(bg_pairs)
+        bg_paths = [f.links_of(f.path(a, b, 7)) for a, b in bg_pairs]
+        for key, tab in self.tables.items():
+            adjacent = key in ("inc", "hier-inc")  # tree edges join neighbours: no routing
+            paths = [f.links_of([a, b]) if adjacent else f.links_of(f.path(a, b)) for a, b in zip(tab.src, tab.dst)]
+            caps = np.concatenate([np.full(len(paths), np.inf), np.array(caps_bg)])
+            self.flowsets[key] = FlowSet(key, paths + bg_paths, caps)
+
+    def solve(self) -> None:
+        self.engine.solve(self.fabric, list(self.flowsets.values()))
+
+    def edges(self, flowset: str, span: tuple[int, int]) -> Edges:
+        """Rates, latencies and switch hops of flows span[0]..span[1]-1 of a flow set."""
+        key = (flowset, span)
+        if key not in self._edges:
+            fs = self.flowsets[flowset]
+            assert fs.rates is not None
+            a, b = span
+            lat = self.fabric.link_lat
+            paths = fs.paths[a:b]
+            self._edges[key] = Edges(rate=fs.rates[a:b], latency=np.array([float(lat[p].sum()) for p in paths]),
+                                     hops=np.array([len(p) - 1 for p in paths]), flows=len(self.tables[flowset].src))
+        return self._edges[key]
+
+    def phase_time(self, method: str, ph: Phase, size: int, first: bool = False) -> float:
+        p = self.preset
+        data = size * ph.share
+        if ph.kind == "inc":
+            assert ph.down is not None and ph.tree is not None
+            fs = self.flowsets[ph.flowset]
+            assert fs.rates is not None
+            m = _tree_measure(self.fabric, ph.tree, fs.rates[ph.flows[0]:ph.flows[1]], fs.rates[ph.down[0]:ph.down[1]])
+            return inc_phase_time(p, ph.tree, data / 4, RESULT_LANES[method], m)
+        if ph.kind == "tree":
+            levels = [(self.edges(u, us), self.edges(d, ds)) for u, us, d, ds in ph.levels]
+            return tree_phase_time(p, data, self.edges(ph.flowset, ph.flows), levels, ph.reduce)
+        return ring_phase_time(p, ph.steps, data, self.edges(ph.flowset, ph.flows), ph.segments, ph.nvlink, ph.reduce, first)
+
+    def times(self, plan: Plan, size: int) -> float:
+        total = 0.0
+        parallel: list[float] = []  # the trees of hier-inc run side by side and end together
+        for i, ph in enumerate(plan.phases):
+            t = self.phase_time(plan.method, ph, size, first=i == 0)
+            if ph.kind == "inc":
+                parallel.append(t)
+                continue
+            if parallel:
+                total += max(parallel)
+                parallel = []
+            total += t
+        return total + (max(parallel) if parallel else 0.0) + plan.n * self.preset.barrier_cost
+
+    def rows(self) -> list[Row]:
+        s = self.scenario
+        out: list[Row] = []
+        fails = ",".join(s.fail)
+        best: dict[tuple[int, int], tuple[float, str]] = {}
+        for plan in self.plans:
+            n = plan.n
+            for size in s.sizes:
+                t = self.times(plan, size)
+                out.append(self._row(plan.method, plan.job.index, n, size, t, fails))
+                key = (plan.job.index, size)
+                if plan.method != "ring-addr" and (key not in best or t < best[key][0]):
+                    best[key] = (t, plan.method)
+        if "adaptive" in s.methods:
+            for (job, size), (t, choice) in sorted(best.items()):
+                row = self._row("adaptive", job, self.jobs[job].size, size, t, fails)
+                row.choice = choice
+                out.append(row)
+        return out
+
+    def _row(self, method: str, job: int, n: int, size: int, t: float, fails: str) -> Row:
+        s = self.scenario
+        algbw = size / t if t > 0 else math.inf
+        return Row(s.label, s.topology, self.fabric.name, n, s.jobs, job, s.placement, s.background, fails, method, size,
+                   t, algbw, algbw * 2 * (n - 1) / n)
+
+
+def evaluate(scenario: Scenario, engine: Engine | None = None, preset: Preset | None = None) -> Outcome:
+    t0 = time.perf_counter()
+    ev = Evaluation(scenario, preset, engine)
+    ev.build()
+    ev.solve()
+    rows = ev.rows()
+    trees = [{"method": k, "job": t.job, "root": ev.fabric.name_of(t.root), "depth": t.depth, "switches": len(t.switches),
+              "max_fan_in": t.max_fan_in, "window": t.window, "planner": t.planner} for k, ts in ev.trees.items() for t in ts[:4]]
+    stats = {k: fs.stats for k, fs in ev.flowsets.items()}
+    return Outcome(scenario, rows, ev.fabric.describe(), ev.skipped, trees, stats, time.perf_counter() - t0)

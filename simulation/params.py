@@ -1,0 +1,198 @@
+"""Physical and system parameters of a simulated cluster, and the named presets.
+
+Everything here is a number with a unit and a reason: link rates and latencies
+are the network's physics; per-step, per-packet and per-byte costs are what
+the hosts and switches add on top, which is what calibration fits (see
+simulation/calibrate.py).  SI units throughout: bytes, seconds, bytes/second.
+
+Packet formats are not repeated here: the in-network frames come from
+`wireformat.AGG` (lane count and header sizes), the emulation's ring frames
+from `hosts.ring`, so a change of the wire format changes the model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from controller.names import NUM_SLOTS
+from hosts.ring import DATA_HDR, FRAME_OVERHEAD, MAX_UDP_PAYLOAD
+from wireformat import AGG
+
+
+class ParamError(ValueError):
+    """A parameter set that cannot describe a cluster; the message names the field."""
+
+
+def gbit(x: float) -> float:
+    """Gbit/s -> bytes/s."""
+    return x * 1e9 / 8
+
+
+def mbit(x: float) -> float:
+    """Mbit/s -> bytes/s."""
+    return x * 1e6 / 8
+
+
+# The emulation's ring (hosts/ring.py): float32 elements in MTU-sized UDP datagrams with a 16-byte header.
+EMU_RING_PAYLOAD = (MAX_UDP_PAYLOAD - DATA_HDR.size) // 4 * 4
+EMU_RING_OVERHEAD = FRAME_OVERHEAD + DATA_HDR.size
+ELEM_CODES = {"int32": AGG.elem_types["ELEM_INT32"], "int16": AGG.elem_types["ELEM_INT16"], "int8": AGG.elem_types["ELEM_INT8"]}
+
+
+def agg_frame(elem: str) -> int:
+    """Bytes on the wire of one in-network packet with `elem` lanes (Ethernet/IPv4/UDP/agg header/lanes)."""
+    return AGG.frame_bytes(ELEM_CODES[elem])
+
+
+def agg_elements() -> int:
+    """float32 elements one in-network packet carries (the lane count of the wire format)."""
+    return AGG.num_lanes
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One cluster: link physics, host and switch costs, protocol sizes.
+
+    A GPU is an endpoint with its own NIC (`nic_bw`); with `gpus_per_server` > 1
+    the GPUs of a server also share an NVSwitch (`nvlink_bw` per GPU and
+    direction).  `switch_latency` is paid at every switch a packet crosses and
+    `cable_latency` on every link.
+    """
+
+    name: str
+    description: str
+    nic_bw: float  # bytes/s per direction, endpoint <-> first switch
+    fabric_bw: float  # bytes/s per direction, switch <-> switch
+    cable_latency: float  # s per link (propagation + serdes)
+    switch_latency: float  # s per switch traversal (cut-through or store-and-forward of a small packet)
+    gpus_per_server: int = 1
+    nvlink_bw: float = 0.0  # bytes/s per GPU and direction to the server's NVSwitch; 0 = no NVLink
+    nvlink_latency: float = 0.0  # s per NVLink hop
+    # system: what software adds
+    step_overhead: float = 0.0  # s per algorithm step over the network (send + receive software path)
+    nvlink_step_overhead: float = 0.0  # s per algorithm step over NVLink
+    host_packet_cost: float = 0.0  # s of host CPU per packet sent or received (caps a flow at one packet per cost)
+    switch_packet_cost: float = 0.0  # s per aggregation packet in a switch (0 = line-rate ASIC)
+    switch_forward_cost: float = 0.0  # s per forwarded (non-aggregation) packet in a switch
+    switch_agg_latency: float = 0.0  # s an aggregating switch adds to a packet's trip (not a throughput limit)
+    host_byte_cost: float = 0.0  # s per byte of one pass over memory: a reduction, or staging data in or out
+    emulator_cores: float = 0.0  # > 0: hosts and switches are processes sharing this many cores (an emulator)
+    link_burst_bytes: float = 0.0  # a shaped link's token bucket: an all-reduce's first bytes pass at once (tc)
+    barrier_cost: float = 0.0  # s per rank of a per-call start barrier (the emulation's coordinator serves ranks in turn)
+    # protocol sizes
+    mtu_payload: int = EMU_RING_PAYLOAD  # data bytes per frame of the host-based methods
+    frame_overhead: int = EMU_RING_OVERHEAD  # header bytes per such frame on the wire
+    ack_bytes_per_frame: float = 0.0  # bytes of acknowledgements a receiver sends back per data frame
+    pipeline_chunk: int = 1 << 20  # bytes per pipelined chunk (tree, ring segments larger than this)
+    inc_slots: int = 128  # in-network window: aggregation slots per job on each switch
+    switch_slots: int = NUM_SLOTS  # slots per switch, shared by the jobs on it
+    routing: str = "dmodk"  # "dmodk" (destination-based, InfiniBand ftree-like) or "ecmp" (hash of the flow)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, float | int) and not isinstance(v, bool) and (v < 0 or math.isnan(v)):
+                raise ParamError(f"preset {self.name!r}: {f.name} = {v} must be >= 0")
+        if self.nic_bw <= 0 or self.fabric_bw <= 0:
+            raise ParamError(f"preset {self.name!r}: nic_bw and fabric_bw must be > 0")
+        if self.gpus_per_server < 1:
+            raise ParamError(f"preset {self.name!r}: gpus_per_server must be >= 1")
+        if self.gpus_per_server > 1 and self.nvlink_bw <= 0:
+            raise ParamError(f"preset {self.name!r}: {self.gpus_per_server} GPUs per server need nvlink_bw > 0")
+        if self.mtu_payload < 4 or self.pipeline_chunk < 1:
+            raise ParamError(f"preset {self.name!r}: mtu_payload must be >= 4 bytes and pipeline_chunk >= 1")
+        if not 1 <= self.inc_slots <= self.switch_slots:
+            raise ParamError(f"preset {self.name!r}: inc_slots {self.inc_slots} must be in 1..switch_slots ({self.switch_slots})")
+        if self.routing not in ("dmodk", "ecmp"):
+            raise ParamError(f"preset {self.name!r}: routing must be 'dmodk' or 'ecmp', got {self.routing!r}")
+
+    def with_(self, **changes: Any) -> Preset:
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ParamError(f"preset has no parameter(s) {sorted(unknown)}")
+        return replace(self, **changes)
+
+    # -- derived ---------------------------------------------------------------------------------
+    def wire_bytes(self, data: float) -> float:
+        """Bytes on the wire for `data` bytes of a host-based method: frames, headers and acknowledgements."""
+        if data <= 0:
+            return 0.0
+        frames = math.ceil(data / self.mtu_payload)
+        return data + frames * (self.frame_overhead + self.ack_bytes_per_frame)
+
+    def frames(self, data: float) -> int:
+        return math.ceil(data / self.mtu_payload) if data > 0 else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Preset:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ParamError(f"preset: unknown parameter(s) {sorted(unknown)}")
+        return cls(**d)
+
+
+# The emulation's default (`make emulate`): k=4 fat-tree, every link shaped to 1 Mbit/s by tc, Python host
+# agents and the Python embedded switch on the machine's two cores.  The costs are the calibration's fit to the
+# committed results folder (tests/simulation/data/emulation-k4, `p4ina simulate --calibrate`): 0.11 ms of switch
+# CPU per aggregation packet (the README measures about 0.1 ms), its forwarding cost 5.5x lower, 0.034 ms per
+# packet in a host agent, 31 bytes of ring acknowledgements per data frame, a 986-byte token bucket on tc's
+# shaped links and 0.82 ms per rank of the per-call start barrier.
+EMULATION = Preset(
+    name="emulation",
+    description="make emulate: k=4 fat-tree, 1 Mbit/s tc-shaped links, Python hosts and embedded switch on 2 cores",
+    nic_bw=mbit(1.0), fabric_bw=mbit(1.0), cable_latency=0.0, switch_latency=0.0,
+    step_overhead=0.0, host_packet_cost=0.034e-3, switch_packet_cost=0.11e-3, switch_forward_cost=0.11e-3 / 5.5,
+    emulator_cores=2.0, ack_bytes_per_frame=31.0, link_burst_bytes=986.0, barrier_cost=0.82e-3,
+    pipeline_chunk=EMU_RING_PAYLOAD, routing="ecmp",
+)
+
+# An NDR InfiniBand cluster of CPU hosts (one NIC each), the setting of NVIDIA's published SHARP figures.
+# Switch traversal and host costs are the values the SHARP anchor fits (simulation/anchors.py, README).
+NDR = Preset(
+    name="ndr",
+    description="NDR 400 Gb/s InfiniBand cluster of CPU hosts, one NIC each, MPI-like host software",
+    nic_bw=gbit(400), fabric_bw=gbit(400), cable_latency=25e-9, switch_latency=0.13e-6,
+    step_overhead=0.578e-6, switch_agg_latency=0.576e-6, host_byte_cost=1.41e-9,
+    mtu_payload=4096, frame_overhead=30, pipeline_chunk=1 << 20, inc_slots=512, switch_slots=4096, routing="dmodk",
+)
+
+# H100-class servers: 8 GPUs, NVLink4 (900 GB/s per GPU counting both directions = 450 GB/s each way) on an
+# NVSwitch, one 400 Gb/s NIC per GPU, NDR fabric.  Per-step software latencies are NCCL's own tuning
+# constants for its LL protocol (src/graph/tuning.cc: 2.7 us per network ring step, 0.47 us per NVLink step).
+H100 = Preset(
+    name="h100",
+    description="H100-class servers (8 GPUs, NVLink 900 GB/s, 8x400G NICs) on an NDR 400 Gb/s fabric, NCCL-like software",
+    nic_bw=gbit(400), fabric_bw=gbit(400), cable_latency=25e-9, switch_latency=0.13e-6,
+    gpus_per_server=8, nvlink_bw=450e9, nvlink_latency=0.1e-6,
+    step_overhead=2.7e-6, nvlink_step_overhead=0.47e-6, host_byte_cost=1e-12,  # ~1 TB/s reduction in HBM
+    # a 400G switch must keep more packets in flight than p4ina's 1024-slot program (a window of 128
+    # 314-byte packets covers only ~0.8 us at 400 Gb/s): 512 slots a job, 4096 a switch, an assumption
+    mtu_payload=4096, frame_overhead=30, pipeline_chunk=1 << 20, inc_slots=512, switch_slots=4096, routing="dmodk",
+)
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (EMULATION, NDR, H100)}
+
+
+def get_preset(name_or_path: str) -> Preset:
+    """A named preset, or a preset JSON file (e.g. the `calibration.json` that --calibrate writes)."""
+    if name_or_path in PRESETS:
+        return PRESETS[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except OSError as ex:
+            raise ParamError(f"cannot read preset file {path}: {ex.strerror}") from ex
+        except json.JSONDecodeError as ex:
+            raise ParamError(f"preset file {path} is not JSON: {ex}") from ex
+        return Preset.from_dict(data.get("preset", data))
+    raise ParamError(f"unknown preset {name_or_path!r}; choose from {', '.join(PRESETS)} or give a preset JSON file")

@@ -1,0 +1,291 @@
+"""Fabric builders: the controller's topologies, 3-tier and rail-optimised fat-trees, Dragonfly+.
+
+A topology is data: the controller's model (`fat_tree(k)`, `leaf_spine`, a
+topology JSON) is transcribed as it is, so the simulator routes and plans on
+the same switches and ports the emulation runs; the cluster-scale builders
+produce the same kind of Fabric, sized to the number of GPUs asked for.
+
+Spec strings (`--topology`):
+  fat-tree:K | leaf-spine:LxSxH | PATH.json     the controller's model (one GPU per host)
+  fattree[:radix=64,tiers=3,oversub=1]          folded Clos of radix-R switches, sized to the GPU count
+  rail[:radix=64,tiers=3,oversub=1]             the same, rail-optimised: GPU i of every server on rail leaf i
+  dragonfly+[:radix=64]                         Dragonfly+: groups of leaf-spine, spines joined by global links
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from controller.fattree import fat_tree
+from controller.leafspine import leaf_spine
+from controller.topology import Topology, TopologyError
+from simulation.fabric import Fabric, FabricBuilder, FabricError, clos_router, ClosRouter, DragonflyPlusRouter
+from simulation.params import Preset
+
+CONTROLLER_KINDS = ("fat-tree", "leaf-spine")
+SCALE_KINDS = {"fattree": "fat-tree (3-tier Clos)", "rail": "rail-optimised fat-tree", "dragonfly+": "Dragonfly+"}
+ALIASES = {"fat-tree3": "fattree", "clos": "fattree", "dfplus": "dragonfly+", "dragonflyplus": "dragonfly+", "rail-fattree": "rail"}
+SCALE_KEYS = {"fattree": {"radix", "tiers", "oversub"}, "rail": {"radix", "tiers", "oversub"}, "dragonfly+": {"radix"}}
+
+
+def _lat(preset: Preset, into_switch: bool) -> float:
+    return preset.cable_latency + (preset.switch_latency if into_switch else 0.0)
+
+
+def _add_nvlink(b: FabricBuilder, preset: Preset, server: list[int]) -> None:
+    if preset.gpus_per_server <= 1:
+        return
+    nvs: dict[int, int] = {}
+    for g, s in enumerate(server):
+        if s not in nvs:
+            nvs[s] = b.nvswitch(s)
+        b.cable(g, nvs[s], preset.nvlink_bw, preset.nvlink_latency, preset.nvlink_latency)
+
+
+def _topo_rank(server: list[int], local: list[int]) -> np.ndarray:
+    """Position of each GPU when ranks are ordered by (server, GPU in server): NCCL-like topology order."""
+    order = np.lexsort((np.asarray(local), np.asarray(server)))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+# -- the controller's model ----------------------------------------------------------------------------
+def from_controller(topo: Topology, preset: Preset) -> Fabric:
+    """The controller's topology as a fabric: hosts are the GPUs (one per host), same switch names."""
+    if preset.gpus_per_server != 1:
+        raise FabricError(f"{topo.kind} from the controller has one endpoint per host; preset {preset.name!r} has "
+                          f"{preset.gpus_per_server} GPUs per server (use the fattree/rail/dragonfly+ builders)")
+    b = FabricBuilder(len(topo.hosts))
+    ids = {s.name: b.switch(s.tier, s.name) for s in topo.switches}
+    for i, h in enumerate(topo.hosts):
+        b.cable(i, ids[h.switch], preset.nic_bw, _lat(preset, True), _lat(preset, False))
+    for ln in topo.links:
+        b.cable(ids[ln.a], ids[ln.b], preset.fabric_bw, _lat(preset, True), _lat(preset, True))
+    n = len(topo.hosts)
+    fabric = b.build(f"{topo.kind}:{_params_text(topo.params)}", topo.kind, dict(topo.params), list(range(n)), [0] * n,
+                     gpu_names=[h.name for h in topo.hosts])
+    fabric.router = clos_router(fabric, preset.routing)
+    fabric.controller_topology = topo  # type: ignore[attr-defined]  # the planner plans on it
+    return fabric
+
+
+def _params_text(params: Mapping[str, Any]) -> str:
+    if set(params) == {"k"}:
+        return str(params["k"])
+    if set(params) == {"leaves", "spines", "hosts_per_leaf"}:
+        return f"{params['leaves']}x{params['spines']}x{params['hosts_per_leaf']}"
+    return ",".join(f"{k}={v}" for k, v in params.items())
+
+
+# -- folded Clos (fat-tree), optionally rail-optimised ----------------------------------------------------
+def fat_tree3(n_gpus: int, preset: Preset, radix: int = 64, tiers: int = 3, oversub: float = 1.0, rail: bool = False) -> Fabric:
+    """A folded Clos of radix-`radix` switches with room for `n_gpus` GPUs, partially populated like a cluster.
+
+    Leaves have radix/2 GPU ports and radix/2 up-links (one to every spine of their pod), so with `oversub`=1
+    the fabric is non-blocking; `oversub`=o keeps radix/(2o) of the up-links (o:1 at the leaves, every link
+    at full rate, fewer spines).  A pod is radix/2 leaves and its spines; spine j of every pod connects to
+    the radix/2 cores of group j, and a core has one port per pod: at most radix pods, radix^3/4 GPUs
+    (65,536 at radix 64).  A job of one
+    pod gets no core tier (its traffic would never use it).  `rail`: servers of `gpus_per_server` GPUs whose
+    GPU i sits on rail leaf i of the server's scalable unit (that many leaves), as in NVIDIA's rail-optimised
+    clusters; otherwise a server's GPUs share one leaf.
+    """
+    if radix < 4 or radix % 2:
+        raise FabricError(f"fat-tree radix must be an even number >= 4, got {radix}")
+    if tiers not in (2, 3):
+        raise FabricError(f"fat-tree tiers must be 2 or 3, got {tiers}")
+    if not oversub >= 1.0:
+        raise FabricError(f"oversubscription must be >= 1 (1 = non-blocking), got {oversub}")
+    g = preset.gpus_per_server
+    d = radix // 2  # GPUs per leaf
+    if n_gpus % g:
+        raise FabricError(f"{n_gpus} GPUs is not a whole number of {g}-GPU servers")
+    if rail and g == 1:
+        raise FabricError("a rail-optimised fat-tree needs servers with several GPUs (preset gpus_per_server > 1)")
+    if not rail and d % g:
+        raise FabricError(f"a leaf has {d} GPU ports, not a whole number of {g}-GPU servers")
+    # GPUs in leaf order: (leaf, position); server and GPU-in-server of each
+    server: list[int] = []
+    local: list[int] = []
+    leaf_of: list[int] = []
+    if rail:
+        servers = n_gpus // g
+        for su in range(math.ceil(servers / d)):
+            m = min(d, servers - su * d)
+            for r in range(g):
+                for p in range(m):
+                    leaf_of.append(su * g + r)
+                    server.append(su * d + p)
+                    local.append(r)
+    else:
+        for i in range(n_gpus):
+            leaf_of.append(i // d)
+            server.append(i // g)
+            local.append(i % g)
+    n_leaves = leaf_of[-1] + 1
+    leaves_per_pod = d
+    if rail and leaves_per_pod % g:
+        raise FabricError(f"radix {radix}: a pod's {leaves_per_pod} leaves are not whole scalable units of {g} rails")
+    pods = math.ceil(n_leaves / leaves_per_pod) if tiers == 3 else 1
+    if tiers == 2 and n_leaves > radix:
+        raise FabricError(f"a 2-tier fat-tree of radix {radix} holds {radix * d} GPUs, not {n_gpus}")
+    if pods > radix:
+        raise FabricError(f"a 3-tier fat-tree of radix {radix} holds {radix * d * d} GPUs (radix^3/4), not {n_gpus}")
+    # o:1 at the leaves: radix/2 GPU ports and radix/(2o) full-rate up-links (the other ports stay dark)
+    uplinks = max(1, round(d / oversub))
+    spines_per_pod = uplinks
+    b = FabricBuilder(n_gpus)
+    leaf = [b.switch(0, f"l{i}") for i in range(n_leaves)]
+    for gi, li in enumerate(leaf_of):
+        b.cable(gi, leaf[li], preset.nic_bw, _lat(preset, True), _lat(preset, False))
+    up_bw = preset.fabric_bw
+    if tiers == 2 or pods == 1:
+        spine = [b.switch(1, f"s{j}") for j in range(spines_per_pod)]
+        for li in range(n_leaves):
+            for s in spine:
+                b.cable(leaf[li], s, up_bw, _lat(preset, True), _lat(preset, True))
+    else:
+        cores_per_group = radix - leaves_per_pod
+        spine_ids = [[b.switch(1, f"p{p}.s{j}") for j in range(spines_per_pod)] for p in range(pods)]
+        core = [b.switch(2, f"c{c}") for c in range(spines_per_pod * cores_per_group)]
+        for li in range(n_leaves):
+            for s in spine_ids[li // leaves_per_pod]:
+                b.cable(leaf[li], s, up_bw, _lat(preset, True), _lat(preset, True))
+        for p in range(pods):
+            for j, s in enumerate(spine_ids[p]):
+                for m in range(cores_per_group):
+                    b.cable(s, core[j * cores_per_group + m], preset.fabric_bw, _lat(preset, True), _lat(preset, True))
+    _add_nvlink(b, preset, server)
+    kind = "rail" if rail else "fattree"
+    params = {"radix": radix, "tiers": tiers if pods > 1 else 2, "oversub": oversub, "gpus_per_server": g}
+    fabric = b.build(f"{kind}:radix={radix},gpus={n_gpus}", kind, params, server, local,
+                     topo_rank=_topo_rank(server, local) if rail else None)
+    router = clos_router(fabric, preset.routing)
+    if not isinstance(router, ClosRouter):
+        raise FabricError(f"{fabric.name}: internal error, the Clos numbering is not contiguous")
+    fabric.router = router
+    return fabric
+
+
+# -- Dragonfly+ ------------------------------------------------------------------------------------------------
+def dragonfly_plus(n_gpus: int, preset: Preset, radix: int = 64) -> Fabric:
+    """Dragonfly+ (Shpiner et al.): groups of radix/2 leaves and radix/2 spines (complete bipartite), spines
+    joined across groups by global links, as many groups as the GPUs need.
+
+    A leaf has radix/2 GPU ports; a spine radix/2 leaf ports and radix/2 global ports.  Every pair of groups
+    gets the same number of parallel global links (the group's global ports divided evenly), spread over the
+    spines, so a group has as much global bandwidth as its GPUs have NIC bandwidth.
+    """
+    if radix < 4 or radix % 2:
+        raise FabricError(f"Dragonfly+ radix must be an even number >= 4, got {radix}")
+    g = preset.gpus_per_server
+    h = radix // 2
+    if n_gpus % g or h % g:
+        raise FabricError(f"{n_gpus} GPUs in {g}-GPU servers do not fill {h}-port leaves evenly")
+    spines_per_group = radix - h
+    leaves_per_group = h
+    global_ports = radix - leaves_per_group
+    group_size = leaves_per_group * h
+    groups = math.ceil(n_gpus / group_size)
+    ports = spines_per_group * global_ports
+    if groups - 1 > ports:
+        raise FabricError(f"Dragonfly+ of radix {radix} joins at most {ports + 1} groups ({(ports + 1) * group_size} GPUs), not {groups}")
+    n_leaves = math.ceil(n_gpus / h)
+    b = FabricBuilder(n_gpus)
+    leaf = [b.switch(0, f"g{i // leaves_per_group}.l{i % leaves_per_group}") for i in range(n_leaves)]
+    spine = [[b.switch(1, f"g{k}.s{j}") for j in range(spines_per_group)] for k in range(groups)]
+    server = [i // g for i in range(n_gpus)]
+    local = [i % g for i in range(n_gpus)]
+    for i in range(n_gpus):
+        b.cable(i, leaf[i // h], preset.nic_bw, _lat(preset, True), _lat(preset, False))
+    group: dict[int, int] = {}
+    for li, node in enumerate(leaf):
+        k = li // leaves_per_group
+        group[node] = k
+        for s in spine[k]:
+            b.cable(node, s, preset.fabric_bw, _lat(preset, True), _lat(preset, True))
+    gates: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    if groups > 1:
+        per_pair = ports // (groups - 1)
+        for a in range(groups):
+            for c in range(a + 1, groups):
+                pairs = []
+                for r in range(per_pair):
+                    sa = spine[a][(((c - a - 1) % groups) * per_pair + r) % spines_per_group]
+                    sc = spine[c][(((a - c - 1) % groups) * per_pair + r) % spines_per_group]
+                    b.cable(sa, sc, preset.fabric_bw, _lat(preset, True), _lat(preset, True))
+                    pairs.append((sa, sc))
+                uniq = sorted(set(pairs))
+                gates[(a, c)] = uniq
+                gates[(c, a)] = [(y, x) for x, y in uniq]
+    for k in range(groups):
+        for s in spine[k]:
+            group[s] = k
+    _add_nvlink(b, preset, server)
+    fabric = b.build(f"dragonfly+:radix={radix},gpus={n_gpus}", "dragonfly+", {"radix": radix, "groups": groups, "gpus_per_server": g},
+                     server, local)
+    fabric.router = DragonflyPlusRouter(fabric, group, spine, gates, preset.routing)
+    return fabric
+
+
+# -- spec strings --------------------------------------------------------------------------------------------------
+def controller_topology(spec: str) -> Topology | None:
+    """The controller's model for 'fat-tree:K', 'leaf-spine:LxSxH' or a JSON path; None for the scale builders."""
+    kind, sep, arg = spec.partition(":")
+    try:
+        if sep and kind == "fat-tree":
+            return fat_tree(int(arg))
+        if sep and kind == "leaf-spine":
+            leaves, spines, hosts = (int(x) for x in arg.split("x"))
+            return leaf_spine(leaves, spines, hosts)
+    except ValueError as ex:
+        raise FabricError(f"topology {spec!r}: {ex}") from ex
+    if spec.endswith(".json"):
+        try:
+            return Topology.load(Path(spec))
+        except TopologyError as ex:
+            raise FabricError(str(ex)) from ex
+    return None
+
+
+def parse_scale_spec(spec: str) -> tuple[str, dict[str, float]]:
+    """'rail:radix=128,oversub=2' -> ('rail', {'radix': 128, 'oversub': 2.0}); unknown kinds and keys refused."""
+    kind, _, rest = spec.partition(":")
+    kind = ALIASES.get(kind, kind)
+    if kind not in SCALE_KINDS:
+        raise FabricError(f"unknown topology {spec!r}: use fat-tree:K, leaf-spine:LxSxH, a topology JSON, "
+                          f"or one of {', '.join(SCALE_KINDS)} (with key=value options)")
+    opts: dict[str, float] = {}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in SCALE_KEYS[kind]:
+            raise FabricError(f"topology {spec!r}: {kind} takes {', '.join(sorted(SCALE_KEYS[kind]))}=VALUE, not {item!r}")
+        try:
+            opts[key] = float(value)
+        except ValueError:
+            raise FabricError(f"topology {spec!r}: {key}={value!r} is not a number") from None
+    return kind, opts
+
+
+def build(spec: str, preset: Preset, n_gpus: int | None = None) -> Fabric:
+    """The fabric a spec names: the controller's model as it is, a scale builder sized to `n_gpus`."""
+    topo = controller_topology(spec)
+    if topo is not None:
+        fabric = from_controller(topo, preset)
+        if n_gpus is not None and n_gpus > fabric.n_gpus:
+            raise FabricError(f"{spec} has {fabric.n_gpus} hosts, {n_gpus} asked for")
+        return fabric
+    kind, opts = parse_scale_spec(spec)
+    if n_gpus is None:
+        raise FabricError(f"{spec}: the scale builders need a GPU count")
+    radix = int(opts.get("radix", 64))
+    if kind == "dragonfly+":
+        return dragonfly_plus(n_gpus, preset, radix=radix)
+    return fat_tree3(n_gpus, preset, radix=radix, tiers=int(opts.get("tiers", 3)), oversub=float(opts.get("oversub", 1.0)),
+                     rail=kind == "rail")
