@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fail", action="append", default=[], help="switch:NAME, link:A-B, tree-root or tree-link (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--emulation-results", type=Path, help="the emulation results folder to calibrate and validate against "
-                    "(default: the fixture in tests/simulation/data)")
+                    "(default: the fixture in tests/sim/data)")
     ap.add_argument("--no-validate", action="store_true", help="skip the four validations")
     ap.add_argument("--validate-only", action="store_true", help="only the validations")
     ap.add_argument("--workers", "-j", type=int, default=None, help="parallel processes (default: cores, at most 2)")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.names import NUM_SLOTS
-from hosts.ring import DATA_HDR, FRAME_OVERHEAD, MAX_UDP_PAYLOAD
+from hosts.reliable import DATA_HDR, FRAME_OVERHEAD, MAX_UDP_PAYLOAD
 from wireformat import AGG
 
 
@@ -142,7 +142,7 @@ class Preset:
 
 # The emulation's default (`make emulate`): k=4 fat-tree, every link shaped to 1 Mbit/s by tc, Python host
 # agents and the Python embedded switch on the machine's two cores.  The costs are the calibration's fit to the
-# committed results folder (tests/simulation/data/emulation-k4, `p4ina simulate --calibrate`): 0.11 ms of switch
+# committed results folder (tests/sim/data/emulation-k4, `p4ina simulate --calibrate`): 0.11 ms of switch
 # CPU per aggregation packet (the README measures about 0.1 ms), its forwarding cost 5.5x lower, 0.034 ms per
 # packet in a host agent, 31 bytes of ring acknowledgements per data frame, a 986-byte token bucket on tc's
 # shaped links and 0.82 ms per rank of the per-call start barrier.

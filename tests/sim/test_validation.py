@@ -15,7 +15,7 @@ from simulation.engine import Engine
 from simulation.fullsim import compare
 from simulation.params import EMULATION, NDR
 from simulation.validation import full_cases
-from tests.simulation.conftest import DATA, needs_simgrid
+from tests.sim.conftest import DATA, needs_simgrid
 
 FIXTURE = DATA / "emulation-k4"
 

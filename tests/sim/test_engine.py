@@ -9,7 +9,7 @@ import numpy as np
 from simulation import topologies as T
 from simulation.engine import Engine, FlowSet, Reduced, reduce_flowset, symmetric_classes
 from simulation.params import NDR
-from tests.simulation.conftest import needs_simgrid
+from tests.sim.conftest import needs_simgrid
 
 
 def maxmin(paths: list[list[int]], caps: np.ndarray, bw: np.ndarray) -> np.ndarray:
