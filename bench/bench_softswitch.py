@@ -119,7 +119,7 @@ def configure(sw: SoftSwitch) -> None:
         TableEntry(
             (Exact(JOB_ID),),
             # job_index, role, fan_in, slot_base, slot_count, mcast_grp, up_port, result_type, shift, token
-            ActionCall(_action(sw, "set_job"), (1, 1, 2, 0, SLOTS, MCAST_GRP, 0, c["ELEM_INT32"], 0, 1, c["ELEM_INT32"])),
+            ActionCall(_action(sw, "set_job"), (1, 1, 2, 0, SLOTS, MCAST_GRP, 0, c["ELEM_INT32"], 0, 1, c["ELEM_INT32"], 0, 0)),
         ),
     )
     for child, port in enumerate(CHILD_PORTS):

@@ -36,6 +36,8 @@ def switch_entries(plan: JobPlan, sp: SwitchPlan) -> list[Entity]:
                 "shift": sp.shift,
                 "token": sp.token,
                 "up_type": sp.up_type,
+                "up_shift": sp.up_shift,
+                "in_shift": sp.in_shift,
             },
         )
     )

@@ -102,10 +102,6 @@ class JobSpec:
     def contrib_type(self) -> int:
         return fxp.BITS_ELEM[LANE_BITS[self.contrib]]
 
-    @property
-    def up_type(self) -> int:
-        """Lanes of partial sums between switches: the narrowest that holds any sum of the job."""
-        return fxp.BITS_ELEM[fxp.partial_bits(len(self.hosts), LANE_BITS[self.contrib], LANE_BITS[self.quantize], self.shift)]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -140,7 +136,9 @@ class SwitchPlan:
     result_type: int
     shift: int
     token: int = 1  # 1..255, new at every install of a job on this switch (docs/DESIGN.md)
-    up_type: int = N.ELEM_INT32  # lanes of the partial sums sent up (inner nodes): as narrow as the sum allows
+    up_type: int = N.ELEM_INT32  # lanes of the partial sums sent up (inner nodes)
+    up_shift: int = 0  # their rounding right shift (inner nodes): the bits this level's additions gained
+    in_shift: int = 0  # the shift the children's packets already carry
 
     @property
     def fan_in(self) -> int:
@@ -163,6 +161,8 @@ class JobPlan:
     spec: JobSpec
     root: str
     switches: tuple[SwitchPlan, ...]  # root first, then breadth-first
+    error_lsb: float = 0.0  # bound on a decoded sum's error, in units of 2^-exponent (planner._shifts)
+    q_limit: int = 0  # largest |lane| a host may contribute (0: as wireformat.fixedpoint.q_limit says)
 
     @property
     def job_id(self) -> int:
@@ -175,11 +175,13 @@ class JobPlan:
         raise KeyError(f"job {self.job_id} has no tree node on switch {switch!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict(), "root": self.root, "switches": [s.to_dict() for s in self.switches]}
+        return {"spec": self.spec.to_dict(), "root": self.root, "switches": [s.to_dict() for s in self.switches],
+                "error_lsb": self.error_lsb, "q_limit": self.q_limit}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobPlan:
-        return cls(JobSpec.from_dict(d["spec"]), d["root"], tuple(SwitchPlan.from_dict(s) for s in d["switches"]))
+        return cls(JobSpec.from_dict(d["spec"]), d["root"], tuple(SwitchPlan.from_dict(s) for s in d["switches"]),
+                   float(d.get("error_lsb", 0.0)), int(d.get("q_limit", 0)))
 
 
 @dataclass
@@ -323,7 +325,79 @@ def _fit(tree: Mapping[str, tuple[str | None, int, list[tuple[int, str]]]], spec
     return None
 
 
+@dataclass(frozen=True)
+class Shifts:
+    """How a job's shift is spread over its tree, and what the hosts may send (wireformat.fixedpoint)."""
+
+    per_switch: dict[str, tuple[int, int, int]]  # switch -> (up_type, up_shift, in_shift)
+    q_limit: int  # largest |lane| a host may contribute
+    error_lsb: float  # bound on a decoded sum's error, in units of 2^-exponent
+
+
+def _shifts(spec: JobSpec, root: str, tree: Mapping[str, tuple[str | None, int, list[tuple[int, str]]]]) -> Shifts:
+    """Narrow lanes stay narrow on every link: each level of switches shifts its partial sums right (rounding)
+    by the bits its additions gained, and the root shifts the rest of the job's shift.
+
+    Levels count up from the switches whose children are hosts, so the tree must be balanced (every host
+    at the same depth: the planner's trees on fat-trees and leaf-spines are); all switches of one level
+    shift alike, so their parent adds partials of one scale. A level's shift is the smallest that keeps
+    its largest possible partial within the lanes, bounds computed switch by switch from its hosts; since
+    rounding can add half a unit at each level, the hosts' limit q is lowered (by a unit or two) until the
+    root's result fits the job's shift. A job without shift (int32 lanes), or an unbalanced tree, keeps its
+    partial sums unshifted and as wide as fixedpoint.partial_bits says.
+    """
+    members = set(spec.hosts)
+    n, c, r, shift = len(spec.hosts), LANE_BITS[spec.contrib], LANE_BITS[spec.quantize], spec.shift
+    depth: dict[str, int] = {}
+    for sw, (parent, _port, _children) in tree.items():  # breadth-first: a parent comes before its children
+        depth[sw] = 0 if parent is None else depth[parent] + 1
+    height = max(depth.values())
+    leafy = {sw for sw, (_p, _u, ch) in tree.items() if any(node in members for _port, node in ch)}
+    balanced = all(depth[sw] == height and all(node in members for _port, node in tree[sw][2]) for sw in leafy)
+    q_full = fxp.q_limit(n, c, r, shift)
+    if shift == 0 or c >= fxp.SUM_BITS or not balanced or height == 0:
+        wide = fxp.BITS_ELEM[fxp.partial_bits(n, c, r, shift)]
+        error = n / 2 + ((1 << shift) / 2 if shift else 0.0)  # the hosts' rounding and the root's
+        return Shifts({sw: (wide if depth[sw] else N.ELEM_INT32, 0, 0) for sw in tree}, q_full, error)
+    top_c, top_r = (1 << (c - 1)) - 1, (1 << (r - 1)) - 1
+
+    def solve(q: int) -> tuple[dict[str, tuple[int, int, int]], float] | None:
+        bound: dict[str, int] = {h: q for h in members}
+        out: dict[str, tuple[int, int, int]] = {}
+        cum, error = 0, n / 2
+        for lvl in range(height, 0, -1):
+            sums = {sw: sum(bound[node] for _port, node in tree[sw][2]) for sw in tree if depth[sw] == lvl}
+            s = 0
+            while max(fxp.round_shift(v, s) for v in sums.values()) > top_c:
+                s += 1
+            for sw, v in sums.items():
+                bound[sw] = fxp.round_shift(v, s)
+                out[sw] = (fxp.BITS_ELEM[c], s, cum)
+            cum += s
+            if s:
+                error += len(sums) * (1 << cum) / 2
+        left = shift - cum
+        if left < 0 or fxp.round_shift(sum(bound[node] for _port, node in tree[root][2]), left) > top_r:
+            return None
+        out[root] = (N.ELEM_INT32, 0, cum)
+        return out, error + ((1 << shift) / 2 if left else 0.0)
+
+    q = q_full
+    while q > q_full // 2:
+        found = solve(q)
+        if found is not None:
+            return Shifts(found[0], q, found[1])
+        q -= 1
+    raise fxp.FixedPointConfigError(
+        f"{n} workers: this tree's levels need more than the job's shift of {shift} to keep int{c} partial sums; "
+        "raise the shift")
+
+
 def _assign(spec: JobSpec, root: str, tree: Mapping[str, tuple[str | None, int, list[tuple[int, str]]]], use: Mapping[str, SwitchUsage], installs: Mapping[str, int]) -> JobPlan:
+    try:
+        shifts = _shifts(spec, root, tree)
+    except fxp.FixedPointConfigError as ex:
+        raise JobDoesNotFitError(f"job {spec.job_id} on root {root}: {ex}") from ex
     out = []
     for sw, (parent, up_port, children) in tree.items():  # insertion order: breadth-first from the root
         u = use.get(sw, SwitchUsage())
@@ -344,10 +418,12 @@ def _assign(spec: JobSpec, root: str, tree: Mapping[str, tuple[str | None, int, 
                 result_type=spec.result_type,
                 shift=spec.shift,
                 token=next_token(installs.get(sw, 0)),
-                up_type=spec.up_type if parent is not None else N.ELEM_INT32,
+                up_type=shifts.per_switch[sw][0],
+                up_shift=shifts.per_switch[sw][1],
+                in_shift=shifts.per_switch[sw][2],
             )
         )
-    plan = JobPlan(spec, root, tuple(out))
+    plan = JobPlan(spec, root, tuple(out), shifts.error_lsb, shifts.q_limit)
     LOG.debug("job %d: root %s, %d switches", spec.job_id, root, len(out))
     return plan
 

@@ -13,12 +13,15 @@
   pipelined ring passes its last chunk through 2(n-1) neighbour hops; hier
   passes a chunk from a member to its leader, through the leaders' ring (up to
   2(L-1) hops for L leaders) and down to a member again; a pipelined tree
-  passes a chunk up from its deepest leaf and back down to it. Each
-  link on the way costs the frame's serialization plus the link's delay; switch
-  and host processing are not included (an ASIC's are negligible), so where
-  T_path dominates and the measurement is close to it, the point is
-  latency-bound; where it is far above both bounds, the emulator's software
-  (switch or host CPU) is what was measured.
+  passes a chunk up from its deepest leaf and back down to it. Each link on
+  the way costs its propagation delay (--delay): in this emulator a shaped link
+  (HTB on a veth) releases a lone frame at once when its bucket has credit, so
+  serialization shows in throughput (T_wire), not in a chain of single frames,
+  and with no delay there is no path bound at all. Switch and host processing
+  are not included (an ASIC's are negligible), so where T_path dominates and
+  the measurement is close to it, the point is latency-bound; where it is far
+  above both bounds, the emulator's software (switch or host CPU) is what was
+  measured.
 
 A point is `link`-bound when measured / T_wire <= 1.15, `latency`-bound when
 measured / T_path <= 1.15, and otherwise `cpu` (a switch process, a host agent
@@ -73,40 +76,25 @@ def tree_height(plan: JobPlan) -> int:
     return 1 + max(depth(sp.switch) for sp in plan.switches if any(c.node in members for c in sp.children))
 
 
-def _link_time(frame_bytes: int, rate_bps: float, delay_s: float) -> float:
-    return frame_bytes * 8 / rate_bps + delay_s
-
-
-def inc_path(method: Method, *, elements: int, height: int, slots: int, rate_bps: float, delay_s: float) -> float:
-    """The busiest slot's rounds, each up `height` links and back down."""
+def inc_path(method: Method, *, elements: int, height: int, slots: int, delay_s: float) -> float:
+    """The busiest slot's rounds (its exponent round, then its data rounds), each up `height` links and back down."""
     chunks = max(1, -(-elements // AGG.num_lanes))
     window = min(slots, chunks)
-    data_rounds = -(-chunks // window)
-    lanes = ELEM_OF_LANES[method.lanes]
-    up = down = AGG.frame_bytes(lanes)
-    exp = AGG.frame_bytes(AGG.elem_types["ELEM_NONE"])
-    one_round = height * (_link_time(up, rate_bps, delay_s) + _link_time(down, rate_bps, delay_s))
-    return 2 * height * _link_time(exp, rate_bps, delay_s) + data_rounds * one_round
+    rounds = 1 + -(-chunks // window)
+    return rounds * 2 * height * delay_s
 
 
-def _host_frame(method: Method, segment: int) -> int:
-    """A host method's data frame when it moves segments of `segment` elements (MTU-sized chunks at most)."""
-    per = min(max(1, segment), elements_per_packet(method.wire))
-    return FRAME_OVERHEAD + DATA_HDR.size + per * WIRE_BYTES[method.wire]
-
-
-def ring_path(method: Method, *, elements: int, hops: Sequence[int], rate_bps: float, delay_s: float) -> float:
+def ring_path(method: Method, *, elements: int, hops: Sequence[int], delay_s: float) -> float:
     """The last chunk of a segment through 2(n-1) consecutive ring hops (the longest such chain)."""
     n = len(hops)
     if n < 2:
         return 0.0
-    frame = _host_frame(method, elements // n)
     steps = 2 * (n - 1)
     chains = [sum(hops[(p + i) % n] for i in range(steps)) for p in range(n)]
-    return max(chains) * _link_time(frame, rate_bps, delay_s)
+    return max(chains) * delay_s
 
 
-def hier_path(method: Method, *, elements: int, member_hops: Sequence[int], ring_hops: Sequence[int], rate_bps: float,
+def hier_path(method: Method, *, elements: int, member_hops: Sequence[int], ring_hops: Sequence[int],
               delay_s: float) -> float:
     """A chunk from a member up to its leader, k ring hops, down to a member: the longest such chain.
 
@@ -118,7 +106,6 @@ def hier_path(method: Method, *, elements: int, member_hops: Sequence[int], ring
     n_ring = len(ring_hops)
     if n_ring != len(member_hops) or n_ring < 1:
         raise ValueError(f"{len(member_hops)} groups' member hops for {n_ring} leaders")
-    frame = _host_frame(method, elements // n_ring)
     longest = 0
     for g in range(n_ring):
         ring = 0
@@ -126,7 +113,7 @@ def hier_path(method: Method, *, elements: int, member_hops: Sequence[int], ring
             if k >= n_ring - 1:
                 longest = max(longest, member_hops[g] + ring + member_hops[(g + k) % n_ring])
             ring += ring_hops[(g + k) % n_ring]
-    return longest * _link_time(frame, rate_bps, delay_s)
+    return longest * delay_s
 
 
 def tree_links(tree: BinaryTree, hops: Callable[[int, int], int]) -> int:
@@ -138,7 +125,7 @@ def tree_links(tree: BinaryTree, hops: Callable[[int, int], int]) -> int:
     return longest
 
 
-def tree_path(method: Method, *, elements: int, depths: Sequence[int], rate_bps: float, delay_s: float) -> float:
+def tree_path(method: Method, *, elements: int, depths: Sequence[int], delay_s: float) -> float:
     """The deepest chunk up to the root and back down, in the slower of the trees.
 
     depths[k] = tree k's links on its longest root-to-node path (tree_links). Each tree carries half
@@ -146,24 +133,22 @@ def tree_path(method: Method, *, elements: int, depths: Sequence[int], rate_bps:
     """
     if not depths:
         return 0.0
-    frame = _host_frame(method, elements // len(depths))
-    return 2 * max(depths) * _link_time(frame, rate_bps, delay_s)
+    return 2 * max(depths) * delay_s
 
 
 def path_bound(method: Method, *, elements: int, rate_bps: float | None, delay_s: float, plan: JobPlan | None = None,
                slots: int = 0, topo: Topology | None = None, ring_order: Sequence[str] = ()) -> float:
-    """T_path of one all-reduce; NaN when the links are unshaped (no rate, no bound).
+    """T_path of one all-reduce; NaN when the links have no delay (then nothing but software is on the path).
 
     ring_order: the job's hosts in topology order (hosts.ring.topology_order), which is the ring's
     order, the trees' positions, and, group by group, hier's leader ring (each group's first host leads).
     """
-    if not rate_bps:
+    if not delay_s:
         return math.nan
     if method.in_network:
         if plan is None:
             raise ValueError(f"{method.name}: the path bound needs the job's tree")
-        return inc_path(method, elements=elements, height=tree_height(plan), slots=slots, rate_bps=rate_bps,
-                        delay_s=delay_s)
+        return inc_path(method, elements=elements, height=tree_height(plan), slots=slots, delay_s=delay_s)
     if topo is None or not ring_order:
         raise ValueError(f"{method.name}: the path bound needs the topology and the ring's order")
     dist = switch_distances(topo)
@@ -174,19 +159,18 @@ def path_bound(method: Method, *, elements: int, rate_bps: float | None, delay_s
 
     if method.family == "ring":
         hops = [links(i, (i + 1) % n) for i in range(n)]
-        return ring_path(method, elements=elements, hops=hops, rate_bps=rate_bps, delay_s=delay_s)
+        return ring_path(method, elements=elements, hops=hops, delay_s=delay_s)
     if method.family == "hier":
         lay = hier_layout([topo.host(h).switch for h in ring_order])
         leaders = lay.leaders
         member_hops = [max((links(lead, m) for m in lay.members[g]), default=0) for g, lead in enumerate(leaders)]
         ring_hops = [links(lead, leaders[(g + 1) % len(leaders)]) for g, lead in enumerate(leaders)]
-        return hier_path(method, elements=elements, member_hops=member_hops, ring_hops=ring_hops, rate_bps=rate_bps,
-                         delay_s=delay_s)
+        return hier_path(method, elements=elements, member_hops=member_hops, ring_hops=ring_hops, delay_s=delay_s)
     if method.family == "tree":
         if n < 2:
             return 0.0
         depths = [tree_links(t, links) for t in double_binary_tree(n)]
-        return tree_path(method, elements=elements, depths=depths, rate_bps=rate_bps, delay_s=delay_s)
+        return tree_path(method, elements=elements, depths=depths, delay_s=delay_s)
     raise ValueError(f"{method.name}: no path bound for host methods of family {method.family!r}")
 
 
@@ -213,7 +197,7 @@ def wire_bytes_per_element(method: Method) -> tuple[float, float]:
         frame = AGG.frame_bytes(ELEM_OF_LANES[method.lanes])
         return frame / AGG.num_lanes, frame / AGG.num_lanes
     per = elements_per_packet(method.wire)
-    frame = _host_frame(method, per)
+    frame = FRAME_OVERHEAD + DATA_HDR.size + per * WIRE_BYTES[method.wire]
     return frame / per, frame / per
 
 

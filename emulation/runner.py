@@ -204,7 +204,7 @@ class Runner:
             spec = plan.spec
             out[name] = (plan, {"job_id": plan.job_id, "slots": spec.slots, "contrib_type": spec.contrib_type,
                                 "result_type": spec.result_type, "shift": spec.shift, "timeout_s": self.tmo["inc"],
-                                "install": self.step})
+                                "install": self.step, "error_lsb": plan.error_lsb, "q_limit": plan.q_limit})
             LOG.info("job %d (%s) on %d hosts: root %s, %d switches, shift %d", plan.job_id, name, len(hosts),
                      plan.root, len(plan.switches), spec.shift)
         return out

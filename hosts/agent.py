@@ -120,6 +120,7 @@ class Agent:
                 job_id=job["job_id"], rank=self.cfg.rank, n_workers=self.cfg.workers, slot_count=job["slots"],
                 contrib_type=job["contrib_type"], result_type=job["result_type"], shift=job["shift"],
                 timeout_s=job["timeout_s"], min_timeout_s=job["timeout_s"], first_epoch=job.get("first_epoch", 1),
+                error_lsb=job.get("error_lsb"), max_lane=job.get("q_limit"),
             ), self._transport, self._endpoint)
         return self._workers[key]
 

@@ -135,7 +135,8 @@ class FakeSwitch:
     def _send(self, rank: int, slot: int, shadow: int, cell: _Cell, offset: int) -> None:
         elem = AGG.elem_types["ELEM_NONE"] if cell.no_lanes else self.result_type
         width = AGG.lane_bytes(elem)
-        narrowed = cell.lanes >> self.shift
+        # the switch's arithmetic shift rounds to nearest (a saturating add of 2^(shift-1), then >> shift)
+        narrowed = (cell.lanes + ((1 << self.shift) >> 1)) >> self.shift
         lo, hi = INT_RANGE.get(width, (0, 0))
         clamped = bool(width) and ((narrowed < lo).any() or (narrowed > hi).any())
         flags = FLAG_OVERFLOW if (cell.overflow or clamped) else 0

@@ -80,6 +80,12 @@ class IncJob:
     max_retries: int = 100
     first_epoch: int = 1
     strict_overflow: bool = True
+    # The controller's bound on the sum's rounding error, in units of 2^-exponent (JobPlan.error_lsb); None: one
+    # root switch does all the shifting (the model switch, a single-switch job).
+    error_lsb: float | None = None
+    # The controller's limit on |lane| for this tree (JobPlan.q_limit: a unit or two below the formula where
+    # the switches' rounding could push a sum over); None: the formula's.
+    max_lane: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.n_workers:
@@ -90,9 +96,15 @@ class IncJob:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         # The same check as `p4ina job install`: refuse what cannot represent the sum, naming the numbers.
         qz.check_job(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
+        formula = qz.q_limit(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
+        if self.max_lane is not None and not 1 <= self.max_lane <= formula:
+            raise qz.QuantizationError(f"max_lane {self.max_lane} outside 1..{formula}, the most {self.n_workers} "
+                                       "workers may contribute without overflowing")
 
     @property
     def q_limit(self) -> int:
+        if self.max_lane is not None:
+            return self.max_lane
         return qz.q_limit(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
 
 
@@ -141,7 +153,7 @@ class IncWorker:
         parts["dequantize"] = t_done - t0
         self.last_stats = dataclasses.replace(stats, elements=int(flat.size), latency_s=t_done - t_start, t_start=t_start, t_done=t_done, parts=parts)
         self.last_plan = qz.FixedPoint(np.repeat(exps, AGG.num_lanes)[: flat.size].reshape(x.shape), job.n_workers,
-                                       job.contrib_type, job.result_type, job.shift)
+                                       job.contrib_type, job.result_type, job.shift, job.error_lsb)
         return result
 
     def _stream(self, frames: ContributionFrames, blocks: np.ndarray, proposals: np.ndarray, epoch: int,

@@ -20,8 +20,10 @@ Error bound per element of the summed tensor (absolute, against the exact sum
 of the float32 inputs), with e the element's block exponent:
 
     n * 2^-(e+1)                 rounding of each contribution to an integer
-  + (2^shift - 1) / 2 * 2^-e     the switch's floor shift; the host decodes the
-                                 midpoint of the 2^shift integers it stands for
+  + sum over rounding switches   each switch that shifts a sum right rounds to
+    of 2^(S_sw - 1) * 2^-e       nearest: half of 2^(its cumulative shift)
+                                 (wireformat.fixedpoint.tree_shifts; the root
+                                 alone: 2^(shift-1))
   + |sum| * 2^-24                rounding the result to float32
 
 and 2^-e < 2 M_block / q_limit, so relative to the block's largest input M_block
@@ -122,10 +124,17 @@ class FixedPoint:
     contrib_type: int = ELEM_INT32
     result_type: int = ELEM_INT32
     shift: int = 0
+    error_lsb: float | None = None
 
     def error_bound(self) -> float | np.ndarray:
-        """Absolute error per element of the decoded sum, before float32 rounding."""
-        return (self.n_workers / 2.0 + ((1 << self.shift) - 1) / 2.0) * np.ldexp(1.0, -np.asarray(self.exponent))
+        """Absolute error per element of the decoded sum, before float32 rounding.
+
+        In units of a contribution's last bit 2^-e: each host's rounding (1/2 each), and half of 2^shift for
+        every switch that shifted with rounding on the way; the controller computes that total for a tree
+        (error_lsb, wireformat.fixedpoint.tree_shifts), and one root switch is the default.
+        """
+        lsb = self.error_lsb if self.error_lsb is not None else single_switch_error_lsb(self.n_workers, self.shift)
+        return lsb * np.ldexp(1.0, -np.asarray(self.exponent))
 
     def tolerance(self, reference: np.ndarray) -> np.ndarray:
         """Per-element bound on |float32 result - exact sum|, including float32 rounding."""
@@ -229,9 +238,11 @@ def quantize(x: np.ndarray, exponent: int, elem_type: int = ELEM_INT32) -> np.nd
     return scaled.astype(dtype)
 
 
-def dequantize(lanes: np.ndarray, exponent: int, shift: int = 0) -> np.ndarray:
-    """Decode summed lanes to float64: the midpoint of the integers a shifted lane stands for."""
-    sums = np.asarray(lanes, dtype=np.float64)
-    if shift:
-        sums = sums * float(1 << shift) + ((1 << shift) - 1) / 2.0
-    return np.ldexp(sums, -exponent)
+def dequantize(lanes: np.ndarray, exponent: int | np.ndarray, shift: int = 0) -> np.ndarray:
+    """Decode summed lanes to float64: lane * 2^shift * 2^-exponent (the switches' shifts round to nearest)."""
+    return np.ldexp(np.asarray(lanes, dtype=np.float64), shift - np.asarray(exponent))
+
+
+def single_switch_error_lsb(n_workers: int, shift: int) -> float:
+    """error_lsb of a job whose root alone shifts: n hosts' roundings, then the root's."""
+    return n_workers / 2.0 + ((1 << shift) / 2.0 if shift else 0.0)

@@ -97,6 +97,11 @@ def partial_bits(n_workers: int, contrib_bits: int, result_bits: int, shift: int
     return 16 if headroom + 1 <= 16 and contrib_bits <= 16 else 32
 
 
+def round_shift(value: int, shift: int) -> int:
+    """Bound on |x| after the switches' rounding arithmetic shift, (x + 2^(s-1)) >> s, for |x| <= value."""
+    return (value + ((1 << shift) >> 1)) >> shift
+
+
 # BMv2's simple_switch gives a packet len + 512 bytes of buffer (simple_switch.cpp), and aborts on an
 # assertion when the deparser needs more: no packet may leave a switch more than this much longer.
 MAX_GROWTH_BYTES = 512

@@ -39,7 +39,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
 
     action set_job(bit<8> job_index, bit<8> role, bit<8> fan_in, bit<16> slot_base,
                    bit<16> slot_count, bit<16> mcast_grp, bit<9> up_port,
-                   bit<8> result_type, bit<8> shift, bit<8> token, bit<8> up_type) {
+                   bit<8> result_type, bit<8> shift, bit<8> token, bit<8> up_type, bit<8> up_shift,
+                   bit<8> in_shift) {
         meta.job_index = job_index;
         meta.role = role;
         meta.fan_in = fan_in;
@@ -51,6 +52,16 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.shift = shift;
         meta.token = token;
         meta.up_type = up_type;
+        meta.up_shift = up_shift;
+        meta.in_shift = in_shift;
+    }
+
+    // The rounding term of a right shift by meta.out_shift (0 for no shift).
+    action set_rounding() {
+        meta.round_add = 0;
+        if (meta.out_shift != 0) {
+            meta.round_add = (bit<32>)1 << (meta.out_shift - 1);
+        }
     }
 
     // One entry per job on this switch (MAX_JOBS - 1 at most; room to spare for modify-by-reinsert).
@@ -173,6 +184,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         if ((meta.from_parent == 1 && hdr.agg.op != OP_RESULT)
                 || (meta.from_parent == 0 && hdr.agg.op != OP_CONTRIB)) {
             meta.drop_reason = DROP_BAD_PORT;
+            return;
+        }
+        // Every child of this switch sits at the same level of the tree, so its packets carry the same
+        // cumulative shift (the controller's in_shift): a sum of differently scaled partials is garbage.
+        if (meta.from_parent == 0 && hdr.agg.shift != meta.in_shift) {
+            meta.drop_reason = DROP_SCALE_MISMATCH;
             return;
         }
         // An int8 contribution answered with int32 lanes (a result, or an inner node's partial sum) would
@@ -333,11 +350,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             hdr.agg.next_exponent = (int<8>)meta.next_exp;
         }
         if (send == SEND_RESULT_DOWN || send == SEND_RESULT_BACK) {
-            // Only the root holds unshifted sums; inner nodes hold results already narrowed.
+            // Only the root holds sums to narrow (its children's partials are in_shift down already, so the
+            // root shifts the rest of the job's shift); inner nodes hold results already narrowed.
             meta.out_shift = 0;
             if (meta.role == ROLE_ROOT) {
-                meta.out_shift = meta.shift;
+                meta.out_shift = meta.shift - meta.in_shift;
             }
+            set_rounding();
             // lanes32 is valid on every path here; the test makes that visible to p4c's validity analysis.
             if (hdr.lanes32.isValid()) {
                 if (meta.result_type == ELEM_INT16) {
@@ -354,13 +373,18 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         }
         if (send == SEND_UP) {
             hdr.agg.op = OP_CONTRIB;
-            hdr.agg.shift = 0;
-            // Partial sums go up as narrow as the job's sum can be (the controller knows its headroom):
-            // int16 partials of int8 lanes halve the bytes between switches, and keep a packet from
-            // growing by more than the 512 bytes BMv2 leaves in front of it (simple_switch aborts then).
-            if (hdr.lanes32.isValid() && meta.up_type == ELEM_INT16) {
-                meta.out_shift = 0;
-                narrow16();
+            // Partial sums go up as narrow as the lanes that came in: each level of the tree shifts off
+            // (rounding) the bits its own additions gained, so every link carries narrow lanes, and no
+            // packet grows past the 512 bytes BMv2 leaves in front of it (simple_switch aborts then).
+            meta.out_shift = meta.up_shift;
+            set_rounding();
+            hdr.agg.shift = meta.in_shift + meta.up_shift;
+            if (hdr.lanes32.isValid()) {
+                if (meta.up_type == ELEM_INT16) {
+                    narrow16();
+                } else if (meta.up_type == ELEM_INT8) {
+                    narrow8();
+                }
             }
         }
         hdr.agg.flags = 0;

@@ -70,7 +70,9 @@ struct metadata_t {
     bit<8> result_type;
     bit<8> shift;
     bit<8> token;
-    bit<8> up_type;     // lane type of the partial sums an inner node sends up (ELEM_INT32 or ELEM_INT16)
+    bit<8> up_type;     // lane type of the partial sums an inner node sends up
+    bit<8> up_shift;    // right shift (rounding) of those partial sums, so they stay that narrow
+    bit<8> in_shift;    // the shift packets from this switch's children already carry (0 from hosts)
     // From job_ports.
     bit<1> from_parent;
     bit<32> child_bit;
@@ -81,7 +83,8 @@ struct metadata_t {
     bit<8> contribs;
     bit<8> state;
     bit<32> keep;       // 0 to overwrite a cell's lanes (new round), all ones to add to them
-    bit<8> out_shift;   // right shift applied when narrowing the lanes of an outgoing result
+    bit<8> out_shift;   // right shift applied when narrowing the lanes of an outgoing packet
+    bit<32> round_add;  // 2^(out_shift - 1): the shift rounds to nearest instead of down
     bit<8> next_exp;    // the round's agreed next_exponent so far (minimum over its contributions)
     bit<1> overflow;
     // Scratch of the generated per-lane code (metadata rather than action locals,

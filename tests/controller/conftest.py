@@ -17,7 +17,7 @@ TABLES = [
     (N.T_HOST_PORT, [("egress_port", 9, "exact")], ["P4inaEgress.set_host", "NoAction"]),
 ]
 ACTIONS = {
-    "P4inaIngress.aggregation.set_job": [("job_index", 8), ("role", 8), ("fan_in", 8), ("slot_base", 16), ("slot_count", 16), ("mcast_grp", 16), ("up_port", 9), ("result_type", 8), ("shift", 8), ("token", 8), ("up_type", 8)],
+    "P4inaIngress.aggregation.set_job": [("job_index", 8), ("role", 8), ("fan_in", 8), ("slot_base", 16), ("slot_count", 16), ("mcast_grp", 16), ("up_port", 9), ("result_type", 8), ("shift", 8), ("token", 8), ("up_type", 8), ("up_shift", 8), ("in_shift", 8)],
     "P4inaIngress.aggregation.unknown_job": [],
     "P4inaIngress.aggregation.from_child": [("child_index", 8)],
     "P4inaIngress.aggregation.from_parent": [],

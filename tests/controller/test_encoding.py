@@ -31,7 +31,7 @@ def test_canonical_bytes() -> None:
 
 
 def test_golden_set_job(tiny_schema: P4Schema) -> None:
-    e = TableEntry.make(N.T_JOB_CONFIG, {"job_id": 7}, "set_job", dict(job_index=1, role=1, fan_in=4, slot_base=0, slot_count=128, mcast_grp=1, up_port=0, result_type=0, shift=0, token=3, up_type=0))
+    e = TableEntry.make(N.T_JOB_CONFIG, {"job_id": 7}, "set_job", dict(job_index=1, role=1, fan_in=4, slot_base=0, slot_count=128, mcast_grp=1, up_port=0, result_type=0, shift=0, token=3, up_type=0, up_shift=0, in_shift=0))
     msg = e.encode(tiny_schema).table_entry
     table = tiny_schema.table(N.T_JOB_CONFIG)
     assert msg.table_id == table.id
@@ -39,7 +39,7 @@ def test_golden_set_job(tiny_schema: P4Schema) -> None:
     assert msg.action.action.action_id == tiny_schema.action(table, "set_job").id
     got = {p.param_id: p.value for p in msg.action.action.params}
     assert got == {1: b"\x01", 2: b"\x01", 3: b"\x04", 4: b"\x00", 5: b"\x80", 6: b"\x01", 7: b"\x00", 8: b"\x00", 9: b"\x00", 10: b"\x03",
-                   11: b"\x00"}
+                   11: b"\x00", 12: b"\x00", 13: b"\x00"}
 
 
 def test_lpm_masks_host_bits(tiny_schema: P4Schema) -> None:

@@ -117,7 +117,7 @@ def test_drift_is_detected_and_repaired(ctl: Controller) -> None:
     victim = [e for e in job_entries_on(ctl, edge, 3) if e.table == N.T_JOB_PORTS][0]
     cl = ctl.fabric.client(edge)
     cl.write([update("delete", victim.encode(ctl.schema))])
-    stray = TableEntry.make(N.T_JOB_CONFIG, {N.K_JOB_ID: 999}, N.A_SET_JOB, dict(job_index=9, role=1, fan_in=1, slot_base=0, slot_count=1, mcast_grp=9, up_port=0, result_type=0, shift=0, token=1, up_type=0))
+    stray = TableEntry.make(N.T_JOB_CONFIG, {N.K_JOB_ID: 999}, N.A_SET_JOB, dict(job_index=9, role=1, fan_in=1, slot_base=0, slot_count=1, mcast_grp=9, up_port=0, result_type=0, shift=0, token=1, up_type=0, up_shift=0, in_shift=0))
     cl.write([update("insert", stray.encode(ctl.schema))])
     drift = ctl.verify()
     assert drift[edge].missing == [str(victim)] and drift[edge].unexpected == [str(stray)]

@@ -163,9 +163,9 @@ def test_job_entries_follow_design() -> None:
         "job_ports[ingress_port=2, job_id=12] -> from_child(child_index=1)",
         f"job_ports[ingress_port={up}, job_id=12] -> from_parent()",
     ]
-    assert e1[-1].startswith("job_config[job_id=12] -> set_job(fan_in=2, job_index=1, mcast_grp=1, result_type=0, role=2, shift=0, slot_base=0, slot_count=128,")
+    assert e1[-1].startswith("job_config[job_id=12] -> set_job(fan_in=2, in_shift=0, job_index=1, mcast_grp=1, result_type=0, role=2, shift=0, slot_base=0, slot_count=128,")
     root = [str(e) for e in entries[plan.root]]
-    assert not any("from_parent" in e for e in root) and root[-1].endswith("up_port=0, up_type=0)")
+    assert not any("from_parent" in e for e in root) and root[-1].endswith("up_port=0, up_shift=0, up_type=0)")
 
 
 def test_leaf_spine_plans() -> None:
@@ -207,3 +207,44 @@ def test_tokens_change_at_every_install_on_a_switch() -> None:
     assert len(set(tokens[:255])) == 255, "no token repeats within 255 installs"
     other = plan_job(K4, JobSpec.make(1, ["h3", "h4"]), [], installs)
     assert other.on("e2").token == 1  # counters are per switch
+
+
+def test_narrow_jobs_spread_their_shift_over_the_tree_levels() -> None:
+    """int8 lanes both ways on 16 hosts: edges and aggregation switches each shift off the bit their
+    two-way sum gained, the core the remaining two; every partial stays int8 on every link."""
+    plan = plan_job(K4, JobSpec.make(1, [f"h{i}" for i in range(1, 17)], "int8"))
+    by = {sp.switch: sp for sp in plan.switches}
+    root = by[plan.root]
+    assert plan.spec.shift == 4 and root.in_shift == 2 and root.up_shift == 0
+    for sp in plan.switches:
+        if sp.switch.startswith("e"):
+            assert (sp.up_type, sp.up_shift, sp.in_shift) == (N.ELEM_INT8, 1, 0)
+        elif sp.switch.startswith("a"):
+            assert (sp.up_type, sp.up_shift, sp.in_shift) == (N.ELEM_INT8, 1, 1)
+    # the bound: 16 hosts' roundings (8), and half of 2^S for each rounding switch: 8 edges x 1, 4 x 2, root 8
+    assert plan.error_lsb == 8 + 8 * 1 + 4 * 2 + 8
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sets(st.integers(1, 16), min_size=1, max_size=16), st.sampled_from(["int8", "int16"]))
+def test_narrow_partials_never_overflow_their_lanes(members: set[int], lanes: str) -> None:
+    """Whatever the members, every level's largest partial (after its rounding shift) fits the lanes,
+    and the root's result fits the result lanes."""
+    from wireformat import fixedpoint as fxp
+
+    plan = plan_job(K4, JobSpec.make(1, [f"h{i}" for i in sorted(members)], lanes))
+    bits = fxp.ELEM_NAMES[lanes]
+    q = plan.q_limit  # the hosts' limit, lowered by the planner where rounding could push a sum over
+    assert fxp.q_limit(len(members), bits, bits, plan.spec.shift) - 3 <= q <= fxp.q_limit(len(members), bits, bits, plan.spec.shift)
+    by = {sp.switch: sp for sp in plan.switches}
+    bound: dict[str, int] = {}
+
+    def top(name: str) -> int:  # the largest |partial| a switch sends (or, the root, its largest result)
+        sp = by[name]
+        total = sum(q if c.node.startswith("h") else top(c.node) for c in sp.children)
+        s = sp.up_shift if sp.parent else plan.spec.shift - sp.in_shift
+        bound[name] = (total + ((1 << s) >> 1)) >> s
+        return bound[name]
+
+    assert top(plan.root) <= 2 ** (bits - 1) - 1
+    assert all(v <= 2 ** (bits - 1) - 1 for v in bound.values())

@@ -27,6 +27,8 @@ class Job:
     mcast_grp: int = 1
     token: int = 1
     up_type: int = INT32
+    up_shift: int = 0
+    in_shift: int = 0
 
     def child_index(self, port: int) -> int:
         return self.children.index(port)
@@ -42,7 +44,8 @@ def install_job(dut: Dut, job: Job) -> None:
     dut.insert(JOB_CONFIG, {"job_id": job.job_id}, "set_job", dict(
         job_index=job.job_index, role=job.role, fan_in=len(job.children), slot_base=job.slot_base,
         slot_count=job.slot_count, mcast_grp=job.mcast_grp, up_port=job.up_port,
-        result_type=job.result_type, shift=job.shift, token=job.token, up_type=job.up_type))
+        result_type=job.result_type, shift=job.shift, token=job.token, up_type=job.up_type,
+        up_shift=job.up_shift, in_shift=job.in_shift))
     for i, p in enumerate(job.children):
         dut.insert(JOB_PORTS, {"job_id": job.job_id, "ingress_port": p}, "from_child", {"child_index": i})
     if job.up_port:

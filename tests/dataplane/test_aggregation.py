@@ -24,6 +24,11 @@ def lane_sum(*vectors: list[int]) -> list[int]:
     return [sum(col) for col in zip(*vectors)]
 
 
+def rshift(value: int, shift: int) -> int:
+    """The switch's right shift: arithmetic, rounding to nearest (halves up), as DESIGN.md says."""
+    return (value + ((1 << shift) >> 1)) >> shift
+
+
 def setup(dut: Dut, job: Job) -> None:
     install_hosts(dut)
     install_job(dut, job)
@@ -104,7 +109,7 @@ def test_results_are_narrowed_with_a_saturating_shift(dut: Dut, result_type: int
     dut.send(1, contribution(1, a))
     dut.send(2, contribution(2, b))
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    expected = [min(hi, max(lo, s >> shift)) for s in lane_sum(a, b)]
+    expected = [min(hi, max(lo, rshift(s, shift))) for s in lane_sum(a, b)]
     assert any(e in (lo, hi) for e in expected), "the case must exercise clamping"
     got = results_by_port(dut.receive(2))
     for port, pkt in got.items():
@@ -122,7 +127,7 @@ def test_narrowing_without_clamping_leaves_the_flag_clear(dut: Dut) -> None:
     dut.send(1, contribution(1, a))
     dut.send(2, contribution(2, b))
     for _, pkt in results_by_port(dut.receive(2)).items():
-        assert pkt.lanes == [s >> 2 for s in lane_sum(a, b)]
+        assert pkt.lanes == [rshift(s, 2) for s in lane_sum(a, b)]
         assert pkt.header["flags"] == 0
     assert dut.counter(C + "overflows", 1)[0] == 0
 
@@ -234,7 +239,7 @@ def test_a_new_install_token_resets_cells(dut: Dut) -> None:
     # Reinstall (new token) and start again at epoch 1, as a restarted job does.
     dut.modify(JOB_CONFIG, {"job_id": 7}, "set_job", dict(
         job_index=1, role=1, fan_in=2, slot_base=0, slot_count=8, mcast_grp=1, up_port=0, result_type=INT32, shift=0,
-        token=2, up_type=INT32))
+        token=2, up_type=INT32, up_shift=0, in_shift=0))
     dut.send(1, contribution(1, values(3), epoch=1))
     dut.send(2, contribution(2, values(4), epoch=1))
     assert results_by_port(dut.receive(2))[1].lanes == lane_sum(values(3), values(4))
@@ -326,18 +331,34 @@ def test_an_inner_node_passes_the_partial_minimum_up(dut: Dut) -> None:
     assert port == 2 and parse(frame).header["next_exponent"] == -1
 
 
-def test_an_inner_node_sends_narrow_partial_sums_when_the_job_allows(dut: Dut) -> None:
-    """up_type int16: int8 lanes from the children go up as exact int16 partial sums (half the bytes)."""
-    job = Job(children=(1, 2), role=INNER, up_port=5, result_type=INT8, shift=2, up_type=INT16)
+def test_an_inner_node_keeps_partial_sums_narrow_with_a_rounding_shift(dut: Dut) -> None:
+    """up_shift 1: int8 lanes from two children go up as int8, the sum shifted right by one (rounded), the
+    packet marked with the shift it now carries (in_shift + up_shift), so the parent can check the scales."""
+    job = Job(children=(1, 2), role=INNER, up_port=5, result_type=INT8, shift=2, up_type=INT8, up_shift=1)
     setup(dut, job)
     a = [(i % 255) - 127 for i in range(L)]
-    b = [127 - (i % 255) for i in range(L)][::-1]
+    b = [((7 * i) % 255) - 127 for i in range(L)]
     dut.send(1, contribution(1, a, elem_type=INT8))
     dut.send(2, contribution(2, b, elem_type=INT8))
     (port, frame), = dut.receive(1)
     up = parse(frame)
-    assert port == 5 and up.header["elem_type"] == INT16 and up.lanes == lane_sum(a, b)
-    assert up.ip_total_len == 20 + 8 + AGG.payload_bytes(INT16) and up.header["flags"] == 0
+    assert port == 5 and up.header["elem_type"] == INT8 and up.header["shift"] == 1
+    assert up.lanes == [rshift(s, 1) for s in lane_sum(a, b)]
+    assert up.ip_total_len == 20 + 8 + AGG.payload_bytes(INT8) and up.header["flags"] == 0
+
+
+def test_a_child_packet_with_another_shift_is_refused(dut: Dut) -> None:
+    """A switch whose children are switches expects their partials at its in_shift; anything else is a
+    sum of different scales."""
+    job = Job(children=(1, 2), result_type=INT8, shift=3, in_shift=1)
+    setup(dut, job)
+    dut.send(1, contribution(1, [3] * L, elem_type=INT8, shift=1))
+    dut.send(2, contribution(2, [4] * L, elem_type=INT8, shift=0))
+    assert dut.receive(0) == []
+    assert dut.counter("P4inaIngress.drops", 1 * 16 + 5)[0] == 1  # DROP_SCALE_MISMATCH
+    dut.send(2, contribution(2, [4] * L, elem_type=INT8, shift=1))
+    for pkt in results_by_port(dut.receive(2)).values():  # the root shifts the remaining 3 - 1 = 2
+        assert pkt.lanes == [rshift(7, 2)] * L and pkt.header["shift"] == 3
 
 
 def test_a_contribution_that_would_outgrow_bmv2s_headroom_is_dropped(dut: Dut) -> None:

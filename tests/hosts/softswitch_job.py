@@ -75,7 +75,8 @@ def program_one_switch_job(switch: Any, hosts: list[tuple[str, str]], slot_count
     set_job = "P4inaIngress.aggregation.set_job"
     switch.table_insert("P4inaIngress.aggregation.job_config", TableEntry((Exact(JOB_ID),), ActionCall(set_job, _params(
         switch, set_job, job_index=JOB_INDEX, role=ROLE_ROOT, fan_in=n, slot_base=0, slot_count=slot_count,
-        mcast_grp=MCAST_GRP, up_port=0, result_type=result_type, shift=shift, token=token, up_type=0))))
+        mcast_grp=MCAST_GRP, up_port=0, result_type=result_type, shift=shift, token=token, up_type=0, up_shift=0,
+        in_shift=0))))
     for r, (mac, ip) in enumerate(hosts):
         switch.table_insert("P4inaIngress.aggregation.job_ports", TableEntry(
             (Exact(JOB_ID), Exact(r + 1)), ActionCall("P4inaIngress.aggregation.from_child", (r,))))

@@ -66,7 +66,7 @@ def configured_root() -> SoftSwitch:
     sw.load_program(PROGRAM.read_bytes())
     sw.table_insert(
         table(sw, "job_config"),
-        TableEntry((Exact(1),), ActionCall(action(sw, "set_job"), (1, 1, 2, 0, 16, 1, 0, C["ELEM_INT32"], 0, 1, C["ELEM_INT32"]))),
+        TableEntry((Exact(1),), ActionCall(action(sw, "set_job"), (1, 1, 2, 0, 16, 1, 0, C["ELEM_INT32"], 0, 1, C["ELEM_INT32"], 0, 0))),
     )
     for child, port in enumerate(CHILD_PORTS):
         sw.table_insert(table(sw, "job_ports"), TableEntry((Exact(1), Exact(port)), ActionCall(action(sw, "from_child"), (child,))))

@@ -156,7 +156,7 @@ def test_p4ina_matches_bmv2() -> None:
     names = {n.rsplit(".", 1)[-1]: n for n in list(sw.actions()) + list(sw.tables())}
     sw.table_insert(
         names["job_config"],
-        TableEntry((Exact(1),), ActionCall(names["set_job"], (1, 1, 2, 0, 16, 1, 0, c["ELEM_INT32"], 0, 1, c["ELEM_INT32"]))),
+        TableEntry((Exact(1),), ActionCall(names["set_job"], (1, 1, 2, 0, 16, 1, 0, c["ELEM_INT32"], 0, 1, c["ELEM_INT32"], 0, 0))),
     )
     for child, port in enumerate((1, 2)):
         sw.table_insert(names["job_ports"], TableEntry((Exact(1), Exact(port)), ActionCall(names["from_child"], (child,))))

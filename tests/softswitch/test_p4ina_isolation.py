@@ -27,7 +27,7 @@ def _switch() -> SoftSwitch:
     sw.load_program(PROGRAM.read_bytes())
     # job 7: ports 1, 2, slots [0, 8); job 9: ports 3, 4, slots [8, 16). Both roots.
     for job, index, ports, base, grp in ((7, 1, (1, 2), 0, 1), (9, 2, (3, 4), 8, 2)):
-        sw.table_insert(A + "job_config", TableEntry((Exact(job),), ActionCall(A + "set_job", (index, 1, 2, base, 8, grp, 0, 0, 0, 1, 0))))
+        sw.table_insert(A + "job_config", TableEntry((Exact(job),), ActionCall(A + "set_job", (index, 1, 2, base, 8, grp, 0, 0, 0, 1, 0, 0, 0))))
         for child, port in enumerate(ports):
             sw.table_insert(A + "job_ports", TableEntry((Exact(job), Exact(port)), ActionCall(A + "from_child", (child,))))
         sw.mc_group_set(grp, [(p, c) for c, p in enumerate(ports)])

@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from controller.topospec import load_topology
 from emulation import bounds
 from hosts.methods import METHODS
-from hosts.ring import DATA_HDR, FRAME_OVERHEAD, elements_per_packet
+from hosts.ring import elements_per_packet
 
 RATE = 1e6
 DELAY = 0.001
 
 
-def link(elements_per_chunk: int) -> float:
-    """One link's time for a float32 data frame of that many values."""
-    frame = FRAME_OVERHEAD + DATA_HDR.size + 4 * elements_per_chunk
-    return frame * 8 / RATE + DELAY
+def link(_elements_per_chunk: int) -> float:
+    """One link of a dependent chain: its delay (HTB releases a lone frame at once; see emulation.bounds)."""
+    return DELAY
 
 
 def hier(elements: int, member_hops: list[int], ring_hops: list[int]) -> float:
     return bounds.hier_path(METHODS["hier"], elements=elements, member_hops=member_hops, ring_hops=ring_hops,
-                            rate_bps=RATE, delay_s=DELAY)
+                            delay_s=DELAY)
 
 
 def test_hier_one_group_is_up_and_down() -> None:
@@ -30,7 +31,7 @@ def test_hier_one_group_is_up_and_down() -> None:
 
 def test_hier_of_singletons_is_the_ring() -> None:
     hops = [2, 4, 6, 4]
-    ring = bounds.ring_path(METHODS["ring"], elements=4000, hops=hops, rate_bps=RATE, delay_s=DELAY)
+    ring = bounds.ring_path(METHODS["ring"], elements=4000, hops=hops, delay_s=DELAY)
     assert hier(4000, [0, 0, 0, 0], hops) == pytest.approx(ring)
 
 
@@ -49,7 +50,7 @@ def test_hier_refuses_mismatched_groups() -> None:
 
 
 def test_tree_is_twice_the_deeper_tree() -> None:
-    got = bounds.tree_path(METHODS["tree"], elements=600, depths=[6, 4], rate_bps=RATE, delay_s=DELAY)
+    got = bounds.tree_path(METHODS["tree"], elements=600, depths=[6, 4], delay_s=DELAY)
     assert got == pytest.approx(2 * 6 * link(300))  # each tree carries half: 300-element chunks
 
 
@@ -59,6 +60,21 @@ def test_tree_links_follow_the_paths() -> None:
     t = binary_tree(6)  # parents (1, 3, 1, -, 5, 3): the deepest path 0 -> 1 -> 3 (or 4 -> 5 -> 3)
     assert bounds.tree_links(t, lambda a, b: 2) == 4
     assert bounds.tree_links(t, lambda a, b: 10 if {a, b} == {0, 1} else 1) == 11
+
+
+def test_no_delay_no_path_bound() -> None:
+    """Without link delay nothing but software is on a chain of single frames: no bound to compare with."""
+    topo = load_topology("fat-tree:4")
+    assert math.isnan(bounds.path_bound(METHODS["ring"], elements=100, rate_bps=RATE, delay_s=0.0, topo=topo,
+                                        ring_order=["h1", "h2"]))
+
+
+def test_inc_path_counts_the_exponent_round() -> None:
+    from wireformat import AGG
+
+    # 3 chunks in a 2-slot window: slot 0 has the exponent round and 2 data rounds, each up 3 links and down
+    assert bounds.inc_path(METHODS["inc-int32"], elements=3 * AGG.num_lanes, height=3, slots=2,
+                           delay_s=DELAY) == pytest.approx(3 * 6 * DELAY)
 
 
 def test_path_bound_on_a_fat_tree() -> None:
