@@ -20,19 +20,19 @@ from emulation.softswitch import codegen, program
 LOG = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-_SOURCES = ("codegen.py", "cse.py", "program.py", "hashing.py", "compilecache.py")
+_SOURCES = ("codegen.py", "lower.py", "ir.py", "cse.py", "pyemit.py", "program.py", "hashing.py", "compilecache.py")
 FINGERPRINT = hashlib.sha256(b"".join((_HERE / name).read_bytes() for name in _SOURCES)).hexdigest()[:16]
 
-_MEMORY: OrderedDict[str, tuple[program.Program, codegen.Compiler, str]] = OrderedDict()
+_MEMORY: OrderedDict[str, codegen.Compiled] = OrderedDict()
 _LOCK = threading.Lock()
 _KEEP = 4
 
 
-def compiled(raw: bytes) -> tuple[program.Program, codegen.Compiler, str]:
-    """(program model, compiler state, generated source) for a BMv2 JSON document.
+def compiled(raw: bytes) -> codegen.Compiled:
+    """The compiled program for a BMv2 JSON document.
 
-    Only immutable results are shared between switches: the model, the layout, the
-    generated source and the read-only objects it refers to.
+    Only immutable results are shared between switches: the model, the IR, the generated source
+    and the read-only objects it refers to; every switch builds its own state around them.
     """
     key = hashlib.sha256(raw + FINGERPRINT.encode()).hexdigest()
     with _LOCK:
@@ -40,9 +40,7 @@ def compiled(raw: bytes) -> tuple[program.Program, codegen.Compiler, str]:
         if hit is not None:
             _MEMORY.move_to_end(key)
             return hit
-    prog = program.load(raw)
-    comp = codegen.Compiler(prog)
-    result = (prog, comp, comp.compile())
+    result = codegen.compile_program(program.load(raw))
     with _LOCK:
         _MEMORY[key] = result
         while len(_MEMORY) > _KEEP:

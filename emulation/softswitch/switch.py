@@ -1,8 +1,9 @@
 """The embedded switch: executes p4c's BMv2 JSON for v1model with simple_switch semantics.
 
 `SoftSwitch` is the in-process API the P4Runtime server and the port I/O use (see
-notes/SOFTSWITCH_API.md). A program is compiled once to Python (codegen.py); per packet the
-switch runs the generated parser, ingress, the replication engine, egress and deparser.
+notes/SOFTSWITCH_API.md). A program is compiled once to Python (codegen.py: lowered to an IR of
+numbers, then emitted); per packet the switch runs the generated parser, ingress, the replication
+engine, egress and deparser. Generated code runs with only the builtins it needs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from emulation.softswitch import codegen, compilecache, program
+from emulation.softswitch import codegen, compilecache, ir, program, pyemit
 from emulation.softswitch.errors import (
     ConstDefaultActionError,
     InvalidEntryError,
@@ -82,7 +83,10 @@ class TableInfo:
 
 
 class ProgramAssertion(Exception):
-    """An assert()/assume() in the P4 program failed (BMv2 aborts; we drop the packet)."""
+    """An assert()/assume() in the P4 program failed (BMv2 aborts; we drop the packet).
+
+    Generated code raises it with a number; `_Runtime.assertion_message` gives the text.
+    """
 
 
 def _shl(a: int, b: int) -> int:
@@ -113,52 +117,53 @@ class _Runtime:
     """Everything built from one program: generated functions, tables, registers, counters."""
 
     def __init__(self, raw: bytes) -> None:
-        self.prog, comp, self.source = compilecache.compiled(raw)
-        self.lay = comp.lay
-        ns = dict(comp.ns)  # the generated module's globals: per switch, since they hold its state
-        ns.update(
-            _shl=_shl,
-            _shr=_shr,
-            _div=_div,
-            _mod=_mod,
-            _rand=_rand,
-            ProgramAssertion=ProgramAssertion,
-            _ZEROS=[0] * max((len(h.type.fields) for h in self.prog.headers), default=0),
-        )
+        comp = compilecache.compiled(raw)
+        self.compiled = comp
+        self.prog, self.source, self.lay, self.names = comp.prog, comp.source, comp.layout, comp.names
+        module = comp.module
+        self.module = module
+        # the generated module's globals: per switch, since they hold its state; builtins restricted
+        # to what generated code calls, so even a bug in an emitter cannot reach the rest of Python
+        ns: dict[str, Any] = {"__builtins__": dict(pyemit.BUILTINS)}
+        ns.update(comp.constants)
+        ns.update(_shl=_shl, _shr=_shr, _div=_div, _mod=_mod, _rand=_rand, ProgramAssertion=ProgramAssertion)
         self.registers: dict[str, list[int]] = {}
-        for i, r in enumerate(self.prog.registers):
-            self.registers[r.name] = ns[f"R{i}"] = [0] * r.size
+        for i, (name, (size, _)) in enumerate(zip(self.names.registers, module.registers)):
+            self.registers[name] = ns[f"R{i}"] = [0] * size
         self.counters: dict[str, tuple[list[int], list[int]]] = {}
-        for i, c in enumerate(self.prog.counters):
-            pk, by = [0] * c.size, [0] * c.size
+        for i, (name, size) in enumerate(zip(self.names.counters, module.counters)):
+            pk, by = [0] * size, [0] * size
             ns[f"CP{i}"], ns[f"CB{i}"] = pk, by
-            self.counters[c.name] = (pk, by)
-        self.table_defs: dict[str, program.TableDef] = dict(comp.table_defs)
+            self.counters[name] = (pk, by)
+        self.table_defs: dict[str, program.TableDef] = {}
+        self.table_index: dict[str, int] = {}
         self.tables: dict[str, MatchTable] = {}
-        for t in self.table_defs.values():
+        for i, t in enumerate(comp.table_defs):
             specs = []
             for k in t.keys:
                 w, _ = self.lay.width(k.header, k.field)
                 specs.append(KeySpec(k.name, k.match_type, w))
             mt = MatchTable(t.name, t.match_type, tuple(specs), t.max_size, immutable=bool(t.const_entries))
-            ns[f"EX_{t.id}"] = mt.exact
-            ns[f"LPM_{t.id}"] = mt.lpm
-            ns[f"DEF_{t.id}"] = mt.default
-            ns[f"SCAN_{t.id}"] = mt.scan_lookup
+            ns[f"EX_{i}"] = mt.exact
+            ns[f"LPM_{i}"] = mt.lpm
+            ns[f"DEF_{i}"] = mt.default
+            ns[f"SCAN_{i}"] = mt.scan_lookup
             self.tables[t.name] = mt
+            self.table_defs[t.name] = t
+            self.table_index[t.name] = i
         try:
             code = compile(self.source, "<softswitch-program>", "exec")
-        except SyntaxError as ex:
+        except (SyntaxError, RecursionError, MemoryError) as ex:
             raise RuntimeError(f"internal error: generated code does not compile: {ex}") from ex
-        exec(code, ns)  # noqa: S102 - our own generated source, compiled once per program
+        exec(code, ns)  # noqa: S102 - emitted from the IR alone (ints and numbers), see pyemit.py
         self.ns = ns
-        self.node_ids = comp.node_ids
         self.parse = ns["parse"]
         self.ingress = ns["run_ingress"]
         self.egress = ns["run_egress"]
         self.deparse = ns["deparse"]
-        self.template = self.lay.template
+        self.template = list(module.template)
         self.actions_by_id = {a.id: a for a in self.prog.actions}
+        self.action_index = {aid: i for i, aid in enumerate(self.names.action_json_ids)}
         self.action_infos: dict[str, ActionInfo] = {}
         for a in self.prog.actions:
             self.action_infos.setdefault(
@@ -169,6 +174,12 @@ class _Runtime:
             raise program.UnsupportedProgramError("standard_metadata.egress_spec/ingress_port missing (v1model expected)")
         for t in self.table_defs.values():
             self._install_program_defaults(t)
+
+    def assertion_message(self, ex: ProgramAssertion) -> str:
+        k = ex.args[0] if ex.args else None
+        if type(k) is int and 0 <= k < len(self.names.messages):
+            return self.names.messages[k]
+        return "assertion failed"
 
     # ---- table helpers -----------------------------------------------------------------------
     def action_id_for(self, t: program.TableDef, name: str) -> int:
@@ -192,11 +203,18 @@ class _Runtime:
                 raise InvalidEntryError(f"action {a.name!r}: parameter {p.name!r} = {v!r} does not fit bit<{p.width}>")
         return params
 
+    def _node(self, n: int) -> Any:
+        return None if n == ir.ACCEPT else self.ns[f"n_{n}"]
+
     def result(self, t: program.TableDef, action_id: int, params: tuple[int, ...], hit: bool) -> tuple[Any, ...]:
-        a = self.actions_by_id[action_id]
-        nxt = codegen.next_node_name(t, a.name, hit)
-        node = None if nxt is None else self.ns[self.node_ids[nxt]]
-        return (self.ns[f"a_{action_id}"], params, node)
+        """The lookup result generated code reads: (action function, its data, the next node)."""
+        ai = self.action_index[action_id]
+        tab = self.module.tables[self.table_index[t.name]]
+        if tab.hit_miss:
+            nxt = tab.hit_next if hit else tab.miss_next
+        else:
+            nxt = dict(tab.next_by_action).get(ai, tab.base_next)
+        return (self.ns[f"a_{ai}"], params, self._node(nxt))
 
     def _install_program_defaults(self, t: program.TableDef) -> None:
         mt = self.tables[t.name]
@@ -225,8 +243,8 @@ class _Runtime:
                 raise ValueError(f"table {t.name!r}: const entry {e} is invalid: {ex}") from ex
 
     def _miss_next(self, t: program.TableDef) -> Any:
-        nxt = t.next_tables.get("__MISS__", t.base_default_next) if t.uses_hit_miss else t.base_default_next
-        return None if nxt is None else self.ns[self.node_ids[nxt]]
+        tab = self.module.tables[self.table_index[t.name]]
+        return self._node(tab.miss_next if tab.hit_miss else tab.base_next)
 
     # ---- packets -----------------------------------------------------------------------------
     def process(self, port: int, data: bytes, t0: float, mc: dict[int, tuple[tuple[int, int], ...]]) -> tuple[list[tuple[int, bytes]], int]:
