@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulation.softswitch import ir, pyemit
+from emulation.softswitch.errors import ProgramLimitError
 from emulation.softswitch.lower import (  # noqa: F401 - re-exported for the runtime
     DROP_PORT,
     INSTANCE_NORMAL,
@@ -46,7 +47,10 @@ class Compiled:
 
 def lower(prog: Program, limits: Limits | None = None, eliminate_common: bool = True) -> tuple[Lowering, ir.Module, ir.Names]:
     low = Lowering(prog, limits, eliminate_common)
-    module, names = low.lower()
+    try:
+        module, names = low.lower()
+    except RecursionError as ex:  # max_expression_depth keeps well below this; a last line of defence
+        raise ProgramLimitError("the program nests deeper than the compiler can follow") from ex
     return low, module, names
 
 

@@ -39,7 +39,7 @@ from emulation.softswitch.switch import SoftSwitch, TableEntry
 
 LOG = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # BMv2 JSONs travel in one message
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # BMv2 JSONs travel in one message (p4ina.json: 5 MB); beyond: RESOURCE_EXHAUSTED
 PORT_BITS = 9  # v1model egress_spec
 _GRPC_CODE = {sc.value[0]: sc for sc in grpc.StatusCode}
 _UPDATE = p4runtime_pb2.Update
@@ -233,6 +233,7 @@ def _code_of(ex: Exception) -> int:
         (errors.InvalidEntryError, code_pb2.INVALID_ARGUMENT),
         (errors.UnknownObjectError, code_pb2.NOT_FOUND),
         (errors.TableFullError, code_pb2.RESOURCE_EXHAUSTED),
+        (errors.ProgramLimitError, code_pb2.RESOURCE_EXHAUSTED),
         (errors.ConstDefaultActionError, code_pb2.PERMISSION_DENIED),
         (errors.NoProgramError, code_pb2.FAILED_PRECONDITION),
         (errors.UnsupportedProgramError, code_pb2.UNIMPLEMENTED),
@@ -348,6 +349,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         scratch = SoftSwitch(device_id=0, name="verify")
         try:
             scratch.load_program(config.p4_device_config)
+        except errors.ProgramLimitError as ex:
+            raise P4RuntimeStatusError(code_pb2.RESOURCE_EXHAUSTED, f"Error when loading the device config: {ex}") from ex
         except (errors.SoftSwitchError, ValueError) as ex:
             raise invalid(f"Error when loading the device config: {ex}") from ex
         except Exception as ex:  # an interpreter bug must not take the server down

@@ -44,7 +44,12 @@ class Limits:
     allocate, recurse or loop without bound.
     """
 
-    max_expression_depth: int = 256  # nesting of one expression (deeper ones are spilled into temporaries)
+    max_json_bytes: int = 64 << 20  # the document (p4ina.json is 5 MB)
+    max_register_cells: int = 1 << 22  # all register arrays together (allocated at load)
+    max_counter_cells: int = 1 << 22  # all counter arrays together (allocated at load, twice)
+    max_table_entries: int = 1 << 20  # one table's declared size
+    max_slots: int = 1 << 16  # fields and validity bits of all headers: the per-packet state, copied per packet
+    max_expression_depth: int = 256  # nesting of one expression (deep ones are computed through temporaries)
     max_constant_bits: int = 4096  # a hexstr constant
     max_field_bits: int = 2048  # one field, a cast width, a lookahead
     max_header_bits: int = 65535 * 8  # one header (no frame is longer)
@@ -238,12 +243,19 @@ def parse_hexstr(value: Any) -> int:
     """
     if type(value) is int:
         return value
-    if not isinstance(value, str) or len(value) > 1100 or not _HEXSTR.fullmatch(value):
+    if isinstance(value, str) and len(value) > _MAX_HEXSTR_CHARS:
+        raise ProgramLimitError(
+            f"limit max_constant_bits={Limits.max_constant_bits}: a hex constant of {len(value)} characters"
+        )
+    if not isinstance(value, str) or not _HEXSTR.fullmatch(value):
         raise ValueError(f"expected a hex string, got {type(value).__name__} {value!r:.40}")
     neg = value.startswith("-")
     text = value[1:] if neg else value
     n = int(text, 16)
     return -n if neg else n
+
+
+_MAX_HEXSTR_CHARS = Limits.max_constant_bits // 4 + 8  # parse no more than a limit-sized constant
 
 
 def _int(value: Any, what: str, lo: int | None = 0, hi: int | None = None) -> int:
@@ -286,6 +298,8 @@ def _refuse_nonempty(doc: dict[str, Json], key: str, what: str) -> None:
 def load(bmv2_json: str | bytes, limits: Limits | None = None) -> Program:
     """Parse and validate a BMv2 JSON document; refuse what the switch cannot execute."""
     limits = limits or Limits()
+    if len(bmv2_json) > limits.max_json_bytes:
+        raise ProgramLimitError(f"limit max_json_bytes={limits.max_json_bytes}: the program JSON has {len(bmv2_json)} bytes")
     try:
         doc = json.loads(bmv2_json)
     except RecursionError as ex:
@@ -359,6 +373,9 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
         HeaderStack(_str(s["name"], "header stack name"), members(s, f"header stack {s['name']!r}"))
         for s in _nonempty(doc, "header_stacks")
     )
+    slots = sum(1 + len(h.type.fields) for h in headers) + len(stacks) + 4
+    if slots > limits.max_slots:
+        raise ProgramLimitError(f"limit max_slots={limits.max_slots}: the program's headers have {slots} fields and validity bits")
     unions = tuple(
         HeaderUnion(_str(u["name"], "header union name"), members(u, f"header union {u['name']!r}"))
         for u in _nonempty(doc, "header_unions")
@@ -430,6 +447,9 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
         if c.get("is_direct"):
             raise UnsupportedProgramError(f"direct counter {cname!r} (bound to table {c.get('binding')!r:.80})")
         counters.append(CounterDef(cname, _int(c["size"], f"size of counter {cname!r}")))
+    cells = sum(c.size for c in counters)
+    if cells > limits.max_counter_cells:
+        raise ProgramLimitError(f"limit max_counter_cells={limits.max_counter_cells}: the counter arrays have {cells} cells")
     registers = []
     for r in _nonempty(doc, "register_arrays"):
         rname = _str(r["name"], "register name")
@@ -437,6 +457,9 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
         if width > limits.max_field_bits:
             raise ProgramLimitError(f"limit max_field_bits={limits.max_field_bits}: register {rname!r} is {width} bits wide")
         registers.append(RegisterDef(rname, _int(r["size"], f"size of register {rname!r}"), width))
+    cells = sum(r.size for r in registers)
+    if cells > limits.max_register_cells:
+        raise ProgramLimitError(f"limit max_register_cells={limits.max_register_cells}: the register arrays have {cells} cells")
     calculations = {}
     for c in _nonempty(doc, "calculations"):
         cname = _str(c["name"], "calculation name")
@@ -484,6 +507,13 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
         checksums=tuple(checksums),
         field_aliases=aliases,
     )
+
+
+def _table_size(value: Any, name: str, limits: Limits) -> int:
+    size = _int(value, f"size of table {name!r}")
+    if size > limits.max_table_entries:
+        raise ProgramLimitError(f"limit max_table_entries={limits.max_table_entries}: table {name!r} declares {size} entries")
+    return size
 
 
 def _opt_str(value: Any) -> str | None:
@@ -563,7 +593,7 @@ def _table(t: dict[str, Json], actions: dict[int, ActionDef], limits: Limits) ->
         name=name,
         id=_int(t["id"], f"id of table {name!r}", None),
         match_type=_str(t.get("match_type", "exact"), f"match type of table {name!r}"),
-        max_size=_int(t.get("max_size", 1024), f"size of table {name!r}"),
+        max_size=_table_size(t.get("max_size", 1024), name, limits),
         keys=tuple(keys),
         action_ids=ids,
         next_tables={_str(k, "next_tables key"): _opt_str(v) for k, v in next_tables.items()},
