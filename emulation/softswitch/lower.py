@@ -495,6 +495,8 @@ class Lowering:
             orelse: list[ir.Stmt] = []
             if not hd.metadata:
                 then.append(ir.Assign(vd, pool.const(1)))
+                # as BMv2: a union member made valid invalidates its siblings
+                then.extend(ir.Assign(lay.valid[sib], pool.const(0)) for sib in lay.union_of.get(dst, ()))
                 orelse.append(ir.Assign(vd, pool.const(0)))
             out.append(ir.If(self.is_valid(vs), tuple(then), tuple(orelse)))
         elif op == "add_header":
