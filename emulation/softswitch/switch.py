@@ -109,6 +109,10 @@ def _mod(a: int, b: int) -> int:
     return a % b if b else 0
 
 
+def _no_action(F: list[int], P: tuple[int, ...]) -> None:
+    """The default of a table whose JSON gives none."""
+
+
 def _rand(lo: int, hi: int) -> int:
     return random.randint(lo, hi) if lo <= hi else lo
 
@@ -216,7 +220,8 @@ class _Runtime:
             nxt = dict(tab.next_by_action).get(ai, tab.base_next)
         return (self.ns[f"a_{ai}"], params, self._node(nxt))
 
-    def _install_program_defaults(self, t: program.TableDef) -> None:
+    def install_program_default(self, t: program.TableDef) -> None:
+        """The default entry the JSON gives, or (none given) no action and the miss branch."""
         mt = self.tables[t.name]
         if t.default_action_id is not None:
             try:
@@ -226,8 +231,12 @@ class _Runtime:
             mt.default[0] = self.result(t, t.default_action_id, t.default_action_data, hit=False)
             mt.default_call = ActionCall(self.actions_by_id[t.default_action_id].name, t.default_action_data)
         else:
-            mt.default[0] = (lambda F, P: None, (), self._miss_next(t))
+            mt.default[0] = (_no_action, (), self._miss_next(t))
             mt.default_call = ActionCall("NoAction", ())
+
+    def _install_program_defaults(self, t: program.TableDef) -> None:
+        self.install_program_default(t)
+        mt = self.tables[t.name]
         for e in t.const_entries:
             key: list[MatchKey] = []
             for kind, a, b in e.key:
@@ -429,10 +438,8 @@ class SoftSwitch:
 
     def table_reset_default(self, table: str) -> None:
         with self._lock:
-            rt, t, mt = self._table(table)
-            if t.default_action_id is not None:
-                mt.default[0] = rt.result(t, t.default_action_id, t.default_action_data, hit=False)
-                mt.default_call = ActionCall(rt.actions_by_id[t.default_action_id].name, t.default_action_data)
+            rt, t, _ = self._table(table)
+            rt.install_program_default(t)
 
     # ---- counters and registers ----------------------------------------------------------------
     def counters(self) -> dict[str, int]:
