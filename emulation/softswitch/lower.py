@@ -46,13 +46,26 @@ STANDARD_FIELDS = (
     "ingress_global_timestamp",
     "egress_global_timestamp",
     "enq_timestamp",
+    "deq_timedelta",
+    "priority",
 )
+# standard_metadata fields simple_switch fills from its egress queues, which the embedded switch
+# does not have (it forwards at once; links are shaped by the kernel, after it): reading them
+# would silently give 0, so a program that reads one is refused.
+UNREADABLE = {
+    "enq_qdepth": "the egress queue depth at enqueue",
+    "deq_qdepth": "the egress queue depth at dequeue",
+}
 _ALIAS_PREFIX = {
     "mcast_grp": "intrinsic_metadata",
     "egress_rid": "intrinsic_metadata",
     "ingress_global_timestamp": "intrinsic_metadata",
     "egress_global_timestamp": "intrinsic_metadata",
     "enq_timestamp": "queueing_metadata",
+    "enq_qdepth": "queueing_metadata",
+    "deq_timedelta": "queueing_metadata",
+    "deq_qdepth": "queueing_metadata",
+    "priority": "intrinsic_metadata",
 }
 
 # Primitives an action may use; anything else is refused at load time.
@@ -240,9 +253,35 @@ class Lowering:
         self._node_index: dict[tuple[str, str], int] = {}
         self._temps = 0  # temporaries are numbered across the module (each function uses its own)
         self.spiller = cse.Spiller(self.pool, self.temp)
+        self.unreadable: dict[int, str] = {}
+        for name in UNREADABLE:
+            slot = self.lay.std(name)
+            if slot is not None:
+                self.unreadable[slot] = name
         self.uses_exit = any(p.get("op") == "exit" for a in prog.actions for p in a.primitives if isinstance(p, dict))
 
     # ------------------------------------------------------------------ helpers
+    def read(self, hdr: str, fld: str) -> int:
+        """The slot of a field the program reads (refusing the queue depths, see UNREADABLE)."""
+        slot = self.lay.slot(hdr, fld)
+        if slot in self.unreadable:
+            self.refuse_unreadable(slot)
+        return slot
+
+    def read_header(self, hdr: str) -> None:
+        """A whole header is read (copied, hashed): none of its fields may be unreadable."""
+        first = self.lay.first[hdr]
+        for slot in range(first, first + len(self.lay.headers[hdr].type.fields)):
+            if slot in self.unreadable:
+                self.refuse_unreadable(slot)
+
+    def refuse_unreadable(self, slot: int) -> None:
+        name = self.unreadable[slot]
+        raise self.refuse(
+            f"a read of standard_metadata.{name} ({UNREADABLE[name]}): the embedded switch has no egress "
+            "queue of its own, so it cannot provide it"
+        )
+
     def refuse(self, what: str) -> Refused:
         return Refused(f"{what} in {self.where}" if self.where else what)
 
@@ -316,7 +355,7 @@ class Lowering:
         pool = self.pool
         if t == "field":
             hdr, fld = _pair(v, "field")
-            slot = self.lay.slot(hdr, fld)
+            slot = self.read(hdr, fld)
             w, signed = self.lay.width(hdr, fld)
             if fld == "$valid$":
                 return pool.field(slot, 1, None)
@@ -486,6 +525,7 @@ class Lowering:
             out.append(ir.Assign(slot, self.fit(e, w, signed)))
         elif op in ("assign_header", "copy_header"):
             dst, src = self.header_name(args[0]), self.header_name(args[1])
+            self.read_header(src)
             hd, hs = lay.headers[dst], lay.headers[src]
             if hd.type.name != hs.type.name:
                 raise ValueError(f"{self.where}: assign_header between different types")
@@ -597,7 +637,7 @@ class Lowering:
                 hdr, fld = _pair(item.get("value"), "calculation input")
                 w, signed = lay.width(hdr, fld)
                 guard = -1 if lay.headers[hdr].metadata else lay.valid[hdr]
-                parts.append(ir.CalcPart(ir.CalcKind.FIELD, lay.slot(hdr, fld), w, 0, guard, signed or fld == "$valid$"))
+                parts.append(ir.CalcPart(ir.CalcKind.FIELD, self.read(hdr, fld), w, 0, guard, signed or fld == "$valid$"))
             elif t == "hexstr":
                 w = item.get("bitwidth") or 0
                 if type(w) is not int or w <= 0:
@@ -607,6 +647,7 @@ class Lowering:
                 parts.append(ir.CalcPart(ir.CalcKind.CONST, 0, w, self.constant(item.get("value")) & _mask(w), -1, False))
             elif t == "header":
                 hdr = self.header_name(item)
+                self.read_header(hdr)
                 hi = lay.headers[hdr]
                 parts.append(
                     ir.CalcPart(
@@ -735,7 +776,7 @@ class Lowering:
         lay, pool = self.lay, self.pool
         keys = []
         for key in t.keys:
-            slot = lay.slot(key.header, key.field)
+            slot = self.read(key.header, key.field)
             w, signed = lay.width(key.header, key.field)
             e: ir.Expr = pool.field(slot, None if signed else w, w if signed else None)
             if signed:
@@ -915,7 +956,7 @@ class Lowering:
             if t == "field":
                 hdr, fld = _pair(kj.get("value"), "transition key")
                 w, signed = self.lay.width(hdr, fld)
-                e = pool.field(self.lay.slot(hdr, fld), None if signed else w, w if signed else None)
+                e = pool.field(self.read(hdr, fld), None if signed else w, w if signed else None)
             elif t == "stack_field":
                 stack, fld = _pair(kj.get("value"), "transition key")
                 e = self.stack_field(stack, fld)

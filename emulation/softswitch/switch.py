@@ -256,8 +256,14 @@ class _Runtime:
         return self._node(tab.miss_next if tab.hit_miss else tab.base_next)
 
     # ---- packets -----------------------------------------------------------------------------
-    def process(self, port: int, data: bytes, t0: float, mc: dict[int, tuple[tuple[int, int], ...]]) -> tuple[list[tuple[int, bytes]], int]:
-        """One packet through the pipeline; returns the outputs and the number of drops."""
+    def process(
+        self, port: int, data: bytes, t0: float, mc: dict[int, tuple[tuple[int, int], ...]], queues: int = 1
+    ) -> tuple[list[tuple[int, bytes]], int]:
+        """One packet through the pipeline; returns the outputs and the number of drops.
+
+        `queues` is simple_switch's number of priority queues per port: a packet whose priority
+        selects a queue beyond them is dropped at enqueue, as simple_switch does.
+        """
         std = self.std
         F = self.template.copy()
         n = len(data)
@@ -283,6 +289,8 @@ class _Runtime:
             replicas = mc.get(mgid, ())
             if not replicas:
                 return out, 1
+            if not self._enqueue(F, t0, queues):
+                return out, len(replicas)
             if itype is not None:
                 F[itype] = codegen.INSTANCE_REPLICATION
             rslot = std["egress_rid"]
@@ -301,11 +309,23 @@ class _Runtime:
             return out, 1
         if itype is not None:
             F[itype] = codegen.INSTANCE_NORMAL
+        if not self._enqueue(F, t0, queues):
+            return out, 1
         pkt = self._egress(F, espec, payload, t0)
         if pkt is None:
             return out, 1
         out.append((espec, pkt))
         return out, 0
+
+    def _enqueue(self, F: list[int], t0: float, queues: int) -> bool:
+        """simple_switch's enqueue: the priority must name a queue; enq_timestamp is stamped."""
+        prio = self.std["priority"]
+        if prio is not None and F[prio] >= queues:
+            return False
+        enq = self.std["enq_timestamp"]
+        if enq is not None:
+            F[enq] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFF
+        return True
 
     def _egress(self, F: list[int], port: int, payload: bytes, t0: float) -> bytes | None:
         std = self.std
@@ -315,9 +335,14 @@ class _Runtime:
         F[es] = (codegen.DROP_PORT + 1) & 0x1FF
         if std["packet_length"] is not None:
             F[std["packet_length"]] = F[self.lay.LEN] & 0xFFFFFFFF
-        ts = std["egress_global_timestamp"]
-        if ts is not None:
-            F[ts] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFFFFFF
+        ts, dq = std["egress_global_timestamp"], std["deq_timedelta"]
+        if ts is not None or dq is not None:
+            now = int((time.monotonic() - t0) * 1e6)
+            if ts is not None:
+                F[ts] = now & 0xFFFFFFFFFFFF
+            if dq is not None:
+                enq = std["enq_timestamp"]
+                F[dq] = (now - (F[enq] if enq is not None else now)) & 0xFFFFFFFF
         self.egress(F)
         if F[es] == codegen.DROP_PORT:
             return None
@@ -327,9 +352,12 @@ class _Runtime:
 class SoftSwitch:
     """One embedded switch; thread-safe (one lock for packets and control-plane calls)."""
 
-    def __init__(self, device_id: int = 0, name: str = "") -> None:
+    def __init__(self, device_id: int = 0, name: str = "", priority_queues: int = 1) -> None:
+        if not 1 <= priority_queues <= 8:
+            raise ValueError(f"priority_queues must be 1..8 (v1model's priority is 3 bits), got {priority_queues}")
         self.device_id = device_id
         self.name = name or f"softswitch-{device_id}"
+        self.priority_queues = priority_queues
         self._lock = threading.RLock()
         self._rt: _Runtime | None = None
         self._json: bytes | None = None
@@ -522,7 +550,7 @@ class SoftSwitch:
                 stats["dropped"] += 1
                 return []
             try:
-                out, drops = rt.process(int(ingress_port), bytes(data), self._t0, self._pre.groups)
+                out, drops = rt.process(int(ingress_port), bytes(data), self._t0, self._pre.groups, self.priority_queues)
             except Exception:  # noqa: BLE001 - one bad packet must not take the switch down
                 stats["errors"] += 1
                 stats["dropped"] += 1
