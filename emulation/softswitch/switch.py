@@ -82,6 +82,34 @@ class TableInfo:
     const_default: bool
 
 
+class ThrottledLog:
+    """Logs one kind of per-packet event at most once per `interval` seconds; the others are counted.
+
+    A packet stream that trips a bug or a failing assert() would otherwise log (and format a
+    traceback) per packet, which costs more than the packets and buries everything else. The first
+    record carries the traceback; later ones say how many were not logged since the previous one.
+    """
+
+    def __init__(self, log: logging.Logger, level: int, interval: float = 10.0) -> None:
+        self.log, self.level, self.interval = log, level, interval
+        self._next = 0.0
+        self._suppressed = 0
+        self._first = True
+
+    def report(self, msg: str, *args: object, exc: BaseException | None = None) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            msg += " (%d more since the last report)"
+            args = (*args, self._suppressed)
+        self.log.log(self.level, msg, *args, exc_info=exc if self._first and exc is not None else None)
+        self._first = False
+        self._suppressed = 0
+        self._next = now + self.interval
+
+
 class ProgramAssertion(Exception):
     """An assert()/assume() in the P4 program failed (BMv2 aborts; we drop the packet).
 
@@ -363,7 +391,10 @@ class SoftSwitch:
         self._json: bytes | None = None
         self._pre = ReplicationEngine()
         self._t0 = time.monotonic()
-        self.stats: dict[str, int] = {"rx": 0, "tx": 0, "dropped": 0, "errors": 0}
+        # errors: interpreter bugs; assertions: the program's assert()/assume() failed (BMv2 would abort)
+        self.stats: dict[str, int] = {"rx": 0, "tx": 0, "dropped": 0, "errors": 0, "assertions": 0}
+        self._error_log = ThrottledLog(LOG, logging.ERROR)
+        self._assert_log = ThrottledLog(LOG, logging.WARNING)
 
     # ---- program -----------------------------------------------------------------------------
     def load_program(self, bmv2_json: str | bytes) -> None:
@@ -551,11 +582,21 @@ class SoftSwitch:
                 return []
             try:
                 out, drops = rt.process(int(ingress_port), bytes(data), self._t0, self._pre.groups, self.priority_queues)
-            except Exception:  # noqa: BLE001 - one bad packet must not take the switch down
+            except ProgramAssertion as ex:
+                stats["assertions"] += 1
+                stats["dropped"] += 1
+                self._assert_log.report(
+                    "%s: %s (a %d-byte packet from port %s; dropped)", self.name, rt.assertion_message(ex),
+                    len(data), ingress_port,
+                )
+                return []
+            except Exception as ex:  # noqa: BLE001 - one bad packet must not take the switch down
                 stats["errors"] += 1
                 stats["dropped"] += 1
-                LOG.exception("%s: internal error processing a %d-byte packet from port %s; dropped",
-                              self.name, len(data), ingress_port)
+                self._error_log.report(
+                    "%s: internal error processing a %d-byte packet from port %s; dropped: %r",
+                    self.name, len(data), ingress_port, ex, exc=ex,
+                )
                 return []
             stats["dropped"] += drops
             stats["tx"] += len(out)
