@@ -125,7 +125,12 @@ class P4RuntimeWriter:
         te.priority = entry.priority
         for mf, k in zip(t.match_fields, entry.key):
             nbytes = (mf.bitwidth + 7) // 8
-            if isinstance(k, Ternary) and k.mask == 0 or isinstance(k, Lpm) and k.prefix_len == 0:
+            full = (1 << mf.bitwidth) - 1
+            if (
+                isinstance(k, Ternary) and k.mask == 0
+                or isinstance(k, Lpm) and k.prefix_len == 0
+                or isinstance(k, Range) and (k.low, k.high) == (0, full)
+            ):
                 continue  # P4Runtime omits don't-care fields
             fm = te.match.add(field_id=mf.id)
             if isinstance(k, Lpm):

@@ -117,6 +117,7 @@ class TableSpec:
     const_default_action_id: int
     size: int
     is_const: bool = False  # entries come from the program (P4 `const entries`)
+    idle_timeout: bool = False  # the table supports idle timeout (P4Info idle_timeout_behavior)
 
     @property
     def needs_priority(self) -> bool:
@@ -167,7 +168,7 @@ class P4InfoIndex:
             scopes = {r.id: r.scope for r in t.action_refs}
             self.tables[t.preamble.id] = TableSpec(
                 t.preamble.id, t.preamble.name, tuple(fields), scopes, t.const_default_action_id, t.size,
-                t.is_const_table,
+                t.is_const_table, t.idle_timeout_behavior != p4info_pb2.Table.NO_TIMEOUT,
             )
         self.counters: dict[int, CounterSpec] = {
             c.preamble.id: CounterSpec(c.preamble.id, c.preamble.name, c.spec.unit, c.size)
@@ -283,9 +284,14 @@ class P4InfoIndex:
             raise invalid(f"table {table.name!r}: action {action.name!r} is not an action of this table")
         scope = table.action_scopes[action.id]
         if default and scope == p4info_pb2.ActionRef.TABLE_ONLY:
-            raise invalid(f"table {table.name!r}: action {action.name!r} cannot be the default action (@tableonly)")
+            raise P4RuntimeStatusError(
+                code_pb2.PERMISSION_DENIED, f"table {table.name!r}: action {action.name!r} cannot be the default action (@tableonly)"
+            )
         if not default and scope == p4info_pb2.ActionRef.DEFAULT_ONLY:
-            raise invalid(f"table {table.name!r}: action {action.name!r} can only be the default action (@defaultonly)")
+            raise P4RuntimeStatusError(
+                code_pb2.PERMISSION_DENIED,
+                f"table {table.name!r}: action {action.name!r} can only be the default action (@defaultonly)",
+            )
         given: dict[int, bytes] = {}
         for p in msg.action.params:
             if p.param_id in given:
@@ -341,6 +347,8 @@ def _decode_field(table: TableSpec, f: MatchFieldSpec, m: p4runtime_pb2.FieldMat
         plen = m.lpm.prefix_len
         if not 0 <= plen <= f.bitwidth:
             raise invalid(f"{what}: prefix length {plen} is outside 0..{f.bitwidth}")
+        if plen == 0:
+            raise invalid(f"{what}: a /0 prefix is a don't-care; omit the match field instead (P4Runtime)")
         value = decode_bytes(m.lpm.value, f.bitwidth, what)
         if value & (full >> plen):
             raise invalid(f"{what}: lpm value has bits set beyond the /{plen} prefix")
@@ -348,6 +356,8 @@ def _decode_field(table: TableSpec, f: MatchFieldSpec, m: p4runtime_pb2.FieldMat
     if f.kind == "ternary":
         value = decode_bytes(m.ternary.value, f.bitwidth, what)
         mask = decode_bytes(m.ternary.mask, f.bitwidth, f"{what} mask")
+        if mask == 0:
+            raise invalid(f"{what}: a zero ternary mask is a don't-care; omit the match field instead (P4Runtime)")
         if value & ~mask:
             raise invalid(f"{what}: ternary value has bits set outside the mask")
         return Ternary(value, mask)
@@ -356,6 +366,8 @@ def _decode_field(table: TableSpec, f: MatchFieldSpec, m: p4runtime_pb2.FieldMat
         high = decode_bytes(m.range.high, f.bitwidth, f"{what} high")
         if low > high:
             raise invalid(f"{what}: range low {low} > high {high}")
+        if low == 0 and high == full:
+            raise invalid(f"{what}: the whole range is a don't-care; omit the match field instead (P4Runtime)")
         return Range(low, high)
     # optional: an exact value or (omitted) a don't-care, run as ternary
     return Ternary(decode_bytes(m.optional.value, f.bitwidth, what), full)

@@ -439,6 +439,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if update.type not in (_UPDATE.INSERT, _UPDATE.MODIFY, _UPDATE.DELETE):
                 raise invalid("Update type is UNSPECIFIED")
             kind = update.entity.WhichOneof("entity")
+            if kind is None:
+                raise invalid("The update has no entity")
             if kind == "table_entry":
                 self._write_table(dev, index, update.type, update.entity.table_entry)
             elif kind == "packet_replication_engine_entry":
@@ -485,6 +487,10 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             return
         if table.is_const:
             raise P4RuntimeStatusError(code_pb2.PERMISSION_DENIED, f"table {table.name!r} is const (entries from the program)")
+        if e.idle_timeout_ns < 0:
+            raise invalid(f"table {table.name!r}: idle_timeout_ns must not be negative")
+        if e.idle_timeout_ns > 0 and not table.idle_timeout:
+            raise invalid(f"table {table.name!r}: idle_timeout_ns must be 0, the table does not support idle timeout")
         key = index.decode_match(table, e.match)
         if table.needs_priority and e.priority <= 0:
             raise invalid(f"table {table.name!r}: entries need a priority > 0 (ternary/range/optional keys)")

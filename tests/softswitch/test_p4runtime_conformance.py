@@ -1,0 +1,100 @@
+"""P4Runtime's canonical forms and scopes, as PI enforces them (issue 14, item 11).
+
+Don't-care match fields must be omitted, not sent as a zero mask, a /0 prefix or a full range;
+a @defaultonly action cannot be a table entry's and a @tableonly one cannot be the default
+(PERMISSION_DENIED); idle_timeout_ns on a table without idle timeout is refused; an update with no
+entity is INVALID_ARGUMENT. The tests taking `loaded_scoped` run against BMv2 too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.rpc import code_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+try:
+    from . import fake_switch
+    from .test_p4runtime import Backend, Client, _primary, embedded, server, update, write_errors  # noqa: F401
+except ImportError:
+    import fake_switch  # type: ignore[no-redef]
+    from test_p4runtime import Backend, Client, _primary, embedded, server, update, write_errors  # type: ignore[no-redef]  # noqa: F401
+
+ACL, DMAC, FWD = fake_switch.ACL, fake_switch.DMAC, fake_switch.FWD
+U = p4runtime_pb2.Update
+
+
+def scoped_p4info() -> p4info_pb2.P4Info:
+    """tiny's P4Info with acl's NoAction @defaultonly and its drop @tableonly."""
+    info = fake_switch.tiny_p4info()
+    acl = next(t for t in info.tables if t.preamble.id == ACL)
+    for ref in acl.action_refs:
+        ref.scope = p4info_pb2.ActionRef.DEFAULT_ONLY if ref.id == fake_switch.NO_ACTION else p4info_pb2.ActionRef.TABLE_ONLY
+    return info
+
+
+@pytest.fixture
+def loaded_scoped(server: Backend) -> Iterator[Client]:
+    with _primary(server) as c:
+        c.set_pipeline(fake_switch.TINY_JSON, p4info=scoped_p4info())
+        yield c
+
+
+def acl_entry(ternary: tuple[bytes, bytes] | None, rng: tuple[bytes, bytes] | None, action: int = fake_switch.DROP) -> p4runtime_pb2.TableEntry:
+    e = p4runtime_pb2.TableEntry(table_id=ACL, priority=10)
+    if ternary is not None:
+        e.match.add(field_id=1).ternary.CopyFrom(p4runtime_pb2.FieldMatch.Ternary(value=ternary[0], mask=ternary[1]))
+    if rng is not None:
+        e.match.add(field_id=2).range.CopyFrom(p4runtime_pb2.FieldMatch.Range(low=rng[0], high=rng[1]))
+    e.action.action.action_id = action
+    return e
+
+
+def codes(client: Client, *updates: p4runtime_pb2.Update) -> list[int]:
+    try:
+        client.write(*updates)
+    except grpc.RpcError as ex:
+        return [e.canonical_code for e in write_errors(ex)]
+    return [code_pb2.OK] * len(updates)
+
+
+def test_dont_care_forms_must_be_omitted(loaded_scoped: Client) -> None:
+    lpm0 = p4runtime_pb2.TableEntry(table_id=DMAC)
+    lpm0.match.add(field_id=1).lpm.CopyFrom(p4runtime_pb2.FieldMatch.LPM(value=b"\x00", prefix_len=0))
+    lpm0.action.action.action_id = fake_switch.NO_ACTION
+    full48 = (b"\x00", b"\xff" * 6)
+    assert codes(
+        loaded_scoped,
+        update(U.INSERT, table_entry=acl_entry((b"\x00", b"\x00"), None)),  # ternary mask 0
+        update(U.INSERT, table_entry=acl_entry(None, full48)),  # the whole range
+        update(U.INSERT, table_entry=lpm0),  # a /0 prefix
+        update(U.INSERT, table_entry=acl_entry((b"\x08\x00", b"\xff\xff"), (b"\x00", b"\x05"))),  # fine
+        update(U.INSERT, table_entry=acl_entry(None, None)),  # everything omitted: fine
+    ) == [code_pb2.INVALID_ARGUMENT] * 3 + [code_pb2.OK] * 2
+
+
+def test_action_scopes_are_permission_denied(loaded_scoped: Client) -> None:
+    default = p4runtime_pb2.TableEntry(table_id=ACL, is_default_action=True)
+    default.action.action.action_id = fake_switch.DROP  # @tableonly
+    assert codes(
+        loaded_scoped,
+        update(U.INSERT, table_entry=acl_entry((b"\x08\x00", b"\xff\xff"), None, fake_switch.NO_ACTION)),  # @defaultonly
+        update(U.MODIFY, table_entry=default),
+    ) == [code_pb2.PERMISSION_DENIED, code_pb2.PERMISSION_DENIED]
+
+
+def test_idle_timeout_on_a_table_without_it_is_refused(loaded_scoped: Client) -> None:
+    e = acl_entry((b"\x08\x00", b"\xff\xff"), None)
+    e.idle_timeout_ns = 10**9
+    assert codes(loaded_scoped, update(U.INSERT, table_entry=e)) == [code_pb2.INVALID_ARGUMENT]
+    assert loaded_scoped.read(p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=ACL))) == []
+
+
+def test_an_update_without_an_entity_is_invalid(embedded: Backend) -> None:
+    """(PI answers UNKNOWN 'Incorrect entity type'; the malformed request is INVALID_ARGUMENT here.)"""
+    with _primary(embedded) as c:
+        c.set_pipeline(fake_switch.TINY_JSON)
+        assert codes(c, p4runtime_pb2.Update(type=U.INSERT)) == [code_pb2.INVALID_ARGUMENT]
