@@ -366,9 +366,12 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         try:
             dev.switch.load_program(config.p4_device_config)
         except Exception as ex:  # verified on a scratch switch just before: this is an interpreter bug
-            LOG.exception("the interpreter failed to load a verified device config")
-            dev.index, dev.config = None, None
-            raise P4RuntimeStatusError(code_pb2.INTERNAL, f"Internal error committing the config: {ex!r}") from ex
+            # load_program replaces the program only on success: the old one still forwards, so the
+            # old config and its index stay the device's (reads and writes keep working)
+            LOG.exception("the interpreter failed to load a verified device config; the old pipeline stays")
+            raise P4RuntimeStatusError(
+                code_pb2.INTERNAL, f"Internal error committing the config (the previous pipeline is kept): {ex!r}"
+            ) from ex
         dev.index, dev.config, dev.saved = index, config, None
         dev.groups_with_port_bytes.clear()
         dev.entry_metadata.clear()

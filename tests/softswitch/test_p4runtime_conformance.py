@@ -98,3 +98,34 @@ def test_an_update_without_an_entity_is_invalid(embedded: Backend) -> None:
     with _primary(embedded) as c:
         c.set_pipeline(fake_switch.TINY_JSON)
         assert codes(c, p4runtime_pb2.Update(type=U.INSERT)) == [code_pb2.INVALID_ARGUMENT]
+
+
+def test_a_failed_commit_keeps_the_old_pipeline_and_its_index(embedded: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 12: the old program keeps forwarding, and P4Runtime keeps serving it."""
+    assert embedded.switch is not None
+    with _primary(embedded) as c:
+        c.set_pipeline(fake_switch.TINY_JSON)
+        entry = p4runtime_pb2.TableEntry(table_id=FWD)
+        entry.match.add(field_id=1).exact.value = b"\x03"
+        entry.action.action.action_id = fake_switch.SET_PORT
+        entry.action.action.params.add(param_id=1, value=b"\x02")
+        c.write(update(U.INSERT, table_entry=entry))
+
+        def broken(_json: bytes) -> None:
+            raise RuntimeError("the interpreter failed (simulated)")
+
+        monkeypatch.setattr(embedded.switch, "load_program", broken)
+        with pytest.raises(grpc.RpcError) as info:
+            c.set_pipeline(fake_switch.TINY_JSON, cookie=7)
+        assert info.value.code() == grpc.StatusCode.INTERNAL
+        monkeypatch.undo()
+        # the old pipeline is still the device's: reads, writes and Get work, packets follow the entry
+        assert len(c.read(p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=FWD)))) == 1
+        entry.match[0].exact.value = b"\x04"
+        c.write(update(U.INSERT, table_entry=entry))
+        got = c.stub.GetForwardingPipelineConfig(
+            p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=c.device_id), timeout=10
+        )
+        assert got.config.p4info.tables and not got.config.HasField("cookie")
+        frame = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
+        assert embedded.switch.process_packet(3, frame) == [(2, frame)]
