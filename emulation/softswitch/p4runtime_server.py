@@ -128,7 +128,9 @@ class Arbiter:
     """Primary election per (device, role): the highest live election id is primary.
 
     As in PI, an arbitration message without an election id claims id 0, and at most
-    MAX_CONNECTIONS streams may be open per device and role.
+    MAX_CONNECTIONS streams may be open per device and role. A stream without a role is the default
+    role's. Role configs (the spec's out-of-band schemes) are refused by name: every role has full
+    pipeline access, and each request must come from the primary of the role it names.
     """
 
     MAX_CONNECTIONS = 16
@@ -143,6 +145,13 @@ class Arbiter:
 
     def arbitrate(self, stream: _Stream, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
         key = (update.device_id, _role_key(update.role.name, update.role.id))
+        if update.HasField("role") and update.role.HasField("config"):
+            # the spec leaves role definition schemes to an out-of-band agreement; this server agrees
+            # on none, so a role is always "full pipeline access" and a config asking for less is refused
+            raise invalid(
+                f"role {update.role.name!r}: role config {update.role.config.type_url!r} is not supported "
+                "(this server implements roles with an unset config only, i.e. full pipeline access)"
+            )
         eid = uint128(update.election_id)
         with self._lock:
             if stream.device_id is not None and (stream.device_id, stream.role_key) != key:

@@ -8,6 +8,7 @@ entity is INVALID_ARGUMENT. The tests taking `loaded_scoped` run against BMv2 to
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import grpc
@@ -129,3 +130,77 @@ def test_a_failed_commit_keeps_the_old_pipeline_and_its_index(embedded: Backend,
         assert got.config.p4info.tables and not got.config.HasField("cookie")
         frame = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
         assert embedded.switch.process_packet(3, frame) == [(2, frame)]
+
+
+# ---- roles (item 13) ---------------------------------------------------------------------------
+
+
+def _role_stream(
+    port: int, role: str, election_id: int, config_type: str | None = None
+) -> tuple[Client, p4runtime_pb2.StreamMessageResponse | grpc.RpcError]:
+    """A stream that arbitrates for `role` (with a role config of `config_type`), and the first answer."""
+    c = Client(port, election_id=election_id)
+    c._stream = c.stub.StreamChannel(c._iter())
+
+    def pump() -> None:
+        try:
+            for msg in c._stream:  # type: ignore[union-attr]
+                c.responses.put(msg)
+        except grpc.RpcError as ex:
+            c.responses.put(ex)
+
+    threading.Thread(target=pump, daemon=True).start()
+    req = p4runtime_pb2.StreamMessageRequest()
+    req.arbitration.device_id = c.device_id
+    req.arbitration.election_id.low = election_id
+    req.arbitration.role.name = role
+    if config_type is not None:
+        req.arbitration.role.config.type_url = f"type.googleapis.com/{config_type}"
+        req.arbitration.role.config.value = b""
+    c.send(req)
+    return c, c.next_message()
+
+
+def _write_as(c: Client, role: str, *updates: p4runtime_pb2.Update) -> list[int]:
+    req = p4runtime_pb2.WriteRequest(device_id=c.device_id, updates=list(updates), role=role)
+    req.election_id.low = c.election_id or 0
+    try:
+        c.stub.Write(req, timeout=10)
+    except grpc.RpcError as ex:
+        if ex.code() == grpc.StatusCode.UNKNOWN:
+            return [e.canonical_code for e in write_errors(ex)]
+        return [ex.code().value[0]]
+    return [code_pb2.OK] * len(updates)
+
+
+def _fwd(port: int) -> p4runtime_pb2.Update:
+    e = p4runtime_pb2.TableEntry(table_id=FWD)
+    e.match.add(field_id=1).exact.value = bytes([port])
+    e.action.action.action_id = fake_switch.SET_PORT
+    e.action.action.params.add(param_id=1, value=b"\x01")
+    return update(U.INSERT, table_entry=e)
+
+
+def test_each_role_has_its_own_primary_and_writes_under_it(embedded: Backend) -> None:
+    with _primary(embedded) as default:
+        default.set_pipeline(fake_switch.TINY_JSON)
+        r1, answer = _role_stream(embedded.port, "r1", 1)  # election id 1 is free in role r1
+        try:
+            assert not isinstance(answer, grpc.RpcError), answer
+            assert answer.arbitration.status.code == code_pb2.OK and answer.arbitration.role.name == "r1"
+            assert _write_as(r1, "r1", _fwd(1)) == [code_pb2.OK]  # r1's primary, no role config: full access
+            assert _write_as(r1, "", _fwd(2)) == [grpc.StatusCode.PERMISSION_DENIED.value[0]]  # not the default's primary
+            assert _write_as(default, "r1", _fwd(3)) == [grpc.StatusCode.PERMISSION_DENIED.value[0]]
+            assert _write_as(default, "", _fwd(4)) == [code_pb2.OK]
+        finally:
+            r1.close()
+
+
+def test_a_role_config_the_server_does_not_implement_is_refused_by_name(embedded: Backend) -> None:
+    c, answer = _role_stream(embedded.port, "r2", 3, config_type="example.com.AclRoleConfig")
+    try:
+        assert isinstance(answer, grpc.RpcError)
+        assert answer.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "example.com.AclRoleConfig" in (answer.details() or "")
+    finally:
+        c.close()
