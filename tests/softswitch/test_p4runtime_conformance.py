@@ -66,7 +66,9 @@ def test_dont_care_forms_must_be_omitted(loaded_scoped: Client) -> None:
     lpm0 = p4runtime_pb2.TableEntry(table_id=DMAC)
     lpm0.match.add(field_id=1).lpm.CopyFrom(p4runtime_pb2.FieldMatch.LPM(value=b"\x00", prefix_len=0))
     lpm0.action.action.action_id = fake_switch.NO_ACTION
-    full48 = (b"\x00", b"\xff" * 6)
+    # full width: PI recognises a don't-care range only when low and high have the field's width
+    # (the embedded switch compares values, so the canonical b"\x00" is refused too)
+    full48 = (b"\x00" * 6, b"\xff" * 6)
     assert codes(
         loaded_scoped,
         update(U.INSERT, table_entry=acl_entry((b"\x00", b"\x00"), None)),  # ternary mask 0
