@@ -140,6 +140,22 @@ class RegisterSpec:
     size: int
 
 
+@dataclass(frozen=True)
+class PacketMetadataSpec:
+    """A controller header (P4Info controller_packet_metadata 'packet_in' or 'packet_out'): fields in wire order."""
+
+    name: str
+    fields: tuple[tuple[int, str, int], ...]  # (id, name, bitwidth)
+
+    @property
+    def nbits(self) -> int:
+        return sum(w for _, _, w in self.fields)
+
+    @property
+    def nbytes(self) -> int:
+        return (self.nbits + 7) // 8
+
+
 class P4InfoMismatchError(ValueError):
     """The P4Info does not describe the BMv2 JSON it was pushed with."""
 
@@ -178,6 +194,12 @@ class P4InfoIndex:
         for r in p4info.registers:
             width = r.type_spec.bitstring.bit.bitwidth or r.type_spec.bitstring.int.bitwidth
             self.registers[r.preamble.id] = RegisterSpec(r.preamble.id, r.preamble.name, width, r.size)
+        self.packet_metadata: dict[str, PacketMetadataSpec] = {}
+        for m in p4info.controller_packet_metadata:
+            if m.preamble.name in ("packet_in", "packet_out"):
+                self.packet_metadata[m.preamble.name] = PacketMetadataSpec(
+                    m.preamble.name, tuple((f.id, f.name, f.bitwidth) for f in m.metadata)
+                )
         self.table_by_name = {t.name: t for t in self.tables.values()}
         self.action_by_name = {a.name: a for a in self.actions.values()}
 
@@ -250,6 +272,46 @@ class P4InfoIndex:
                 problems.append(f"register {r.name!r} is not in the device config")
         if problems:
             raise P4InfoMismatchError("P4Info does not match the device config: " + "; ".join(problems))
+
+    # -- packet I/O (PI's packet_io_mgr: the controller headers, packed MSB first, padded to bytes) --
+    def packet_out_bytes(self, packet: p4runtime_pb2.PacketOut) -> bytes:
+        """The packet a PacketOut stands for: its packet_out header (missing fields 0), then the payload."""
+        spec = self.packet_metadata.get("packet_out")
+        if spec is None:
+            if len(packet.metadata):
+                raise invalid("Unexpected metadata in PacketOut message (the P4Info has no packet_out header)")
+            return packet.payload
+        values: dict[int, int] = {}
+        widths = {fid: (name, w) for fid, name, w in spec.fields}
+        for m in packet.metadata:
+            if m.metadata_id not in widths:
+                raise invalid(f"Unknown metadata id {m.metadata_id} in PacketOut message")
+            name, w = widths[m.metadata_id]
+            values[m.metadata_id] = decode_bytes(m.value, w, f"PacketOut metadata {name!r}")
+        acc = 0
+        for fid, _, w in spec.fields:
+            acc = (acc << w) | values.get(fid, 0)
+        pad = spec.nbytes * 8 - spec.nbits
+        return (acc << pad).to_bytes(spec.nbytes, "big") + packet.payload
+
+    def packet_in_message(self, data: bytes) -> p4runtime_pb2.StreamMessageResponse | None:
+        """A PacketIn for a packet sent to the CPU port: packet_in header fields as metadata; None if too short."""
+        msg = p4runtime_pb2.StreamMessageResponse()
+        spec = self.packet_metadata.get("packet_in")
+        if spec is None:
+            msg.packet.payload = data
+            return msg
+        if len(data) < spec.nbytes:
+            return None  # PI drops it too
+        acc = int.from_bytes(data[: spec.nbytes], "big") >> (spec.nbytes * 8 - spec.nbits)
+        values = []
+        for fid, _, w in reversed(spec.fields):
+            values.append((fid, acc & ((1 << w) - 1)))
+            acc >>= w
+        for fid, v in reversed(values):
+            msg.packet.metadata.add(metadata_id=fid, value=encode_int(v))
+        msg.packet.payload = data[spec.nbytes :]
+        return msg
 
     # -- table entries -------------------------------------------------------------------------
     def decode_match(self, table: TableSpec, matches: Iterable[p4runtime_pb2.FieldMatch]) -> tuple[MatchKey, ...]:

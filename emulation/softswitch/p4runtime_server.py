@@ -16,7 +16,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Iterator, Mapping, NamedTuple
+from typing import Callable, Iterator, Mapping, NamedTuple
 
 import grpc
 from google.protobuf import any_pb2
@@ -207,6 +207,16 @@ class Arbiter:
                 arb.status.code, arb.status.message = code_pb2.ALREADY_EXISTS, "Is backup"
             s.send(msg)
 
+    def primaries(self, device_id: int) -> list[_Stream]:
+        """The primary stream of every role of a device (each role has full pipeline access)."""
+        with self._lock:
+            out = []
+            for (dev, _), group in self._groups.items():
+                primary = self._primary(group) if dev == device_id else None
+                if primary is not None:
+                    out.append(primary)
+            return out
+
     def is_primary(self, device_id: int, role_key: str, election_id: int | None) -> bool:
         """Whether a request with this election id may change the device (PI's rule).
 
@@ -285,6 +295,29 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def __init__(self, switches: Mapping[int, SoftSwitch]) -> None:
         self._devices = {device_id: _Device(sw) for device_id, sw in switches.items()}
         self.arbiter = Arbiter()
+        for device_id, sw in switches.items():
+            sw.on_packet_in = self._packet_in_sender(device_id)
+
+    def _packet_in_sender(self, device_id: int) -> Callable[[bytes], None]:
+        """What a switch calls for a packet to its CPU port (from the port loop, under the switch's lock).
+
+        Takes no device lock (a Write holds it while calling the switch): it reads the committed
+        index and queues the PacketIn for every role's primary, as PI sends it to the primary.
+        """
+        dev = self._devices[device_id]
+
+        def send(data: bytes) -> None:
+            index = dev.index
+            if index is None:
+                return
+            msg = index.packet_in_message(data)
+            if msg is None:
+                LOG.debug("packet-in of %d bytes is shorter than the packet_in header; dropped", len(data))
+                return
+            for stream in self.arbiter.primaries(device_id):
+                stream.send(msg)
+
+        return send
 
     def _device(self, device_id: int) -> _Device:
         try:
@@ -746,10 +779,21 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         if kind == "packet":
             if not self.arbiter.is_primary(stream.device_id, stream.role_key, stream.election_id):
                 LOG.debug("packet-out from a backup ignored (as PI does)")
-            else:
-                stream.send(
-                    _stream_error(req, code_pb2.UNIMPLEMENTED, "packet-out needs a CPU port, which this switch has not")
-                )
+                return True
+            dev = self._devices[stream.device_id]
+            if dev.switch.cpu_port is None:
+                stream.send(_stream_error(req, code_pb2.UNIMPLEMENTED, "packet-out needs a CPU port (--cpu-port)"))
+                return True
+            index = dev.index
+            if index is None:
+                stream.send(_stream_error(req, code_pb2.FAILED_PRECONDITION, "No forwarding pipeline config set"))
+                return True
+            try:
+                data = index.packet_out_bytes(req.packet)
+            except P4RuntimeStatusError as ex:
+                stream.send(_stream_error(req, ex.code, ex.message))
+                return True
+            dev.switch.packet_out(data)
             return True
         if kind == "digest_ack":
             return True

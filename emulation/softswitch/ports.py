@@ -12,6 +12,7 @@ handed to the switch cut short.
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import logging
@@ -41,6 +42,8 @@ _GONE = (errno.ENETDOWN, errno.ENODEV, errno.ENXIO)
 
 class PacketProcessor(Protocol):
     def process_packet(self, ingress_port: int, data: bytes) -> list[tuple[int, bytes]]: ...
+
+    # (a SoftSwitch also has `transmit`, which PortIO sets to `inject` while it runs)
 
 
 class PortSpecError(ValueError):
@@ -136,6 +139,8 @@ class PortIO:
         self._stop = threading.Event()
         self._epoll: select.epoll | None = None
         self.tx_no_port = 0  # frames for a port without an interface
+        # frames produced outside the loop (a controller's packet-outs), sent by the loop thread
+        self._injected: collections.deque[tuple[int, bytes]] = collections.deque()
 
     @property
     def stats(self) -> dict[int, PortStats]:
@@ -156,18 +161,35 @@ class PortIO:
             raise
         self._epoll = select.epoll()
         self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._epoll.register(self._wake_r, select.EPOLLIN)
         for p in self._ports.values():
             self._by_fd[p.sock.fileno()] = p
             self._epoll.register(p.sock.fileno(), select.EPOLLIN)
         self._thread = threading.Thread(target=self._loop, name=f"{self.name}-ports", daemon=True)
         self._thread.start()
+        if hasattr(self.switch, "transmit"):
+            self.switch.transmit = self.inject
         LOG.info("%s: ports %s", self.name, ", ".join(f"{p}@{i}" for p, i in sorted(self._wanted.items())))
 
-    def stop(self) -> None:
-        self._stop.set()
+    def inject(self, egress: int, frame: bytes) -> None:
+        """Send a frame from another thread (the port loop sends it; its sockets and counters are its own)."""
+        self._injected.append((egress, frame))
+        self._wake()
+
+    def _wake(self) -> None:
         if self._wake_w >= 0:
-            os.write(self._wake_w, b"x")
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:
+                pass  # the loop has wake-ups pending already
+
+    def stop(self) -> None:
+        if getattr(self.switch, "transmit", None) == self.inject:
+            self.switch.transmit = None
+        self._stop.set()
+        self._wake()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -202,7 +224,15 @@ class PortIO:
                 continue
             for fd, mask in events:
                 if fd == self._wake_r:
-                    return
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                    if self._stop.is_set():
+                        return
+                    while self._injected:
+                        self._send(*self._injected.popleft())
+                    continue
                 port = self._by_fd.get(fd)
                 if port is not None:
                     self._drain(port)

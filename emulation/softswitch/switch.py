@@ -12,6 +12,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -380,19 +381,31 @@ class _Runtime:
 class SoftSwitch:
     """One embedded switch; thread-safe (one lock for packets and control-plane calls)."""
 
-    def __init__(self, device_id: int = 0, name: str = "", priority_queues: int = 1) -> None:
+    def __init__(self, device_id: int = 0, name: str = "", priority_queues: int = 1, cpu_port: int | None = None) -> None:
         if not 1 <= priority_queues <= 8:
             raise ValueError(f"priority_queues must be 1..8 (v1model's priority is 3 bits), got {priority_queues}")
+        if cpu_port is not None and not 0 < cpu_port < codegen.DROP_PORT:
+            raise ValueError(f"the CPU port must be 1..{codegen.DROP_PORT - 1}, got {cpu_port}")
         self.device_id = device_id
         self.name = name or f"softswitch-{device_id}"
         self.priority_queues = priority_queues
+        # the CPU port, as simple_switch_grpc's --cpu-port: packets sent to it go to `on_packet_in`
+        # (the P4Runtime server's packet-in), and packet_out() injects packets on it
+        self.cpu_port = cpu_port
+        self.on_packet_in: Callable[[bytes], None] | None = None
+        # sends a packet produced outside the port loop (a packet-out's outputs); set by PortIO
+        self.transmit: Callable[[int, bytes], None] | None = None
         self._lock = threading.RLock()
         self._rt: _Runtime | None = None
         self._json: bytes | None = None
         self._pre = ReplicationEngine()
         self._t0 = time.monotonic()
         # errors: interpreter bugs; assertions: the program's assert()/assume() failed (BMv2 would abort)
-        self.stats: dict[str, int] = {"rx": 0, "tx": 0, "dropped": 0, "errors": 0, "assertions": 0}
+        # packet_in / packet_out: packets to and from the controller through the CPU port
+        self.stats: dict[str, int] = {
+            "rx": 0, "tx": 0, "dropped": 0, "errors": 0, "assertions": 0, "packet_in": 0, "packet_out": 0,
+        }
+        self._packet_in_log = ThrottledLog(LOG, logging.ERROR)
         self._error_log = ThrottledLog(LOG, logging.ERROR)
         self._assert_log = ThrottledLog(LOG, logging.WARNING)
 
@@ -599,5 +612,39 @@ class SoftSwitch:
                 )
                 return []
             stats["dropped"] += drops
+            cpu = self.cpu_port
+            if cpu is not None and out and any(p == cpu for p, _ in out):
+                out = self._punt(out, cpu)
             stats["tx"] += len(out)
             return out
+
+    def _punt(self, out: list[tuple[int, bytes]], cpu: int) -> list[tuple[int, bytes]]:
+        """Hand the packets for the CPU port to the packet-in handler (BMv2's transmit to PI); keep the rest."""
+        handler = self.on_packet_in
+        for port, data in out:
+            if port != cpu:
+                continue
+            self.stats["packet_in"] += 1
+            if handler is None:
+                continue
+            try:
+                handler(data)
+            except Exception as ex:  # noqa: BLE001 - a failing controller connection must not stop the data plane
+                self._packet_in_log.report("%s: packet-in failed: %r", self.name, ex, exc=ex)
+        return [(p, d) for p, d in out if p != cpu]
+
+    def packet_out(self, data: bytes) -> list[tuple[int, bytes]]:
+        """A packet from the controller (its packet_out header already prepended) into ingress on the CPU port.
+
+        The outputs are sent with `transmit` (the port loop's), and returned.
+        """
+        if self.cpu_port is None:
+            raise NoProgramError(f"{self.name}: no CPU port (start with --cpu-port) for packet-out")
+        with self._lock:
+            self.stats["packet_out"] += 1
+        out = self.process_packet(self.cpu_port, data)
+        send = self.transmit
+        if send is not None:
+            for port, frame in out:
+                send(port, frame)
+        return out
