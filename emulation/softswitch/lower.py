@@ -258,6 +258,7 @@ class Lowering:
             slot = self.lay.std(name)
             if slot is not None:
                 self.unreadable[slot] = name
+        self._spread_unreadable()
         self.uses_exit = any(p.get("op") == "exit" for a in prog.actions for p in a.primitives if isinstance(p, dict))
 
     # ------------------------------------------------------------------ helpers
@@ -274,6 +275,51 @@ class Lowering:
         for slot in range(first, first + len(self.lay.headers[hdr].type.fields)):
             if slot in self.unreadable:
                 self.refuse_unreadable(slot)
+
+    def _spread_unreadable(self) -> None:
+        """Slots that plain copies fill from an unreadable one are unreadable too (to a fixpoint).
+
+        p4c copies standard_metadata field by field into and out of an action's inout parameter, so
+        a copy is not a use: only a read that computes with the value is refused.
+        """
+        edges: dict[int, set[int]] = {}
+        prims = [p for a in self.prog.actions for p in a.primitives]
+        for state in self.prog.parser.states:
+            for op in (state.get("parser_ops") or []) if isinstance(state, dict) else []:
+                if isinstance(op, dict) and op.get("op") == "primitive" and op.get("parameters"):
+                    prims.append(op["parameters"][0])
+                elif isinstance(op, dict) and op.get("op") == "set":
+                    prims.append({"op": "assign", "parameters": op.get("parameters")})
+        for p in prims:
+            copy = self._plain_copy(p)
+            if copy is not None:
+                edges.setdefault(copy[1], set()).add(copy[0])
+        todo = list(self.unreadable)
+        while todo:
+            src = todo.pop()
+            for dst in edges.get(src, ()):
+                if dst not in self.unreadable:
+                    self.unreadable[dst] = self.unreadable[src]
+                    todo.append(dst)
+
+    def _plain_copy(self, p: Json) -> tuple[int, int] | None:
+        """(dst slot, src slot) when a primitive assigns one field to another unchanged, else None."""
+        if not isinstance(p, dict) or p.get("op") not in ("assign", "modify_field"):
+            return None
+        args = p.get("parameters")
+        if not (isinstance(args, list) and len(args) == 2):
+            return None
+        dst, src = args
+        try:
+            if not (isinstance(dst, dict) and isinstance(src, dict) and dst.get("type") == src.get("type") == "field"):
+                return None
+            return self.lay.slot(*_pair(dst.get("value"), "field")), self.lay.slot(*_pair(src.get("value"), "field"))
+        except ValueError:
+            return None
+
+    def refuse_unreadable_copy(self, slot: int) -> Refused:
+        name = self.unreadable[slot]
+        return self.refuse(f"a header copy of standard_metadata.{name} ({UNREADABLE[name]}), which the embedded switch cannot provide")
 
     def refuse_unreadable(self, slot: int) -> None:
         name = self.unreadable[slot]
@@ -513,6 +559,12 @@ class Lowering:
         out: list[ir.Stmt] = []
         if op in ("assign", "modify_field"):
             slot, w, signed = self.lvalue(args[0])
+            copy = self._plain_copy(p)
+            if copy is not None and copy[1] in self.unreadable:  # a copy, not a use (see _spread_unreadable)
+                sw_, ss = self.lay.width(*args[1]["value"])
+                src = pool.field(copy[1], None if ss else sw_, sw_ if ss else None)
+                out.append(ir.Assign(slot, self.fit(src, w, signed)))
+                return out
             out.append(ir.Assign(slot, self.fit(self.rv(args[1], params), w, signed)))
         elif op in ("add_to_field", "subtract_from_field"):
             slot, w, signed = self.lvalue(args[0])
@@ -525,8 +577,10 @@ class Lowering:
             out.append(ir.Assign(slot, self.fit(e, w, signed)))
         elif op in ("assign_header", "copy_header"):
             dst, src = self.header_name(args[0]), self.header_name(args[1])
-            self.read_header(src)
             hd, hs = lay.headers[dst], lay.headers[src]
+            for j in range(len(hs.type.fields)):  # a header copy carries unreadable fields along, as a field copy does
+                if lay.first[src] + j in self.unreadable and lay.first[dst] + j not in self.unreadable:
+                    raise self.refuse_unreadable_copy(lay.first[src] + j)
             if hd.type.name != hs.type.name:
                 raise ValueError(f"{self.where}: assign_header between different types")
             n = len(hd.type.fields)
@@ -904,6 +958,11 @@ class Lowering:
                 off, width = self.lookahead_args(src.get("value"))
                 la = pool.lookahead(off, width, padded=False)
                 return [ir.Require(la.nbytes, pts), ir.Assign(slot, self.fit(la, w, signed))]
+            copy = self._plain_copy({"op": "assign", "parameters": params})
+            if copy is not None and copy[1] in self.unreadable:  # a copy, not a use
+                sw_, ss = self.lay.width(*src["value"])
+                value = pool.field(copy[1], None if ss else sw_, sw_ if ss else None)
+                return [ir.Assign(slot, self.fit(value, w, signed))]
             return [ir.Assign(slot, self.fit(self.rv(src, None), w, signed))]
         if op == "verify":
             return [ir.Verify(self.rv(params[0], None), self.rv(params[1], None))]
@@ -1017,6 +1076,7 @@ class Lowering:
                 raise ValueError(f"deparser emits unknown header {hname!r:.80}")
             shape = self.shape(hname)
             if shape.widths:
+                self.read_header(hname)  # what leaves the switch is a use
                 emits.append(shape)
         return ir.Deparser(tuple(updates), tuple(emits))
 

@@ -342,7 +342,10 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
                 raise ProgramLimitError(
                     f"limit max_field_bits={limits.max_field_bits}: field {name!r} of header type {tname!r} has {width} bits"
                 )
-            signed = _bool(f[2], f"signedness of field {name!r}") if len(f) > 2 else False
+            signed = f[2] if len(f) > 2 else False
+            if signed not in (True, False):  # p4c writes false, or 0/1 for some bool-typed fields
+                raise ValueError(f"BMv2 JSON: signedness of field {name!r} must be true or false, got {signed!r:.40}")
+            signed = bool(signed)
             if len(f) > 3 and f[3]:
                 raise UnsupportedProgramError(f"saturating field {name!r} in header type {tname!r}")
             fields.append(FieldDef(name, width, signed))

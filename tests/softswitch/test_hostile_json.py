@@ -216,3 +216,10 @@ def test_generated_code_runs_with_only_the_builtins_it_needs() -> None:
     namespace = sw._runtime().ns
     assert set(namespace["__builtins__"]) == {"len", "int", "min", "max"}
     assert "__import__" not in namespace and "open" not in namespace
+
+
+def test_p4c_bool_fields_with_0_or_1_signedness_load() -> None:
+    """p4c writes `["b", 1, 0]` for some bool-typed header fields: 0/1 mean false/true there."""
+    doc = copy.deepcopy(fake_switch.TINY_JSON_DOC)
+    doc["header_types"][0]["fields"] = [["b", 1, 0], ["c", 1, 1], ["_pad", 6, False]]
+    SoftSwitch().load_program(json.dumps(doc))

@@ -121,3 +121,28 @@ def test_a_priority_within_the_queues_reaches_egress() -> None:
     sw = SoftSwitch(priority_queues=8)
     sw.load_program(program(["priority"], ingress_priority=5))
     assert report(sw)["priority"] == 5
+
+
+def test_copying_queue_depth_through_metadata_is_not_a_read() -> None:
+    """p4c copies standard_metadata field by field into an action's inout parameter and back: allowed."""
+    doc = json.loads(program([]))
+    doc["header_types"][0]["fields"] = [["smeta_enq_qdepth", 19, False], ["smeta_deq_qdepth", 19, False], ["_pad", 2, False]]
+    act = next(a for a in doc["actions"] if a["name"] == "MyEgress.report")
+    sm, sc = "standard_metadata", "scalars"
+    act["primitives"] += [
+        _assign(_field(sc, "smeta_enq_qdepth"), _field(sm, "enq_qdepth")),
+        _assign(_field(sc, "smeta_deq_qdepth"), _field(sm, "deq_qdepth")),
+        _assign(_field(sm, "enq_qdepth"), _field(sc, "smeta_enq_qdepth")),
+    ]
+    sw = SoftSwitch()
+    sw.load_program(json.dumps(doc))
+    assert len(sw.process_packet(3, FRAME)) == 1
+    # but computing with the copy is a read
+    act["primitives"].append(_assign(_field("report", "other"), _shr(_field(sc, "smeta_deq_qdepth"), 1, 0xFFFF)))
+    with pytest.raises(UnsupportedProgramError, match="deq_qdepth"):
+        SoftSwitch().load_program(json.dumps(doc))
+
+
+def test_emitting_a_copy_of_queue_depth_is_a_read() -> None:
+    with pytest.raises(UnsupportedProgramError, match="enq_qdepth"):
+        SoftSwitch().load_program(program(["enq_qdepth"]))  # report.other = enq_qdepth, then deparsed
