@@ -575,6 +575,9 @@ class Lowering:
             slot, w, signed = self.lvalue(args[0])
             e = self.op({"op": _P414_BINARY[op], "left": args[1], "right": args[2]}, params, 1)
             out.append(ir.Assign(slot, self.fit(e, w, signed)))
+        elif op in ("assign_header", "copy_header") and not self.is_header_ref(args[1]):
+            # the source is `cond ? hdr_a : hdr_b` (nested, possibly): one copy per branch, as BMv2 evaluates it
+            return [self.header_choice(args[0], self.header_mux(args[1], params), op, params)]
         elif op in ("assign_header", "copy_header"):
             dst, src = self.header_name(args[0]), self.header_name(args[1])
             hd, hs = lay.headers[dst], lay.headers[src]
@@ -665,6 +668,34 @@ class Lowering:
         else:  # _jump / _jump_if_zero are handled by the action structurer
             raise self.refuse(f"misplaced {op!r}")
         return out
+
+    @staticmethod
+    def is_header_ref(j: Json) -> bool:
+        return isinstance(j, dict) and j.get("type") == "header"
+
+    def header_mux(self, j: Json, params: tuple[int, ...] | None, depth: int = 0) -> Any:
+        """A header argument as a header name, or (condition, when true, when false) for a `?:` of headers."""
+        if depth > self.limits.max_expression_depth:
+            raise ProgramLimitError(f"limit max_expression_depth={self.limits.max_expression_depth} in {self.where}")
+        if self.is_header_ref(j):
+            return self.header_name(j)
+        v = j.get("value") if isinstance(j, dict) and j.get("type") == "expression" else None
+        if isinstance(v, dict) and v.get("type") == "expression":
+            return self.header_mux(v, params, depth + 1)
+        if isinstance(v, dict) and v.get("op") == "?":
+            return (
+                self.rv(v.get("cond"), params, depth + 1),
+                self.header_mux(v.get("left"), params, depth + 1),
+                self.header_mux(v.get("right"), params, depth + 1),
+            )
+        raise self.refuse(f"header argument {j!r:.120}")
+
+    def header_choice(self, dst: Json, mux: Any, op: str, params: tuple[int, ...] | None) -> ir.Stmt:
+        if isinstance(mux, str):
+            [stmt] = self.primitive({"op": op, "parameters": [dst, {"type": "header", "value": mux}]}, params)
+            return stmt
+        cond, a, b = mux
+        return ir.If(cond, (self.header_choice(dst, a, op, params),), (self.header_choice(dst, b, op, params),))
 
     def is_valid(self, valid_slot: int) -> ir.Expr:
         return self.pool.binary(ir.BinOp.NE, self.pool.field(valid_slot, 1, None), self.pool.const(0))

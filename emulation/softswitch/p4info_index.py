@@ -8,6 +8,7 @@ This module is the whole translation layer, kept free of gRPC so it can be teste
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Iterable
@@ -36,6 +37,8 @@ MATCH_KINDS = {
     p4info_pb2.MatchField.RANGE: "range",
     p4info_pb2.MatchField.OPTIONAL: "optional",
 }
+# p4c-bm2-ss's own tables (one per action called outside a table); P4Info never lists them.
+HIDDEN_TABLE_PREFIX = "tbl_"
 # The JSON kinds each P4Info kind may appear as ("optional" runs as ternary in BMv2).
 _JSON_KINDS = {
     "exact": ("exact",),
@@ -172,6 +175,7 @@ class P4InfoIndex:
             )
             self.actions[a.preamble.id] = ActionSpec(a.preamble.id, a.preamble.name, params)
         self.tables: dict[int, TableSpec] = {}
+        self._translated: dict[int, set[int]] = {}  # table id -> ids of match fields of translated types
         for t in p4info.tables:
             fields = []
             for f in sorted(t.match_fields, key=lambda f: f.id):
@@ -181,6 +185,12 @@ class P4InfoIndex:
                         f"{p4info_pb2.MatchField.MatchType.Name(f.match_type)}"
                     )
                 fields.append(MatchFieldSpec(f.id, f.name, f.bitwidth, MATCH_KINDS[f.match_type]))
+            translated = {
+                f.id for f in t.match_fields
+                if f.HasField("type_name") and p4info.type_info.new_types[f.type_name.name].HasField("translated_type")
+            }
+            if translated:
+                self._translated[t.preamble.id] = translated
             scopes = {r.id: r.scope for r in t.action_refs}
             self.tables[t.preamble.id] = TableSpec(
                 t.preamble.id, t.preamble.name, tuple(fields), scopes, t.const_default_action_id, t.size,
@@ -234,10 +244,20 @@ class P4InfoIndex:
         problems: list[str] = []
         tables = switch.tables()
         actions = switch.actions()
+        absent = [t.name for t in self.tables.values() if t.name not in tables]
+        unknown = [name for name in tables if name not in self.table_by_name and not name.startswith(HIDDEN_TABLE_PREFIX)]
+        if unknown:
+            # a table of the program the P4Info does not know: a P4Info of another program
+            problems.append(f"the device config's table(s) {unknown[:5]} are not in the P4Info")
+        elif absent:
+            # p4c drops tables it proves unreachable from the BMv2 JSON and keeps them in P4Info;
+            # writes to them are refused (no such table in the loaded program), as BMv2 refuses them
+            LOG.info("P4Info tables not in the device config (unreachable, dropped by p4c): %s", absent[:10])
         for t in self.tables.values():
             info = tables.get(t.name)
             if info is None:
-                problems.append(f"table {t.name!r} is not in the device config")
+                if unknown:
+                    problems.append(f"table {t.name!r} is not in the device config")
                 continue
             if len(info.keys) != len(t.match_fields):
                 problems.append(
@@ -245,8 +265,13 @@ class P4InfoIndex:
                     f"the device config {len(info.keys)}"
                 )
             else:
-                for f, k in zip(t.match_fields, info.keys):
-                    if k.match_type not in _JSON_KINDS[f.kind] or f.bitwidth != k.bitwidth:
+                for i, (f, k) in enumerate(zip(t.match_fields, info.keys)):
+                    if k.match_type in _JSON_KINDS[f.kind] and (f.bitwidth == 0 or f.id in self._translated.get(t.id, ())):
+                        # a field that is not a bit string (an `error`, say: P4Info gives no width) or
+                        # of a @p4runtime_translation type (P4Info gives the controller's width): this
+                        # switch translates none, so values are the data plane's, in its width
+                        self._adopt_width(t.id, i, k.bitwidth)
+                    elif k.match_type not in _JSON_KINDS[f.kind] or f.bitwidth != k.bitwidth:
                         problems.append(
                             f"table {t.name!r}: match field {f.name!r} is {f.kind}/{f.bitwidth} in P4Info "
                             f"but {k.match_type}/{k.bitwidth} in the device config"
@@ -254,7 +279,9 @@ class P4InfoIndex:
         for a in self.actions.values():
             info = actions.get(a.name)
             if info is None:
-                problems.append(f"action {a.name!r} is not in the device config")
+                if unknown:
+                    problems.append(f"action {a.name!r} is not in the device config")
+                # else: an action only an unreachable table used (p4c drops both)
             elif tuple(p.bitwidth for p in a.params) != tuple(info.param_widths):
                 problems.append(
                     f"action {a.name!r}: parameter widths {[p.bitwidth for p in a.params]} in P4Info, "
@@ -272,6 +299,13 @@ class P4InfoIndex:
                 problems.append(f"register {r.name!r} is not in the device config")
         if problems:
             raise P4InfoMismatchError("P4Info does not match the device config: " + "; ".join(problems))
+
+    def _adopt_width(self, table_id: int, index: int, bitwidth: int) -> None:
+        t = self.tables[table_id]
+        fields = list(t.match_fields)
+        fields[index] = dataclasses.replace(fields[index], bitwidth=bitwidth)
+        self.tables[table_id] = dataclasses.replace(t, match_fields=tuple(fields))
+        self.table_by_name[t.name] = self.tables[table_id]
 
     # -- packet I/O (PI's packet_io_mgr: the controller headers, packed MSB first, padded to bytes) --
     def packet_out_bytes(self, packet: p4runtime_pb2.PacketOut) -> bytes:

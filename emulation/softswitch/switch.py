@@ -266,12 +266,20 @@ class _Runtime:
     def _install_program_defaults(self, t: program.TableDef) -> None:
         self.install_program_default(t)
         mt = self.tables[t.name]
+        specs = mt.keys
         for e in t.const_entries:
             key: list[MatchKey] = []
-            for kind, a, b in e.key:
-                key.append(
-                    Exact(a) if kind == "exact" else Lpm(a, b) if kind == "lpm" else Ternary(a, b) if kind == "ternary" else Range(a, b)
-                )
+            for (kind, a, b), spec in zip(e.key, specs):
+                # p4c writes const entries as the program spells them (value bits outside a ternary
+                # mask or beyond an lpm prefix included); BMv2 masks them, and so does this switch
+                # (entries written over P4Runtime must still be canonical)
+                if kind == "ternary":
+                    key.append(Ternary(a & b, b))
+                elif kind == "lpm":
+                    w = spec.width
+                    key.append(Lpm(a & (((1 << b) - 1) << (w - b) if 0 < b <= w else 0), b))
+                else:
+                    key.append(Exact(a) if kind == "exact" else Range(a, b))
             prio = CONST_PRIORITY_BASE - e.priority if t.match_type in ("ternary", "range") else 0
             try:
                 params = self.check_params(e.action_id, e.action_data)
