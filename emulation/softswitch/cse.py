@@ -62,6 +62,9 @@ def _writes(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt]) -> set[int] | None:
             out.update(range(s.dst, s.dst + s.count))
         elif isinstance(s, ir.ZeroFields):
             out.update(range(s.first, s.first + s.count))
+        elif isinstance(s, ir.SwapFields):
+            out.update(range(s.a, s.a + s.count))
+            out.update(range(s.b, s.b + s.count))
         elif isinstance(s, ir.If):
             for part in (s.then, s.orelse):
                 w = _writes(part)

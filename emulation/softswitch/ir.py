@@ -387,6 +387,15 @@ class CopyFields:
 
 
 @dataclass(frozen=True, slots=True)
+class SwapFields:
+    """Exchange the slot ranges [a, a+count) and [b, b+count) (a header's validity and fields: stack shifts)."""
+
+    a: int
+    b: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class ZeroFields:
     first: int
     count: int
@@ -498,7 +507,7 @@ class Advance:
     short_error: int
 
 
-Stmt = Union[Assign, Let, If, Return, CopyFields, ZeroFields, RegWrite, Count, Fail, Loop, Goto, GotoUnless,
+Stmt = Union[Assign, Let, If, Return, CopyFields, SwapFields, ZeroFields, RegWrite, Count, Fail, Loop, Goto, GotoUnless,
              Extract, ExtractStack, Require, Verify, Advance]
 
 ACCEPT = -1  # parser: the accept state; control: no next node

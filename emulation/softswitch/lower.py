@@ -90,6 +90,10 @@ PRIMITIVES = {
     "assume",
     "_jump",
     "_jump_if_zero",
+    # header stacks (P4_16 semantics, as this BMv2 build has them: BM_WP4_16_STACKS)
+    "push",
+    "pop",
+    "assign_header_stack",
     # simple_switch's P4_14-era arithmetic primitives
     "add_to_field",
     "subtract_from_field",
@@ -663,10 +667,54 @@ class Lowering:
         elif op in ("assert", "assume"):
             cond = self.rv(args[0], params)
             out.append(ir.If(pool.unary(ir.UnOp.NOT, cond), (ir.Fail(self.message(f"{op} failed in {self.where}")),), ()))
+        elif op in ("push", "pop"):
+            out.extend(self.stack_shift(args, push=op == "push"))
+        elif op == "assign_header_stack":
+            dst, src = self.stack_of(args[0]), self.stack_of(args[1])
+            if len(dst.headers) != len(src.headers):
+                raise ValueError(f"{self.where}: assign_header_stack between stacks of different sizes")
+            out.append(ir.Assign(lay.stack_next[dst.name], pool.field(lay.stack_next[src.name], None, None)))
+            for d, h in zip(dst.headers, src.headers):
+                out.extend(self.primitive({"op": "assign_header", "parameters": [
+                    {"type": "header", "value": d}, {"type": "header", "value": h}]}, params))
         elif op in ("log_msg", "no_op"):
             pass
         else:  # _jump / _jump_if_zero are handled by the action structurer
             raise self.refuse(f"misplaced {op!r}")
+        return out
+
+    def stack_of(self, j: Json) -> Any:
+        name = j.get("value") if isinstance(j, dict) and j.get("type") == "header_stack" else None
+        st = next((x for x in self.prog.stacks if x.name == name), None)
+        if st is None:
+            raise self.refuse(f"header stack argument {j!r:.80}")
+        return st
+
+    def stack_shift(self, args: list[Json], push: bool) -> list[ir.Stmt]:
+        """push_front/pop_front as BMv2's P4_16 stacks do them: elements swap places, the freed ones become invalid."""
+        st = self.stack_of(args[0])
+        num = self.rv(args[1], None)
+        if not isinstance(num, ir.Const) or num.value < 0:
+            raise self.refuse("push/pop by a non-constant count")
+        n, size, lay, pool = num.value, len(st.headers), self.lay, self.pool
+        if n == 0:
+            return []
+        nxt = lay.stack_next[st.name]
+        width = 1 + len(lay.headers[st.headers[0]].type.fields)  # the validity slot, then the fields
+        valid = [lay.valid[h] for h in st.headers]
+        out: list[ir.Stmt] = []
+        op = ir.BinOp.ADD if push else ir.BinOp.SUB
+        moved = pool.binary(op, pool.field(nxt, None, None), pool.const(n))
+        out.append(ir.Assign(nxt, pool.clamp(moved, 0, size, size.bit_length(), None)))
+        if push:
+            for i in range(size - 1, n - 1, -1):
+                out.append(ir.SwapFields(valid[i], valid[i - n], width))
+            freed = range(min(size, n))
+        else:
+            for i in range(0, size - n):
+                out.append(ir.SwapFields(valid[i], valid[i + n], width))
+            freed = range(max(size - n, 0), size)
+        out.extend(ir.Assign(valid[i], pool.const(0)) for i in freed)
         return out
 
     @staticmethod

@@ -219,6 +219,15 @@ class Emitter:
                     em(ind, f"{fn.store(s.dst + j)} = {fn.ref(s.src + j)}")
             else:
                 em(ind, f"F[{_n(s.dst)}:{_n(s.dst + s.count)}] = F[{_n(s.src)}:{_n(s.src + s.count)}]")
+        elif isinstance(s, ir.SwapFields):
+            if fn.cached:
+                for j in range(s.count):
+                    a, b = fn.store(s.a + j), fn.store(s.b + j)
+                    em(ind, f"{a}, {b} = {b}, {a}")
+            else:
+                ra = f"F[{_n(s.a)}:{_n(s.a + s.count)}]"
+                rb = f"F[{_n(s.b)}:{_n(s.b + s.count)}]"
+                em(ind, f"{ra}, {rb} = {rb}, {ra}")
         elif isinstance(s, ir.ZeroFields):
             if fn.cached:
                 for j in range(s.count):

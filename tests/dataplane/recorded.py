@@ -175,6 +175,8 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("quirks", PROGRAMS / "quirks.json", _nothing, _quirks_seeds),
     Case("csum_invalid", PROGRAMS / "csum_invalid.json", _nothing, lambda: [
         (0, bytes([0, 1, 2, 3])), (0, bytes([0xFF, 1, 0xFE, 0xFD])), (0, bytes([0xFF, 1, 0xFE, 0xFE])), (0, bytes([0xFF]))]),
+    Case("stack_ops", PROGRAMS / "stack_ops.json", _nothing, lambda: [
+        (0, bytes([op, n, 0x11, 0x22]) + b"tail") for op in (0, 1, 2, 3) for n in (1, 2)] + [(0, bytes([1, 1, 5]))]),
     Case("p4ina", P4INA, _p4ina, _p4ina_seeds, frozenset({1, 2})),
 )}
 
