@@ -215,6 +215,17 @@ class _Unstructured(Exception):
     pass
 
 
+RUNTIME_INDEX = "a header stack element chosen at run time (hs[i] with a variable i: dereference_header_stack)"
+
+
+def _runtime_stack_index(j: Json) -> bool:
+    """Whether an operand names a stack element or its field through a run-time index."""
+    v = j.get("value") if isinstance(j, dict) and j.get("type") == "expression" else None
+    while isinstance(v, dict) and v.get("type") == "expression":
+        v = v.get("value")
+    return isinstance(v, dict) and v.get("op") in ("dereference_header_stack", "dereference_stack", "access_field")
+
+
 def _name(j: Json, what: str) -> str:
     if not isinstance(j, str):
         raise ValueError(f"{what} must be a name (string), got {type(j).__name__}")
@@ -524,9 +535,13 @@ class Lowering:
             for p in parts[1:]:
                 e = pool.binary(B.LOR, e, p)
             return e
+        if op in ("dereference_header_stack", "dereference_stack", "access_field", "last_stack_index", "size_stack"):
+            raise self.refuse(f"{RUNTIME_INDEX} (expression op {op!r})")
         raise self.refuse(f"expression op {op!r:.80}")
 
     def lvalue(self, j: Json) -> tuple[int, int, bool]:
+        if _runtime_stack_index(j):
+            raise self.refuse(RUNTIME_INDEX)
         if not isinstance(j, dict) or j.get("type") != "field":
             raise self.refuse(f"assignment to {j.get('type') if isinstance(j, dict) else j!r:.80} (only header fields)")
         hdr, fld = _pair(j.get("value"), "field")
@@ -536,6 +551,8 @@ class Lowering:
         return self.lay.slot(hdr, fld), w, signed
 
     def header_name(self, j: Json) -> str:
+        if _runtime_stack_index(j):
+            raise self.refuse(RUNTIME_INDEX)
         if not isinstance(j, dict) or j.get("type") != "header":
             raise self.refuse(f"header argument {j!r:.80}")
         name = j.get("value")

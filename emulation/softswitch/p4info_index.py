@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -37,8 +38,9 @@ MATCH_KINDS = {
     p4info_pb2.MatchField.RANGE: "range",
     p4info_pb2.MatchField.OPTIONAL: "optional",
 }
-# p4c-bm2-ss's own tables (one per action called outside a table); P4Info never lists them.
-HIDDEN_TABLE_PREFIX = "tbl_"
+# p4c-bm2-ss's own tables (one per action called outside a table, one per switch on a value);
+# P4Info never lists them.
+HIDDEN_TABLE = re.compile(r"tbl_.*|switch_\d+_table")
 # The JSON kinds each P4Info kind may appear as ("optional" runs as ternary in BMv2).
 _JSON_KINDS = {
     "exact": ("exact",),
@@ -245,7 +247,7 @@ class P4InfoIndex:
         tables = switch.tables()
         actions = switch.actions()
         absent = [t.name for t in self.tables.values() if t.name not in tables]
-        unknown = [name for name in tables if name not in self.table_by_name and not name.startswith(HIDDEN_TABLE_PREFIX)]
+        unknown = [name for name in tables if name not in self.table_by_name and not HIDDEN_TABLE.fullmatch(name)]
         if unknown:
             # a table of the program the P4Info does not know: a P4Info of another program
             problems.append(f"the device config's table(s) {unknown[:5]} are not in the P4Info")

@@ -540,6 +540,10 @@ def _table(t: dict[str, Json], actions: dict[int, ActionDef], limits: Limits) ->
             raise UnsupportedProgramError(f"match type {mt!r:.80} in table {name!r}")
         target = k["target"]
         if not (isinstance(target, list) and len(target) == 2 and all(isinstance(x, str) for x in target)):
+            if "dereference" in json.dumps(target) or "access_field" in json.dumps(target):
+                raise UnsupportedProgramError(
+                    f"a table key on a header stack element chosen at run time (dereference_header_stack) in table {name!r}"
+                )
             raise UnsupportedProgramError(f"key target {target!r:.80} in table {name!r} (only header fields)")
         mask = k.get("mask")
         kname = k.get("name") or f"{target[0]}.{target[1]}"
