@@ -43,6 +43,7 @@ class Compiled:
     table_defs: tuple[TableDef, ...]  # by IR table number
     source: str
     constants: dict[str, Any]
+    read_slots: frozenset[int]  # slots the program reads, copies or emits
 
 
 def lower(prog: Program, limits: Limits | None = None, eliminate_common: bool = True) -> tuple[Lowering, ir.Module, ir.Names]:
@@ -57,4 +58,4 @@ def lower(prog: Program, limits: Limits | None = None, eliminate_common: bool = 
 def compile_program(prog: Program, limits: Limits | None = None, eliminate_common: bool = True) -> Compiled:
     low, module, names = lower(prog, limits, eliminate_common)
     py = pyemit.emit(module)
-    return Compiled(prog, low.lay, module, names, tuple(low.table_defs), py.source, py.constants)
+    return Compiled(prog, low.lay, module, names, tuple(low.table_defs), py.source, py.constants, frozenset(low.read_slots))

@@ -268,6 +268,9 @@ class Lowering:
         self._node_index: dict[tuple[str, str], int] = {}
         self._temps = 0  # temporaries are numbered across the module (each function uses its own)
         self.spiller = cse.Spiller(self.pool, self.temp)
+        # every slot the program reads, copies or emits: the runtime sets intrinsic metadata (clocks)
+        # only where the program can see it
+        self.read_slots: set[int] = set()
         self.unreadable: dict[int, str] = {}
         for name in UNREADABLE:
             slot = self.lay.std(name)
@@ -282,6 +285,7 @@ class Lowering:
         slot = self.lay.slot(hdr, fld)
         if slot in self.unreadable:
             self.refuse_unreadable(slot)
+        self.read_slots.add(slot)
         return slot
 
     def read_header(self, hdr: str) -> None:
@@ -290,6 +294,7 @@ class Lowering:
         for slot in range(first, first + len(self.lay.headers[hdr].type.fields)):
             if slot in self.unreadable:
                 self.refuse_unreadable(slot)
+            self.read_slots.add(slot)
 
     def _spread_unreadable(self) -> None:
         """Slots that plain copies fill from an unreadable one are unreadable too (to a fixpoint).
@@ -581,6 +586,8 @@ class Lowering:
         if op in ("assign", "modify_field"):
             slot, w, signed = self.lvalue(args[0])
             copy = self._plain_copy(p)
+            if copy is not None:
+                self.read_slots.add(copy[1])
             if copy is not None and copy[1] in self.unreadable:  # a copy, not a use (see _spread_unreadable)
                 sw_, ss = self.lay.width(*args[1]["value"])
                 src = pool.field(copy[1], None if ss else sw_, sw_ if ss else None)
@@ -602,6 +609,7 @@ class Lowering:
         elif op in ("assign_header", "copy_header"):
             dst, src = self.header_name(args[0]), self.header_name(args[1])
             hd, hs = lay.headers[dst], lay.headers[src]
+            self.read_slots.update(range(lay.first[src], lay.first[src] + len(hs.type.fields)))
             for j in range(len(hs.type.fields)):  # a header copy carries unreadable fields along, as a field copy does
                 if lay.first[src] + j in self.unreadable and lay.first[dst] + j not in self.unreadable:
                     raise self.refuse_unreadable_copy(lay.first[src] + j)
@@ -1055,6 +1063,8 @@ class Lowering:
                 la = pool.lookahead(off, width, padded=False)
                 return [ir.Require(la.nbytes, pts), ir.Assign(slot, self.fit(la, w, signed))]
             copy = self._plain_copy({"op": "assign", "parameters": params})
+            if copy is not None:
+                self.read_slots.add(copy[1])
             if copy is not None and copy[1] in self.unreadable:  # a copy, not a use
                 sw_, ss = self.lay.width(*src["value"])
                 value = pool.field(copy[1], None if ss else sw_, sw_ if ss else None)

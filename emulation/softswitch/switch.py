@@ -203,6 +203,14 @@ class _Runtime:
                 a.name, ActionInfo(a.name, tuple(p.width for p in a.params), tuple(p.name for p in a.params))
             )
         self.std = {name: self.lay.std(name) for name in codegen.STANDARD_FIELDS}
+        # clocks cost a system call per packet: set them only where the program can see them
+        seen = comp.read_slots
+        self.clock = {
+            name: self.std[name] if self.std[name] in seen else None
+            for name in ("ingress_global_timestamp", "egress_global_timestamp", "enq_timestamp", "deq_timedelta")
+        }
+        if self.clock["deq_timedelta"] is not None and self.std["enq_timestamp"] is not None:
+            self.clock["enq_timestamp"] = self.std["enq_timestamp"]  # deq_timedelta is measured from it
         if self.std["egress_spec"] is None or self.std["ingress_port"] is None:
             raise program.UnsupportedProgramError("standard_metadata.egress_spec/ingress_port missing (v1model expected)")
         for t in self.table_defs.values():
@@ -310,7 +318,7 @@ class _Runtime:
             F[std["packet_length"]] = n & 0xFFFFFFFF
         F[lay.LEN] = n
         F[lay.INGLEN] = n
-        ts = std["ingress_global_timestamp"]
+        ts = self.clock["ingress_global_timestamp"]
         if ts is not None:
             F[ts] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFFFFFF
         off = self.parse(F, data)
@@ -359,7 +367,7 @@ class _Runtime:
         prio = self.std["priority"]
         if prio is not None and F[prio] >= queues:
             return False
-        enq = self.std["enq_timestamp"]
+        enq = self.clock["enq_timestamp"]
         if enq is not None:
             F[enq] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFF
         return True
@@ -372,7 +380,7 @@ class _Runtime:
         F[es] = (codegen.DROP_PORT + 1) & 0x1FF
         if std["packet_length"] is not None:
             F[std["packet_length"]] = F[self.lay.LEN] & 0xFFFFFFFF
-        ts, dq = std["egress_global_timestamp"], std["deq_timedelta"]
+        ts, dq = self.clock["egress_global_timestamp"], self.clock["deq_timedelta"]
         if ts is not None or dq is not None:
             now = int((time.monotonic() - t0) * 1e6)
             if ts is not None:
