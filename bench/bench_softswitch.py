@@ -7,10 +7,14 @@ Packets/s counts packets offered to process_packet in a tight loop (no I/O). Whe
 simple_switch_grpc is on PATH, the same entries and traffic go through BMv2 over pcap
 files (emulation/softswitch/bmv2diff.py) and its sustained rate is reported beside ours.
 Set P4INA_JSON to benchmark another compiled p4ina.json.
+
+Control plane: CPU seconds to insert TERNARY_INSERTS entries one by one into a ternary table
+(tests/softswitch/programs/tables.json, its size raised to fit), the bulk load a controller does.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.results import Figure, Figures
-from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, bmv2diff
+from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary, bmv2diff
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
@@ -36,6 +40,9 @@ HOST_IPS = {1: 0x0A000101, 2: 0x0A000102, 3: 0x0A000201}
 JOB_ID = 1
 MCAST_GRP = 1
 SLOTS = 64
+TERNARY_PROGRAM = ROOT / "tests" / "softswitch" / "programs" / "tables.json"
+TERNARY_TABLE = "TIngress.t_tern"
+TERNARY_INSERTS = 10000
 
 
 def _checksum(header: bytes) -> int:
@@ -164,11 +171,33 @@ def time_softswitch(traffic: list[tuple[int, bytes]]) -> Run:
     return Run(len(traffic) / elapsed, len(traffic) / cpu, sent, size)
 
 
+def time_ternary_inserts(n: int = TERNARY_INSERTS) -> float:
+    """CPU seconds for n single-entry inserts into one ternary table (a controller's bulk load)."""
+    doc = json.loads(TERNARY_PROGRAM.read_text())
+    for pl in doc["pipelines"]:
+        for t in pl["tables"]:
+            if t["name"] == TERNARY_TABLE:
+                t["max_size"] = max(int(t["max_size"]), n)
+    sw = SoftSwitch(name="bench-ternary")
+    sw.load_program(json.dumps(doc))
+    entries = [
+        TableEntry((Ternary(i & mask, mask), Exact(i >> 8)), ActionCall("TIngress.set_tern", (i & 0xFF,)), 1 + i)
+        for i, mask in ((i, 0xFF if i & 1 else 0xF0) for i in range(n))
+    ]
+    cpu0 = time.process_time()
+    for e in entries:
+        sw.table_insert(TERNARY_TABLE, e)
+    return time.process_time() - cpu0
+
+
 def run() -> Figures:
     if not PROGRAM.exists():
         raise FileNotFoundError(f"{PROGRAM} is missing: run `make p4` first")
     load = os.getloadavg()[0]
     figures: Figures = {}
+    figures["softswitch_ternary_insert_10k_cpu_s"] = Figure(
+        round(time_ternary_inserts(), 3), "CPU-s", f"{TERNARY_INSERTS} inserts into {TERNARY_TABLE}, one at a time"
+    )
     agg, fwd = agg_traffic(AGG_PACKETS), fwd_traffic(FWD_PACKETS)
     ours = {"agg": time_softswitch(agg), "fwd": time_softswitch(fwd)}
     what = {"agg": "p4ina.json, 64 x int32 lanes, fan-in 2", "fwd": "p4ina.json, IPv4 lpm forwarding"}

@@ -160,6 +160,73 @@ def cmd_verify(args: argparse.Namespace, ctl: Controller) -> int:
 
 
 # -- parser ---------------------------------------------------------------------------
+# -- p4ina shell: p4runtime-shell on one switch ------------------------------------------------
+def _fix_p4runtime_shell() -> None:
+    """Make p4runtime-shell 0.0.6 survive a batch that fails only in part.
+
+    Its P4RuntimeErrorIterator skips the OK details of a failed Write without advancing, so it
+    loops forever on the first OK one (PI, and the embedded switch, report every update, OK ones
+    included). Advancing past them is what the loop means to do.
+    """
+    from google.rpc import code_pb2
+    from p4.v1 import p4runtime_pb2
+    from p4runtime_sh import p4runtime as sh_p4runtime
+
+    def __next__(self: Any) -> tuple[int, Any]:  # noqa: N807 - the iterator protocol
+        while self.idx < len(self.errors):
+            p4_error = p4runtime_pb2.Error()
+            if not self.errors[self.idx].Unpack(p4_error):
+                raise sh_p4runtime.P4RuntimeErrorFormatException("Cannot convert Any message to p4.Error")
+            self.idx += 1
+            if p4_error.canonical_code != code_pb2.OK:
+                return self.idx - 1, p4_error
+        raise StopIteration
+
+    sh_p4runtime.P4RuntimeErrorIterator.__next__ = __next__
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    """p4runtime-shell on one switch of a running emulation, with the P4Info the switch runs.
+
+    Runs in this process (the IPython shell takes the terminal), outside the state file's lock, so
+    other p4ina commands keep working; with a script, runs it in the shell's namespace and exits.
+    """
+    state = State.load(args.state) if args.state.exists() else None
+    spec = args.topology or (state.topology if state else None)
+    if not spec:
+        raise UsageError("no topology: pass --topology (the JSON emulation.serve writes) or run a p4ina command first")
+    topo = load_topology(spec)
+    try:
+        sw = topo.switch(args.switch)
+    except (KeyError, TopologyError) as ex:
+        raise UsageError(f"no switch {args.switch!r} in the topology (has {', '.join(s.name for s in topo.switches)})") from ex
+    if not sw.grpc_addr:
+        raise UsageError(f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation (python -m emulation.serve)")
+    _fix_p4runtime_shell()
+    from p4runtime_sh import shell as sh
+
+    election = (args.election_id >> 64, args.election_id & ((1 << 64) - 1))
+    argv = ["p4runtime-sh", "--grpc-addr", sw.grpc_addr, "--device-id", str(sw.device_id),
+            "--election-id", f"{election[0]},{election[1]}"]
+    if args.script is None:
+        saved, sys.argv = sys.argv, argv
+        try:
+            sh.main()  # fetches the P4Info from the switch (GetForwardingPipelineConfig)
+        finally:
+            sys.argv = saved
+        return 0
+    code = compile(args.script.read_text(), str(args.script), "exec")
+    sh.setup(sw.device_id, sw.grpc_addr, election, verbose=False)
+    try:
+        namespace = {name: getattr(sh, name) for name in dir(sh) if not name.startswith("_")}
+        for obj_type in sh.P4Type:
+            namespace[obj_type.p4info_name] = sh.P4Objects(obj_type)
+        exec(code, namespace)  # noqa: S102 - the user's own script, as the interactive shell would run it
+    finally:
+        sh.teardown()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--topology", "-t", help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or leaf-spine:LxSxH; remembered in the state")
@@ -205,8 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", type=int, help="one job (default: all jobs, plus drops of no job)")
     p = leaf(sub, "verify", cmd_verify, "read the switches back and compare with the state (exit 1 on drift)")
     p.add_argument("--repair", action="store_true", help="make the switches match the state instead")
-    # handled in main() before parsing: its options are simulation/cli.py's (`p4ina simulate --help`)
-    sub.add_parser("simulate", add_help=False, help="the all-reduce methods at cluster scale on SimGrid (make simulate)")
+    p = leaf(sub, "shell", cmd_shell, "open p4runtime-shell on one switch (P4Info read from the switch)")
+    p.add_argument("switch", help="switch name, e.g. leaf1 or edge-0-0")
+    p.add_argument("script", nargs="?", type=Path, help="run this Python script in the shell's namespace instead")
+    p.set_defaults(election_id=1 << 64)  # p4runtime-shell's own default (1,0): primary over p4ina's id 1
     return ap
 
 
@@ -214,13 +283,14 @@ OFFLINE = {cmd_topo_show, cmd_job_list, cmd_job_show}
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["simulate"]:
-        from simulation.cli import main as simulate  # the layer above the controller: imported only for this command
-
-        return simulate(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.fn is cmd_shell:
+        try:
+            return cmd_shell(args)
+        except (UsageError, TopologyError, StateError) as ex:
+            print(f"p4ina: error: {ex}", file=sys.stderr)
+            return 1
     try:
         with locked(args.state) as state:
             spec = _topology_spec(args, state)

@@ -35,6 +35,14 @@ def available() -> bool:
     return shutil.which(BINARY) is not None
 
 
+def version() -> str:
+    """simple_switch_grpc --version (e.g. '1.15.5-unknown')."""
+    binary = shutil.which(BINARY)
+    if binary is None:
+        raise FileNotFoundError(f"{BINARY} is not on PATH")
+    return subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+
+
 def write_pcap(path: Path, packets: list[tuple[int, bytes]]) -> None:
     """(sequence number, packet) pairs; the sequence number becomes the timestamp in microseconds."""
     with path.open("wb") as f:
@@ -125,7 +133,12 @@ class P4RuntimeWriter:
         te.priority = entry.priority
         for mf, k in zip(t.match_fields, entry.key):
             nbytes = (mf.bitwidth + 7) // 8
-            if isinstance(k, Ternary) and k.mask == 0 or isinstance(k, Lpm) and k.prefix_len == 0:
+            full = (1 << mf.bitwidth) - 1
+            if (
+                isinstance(k, Ternary) and k.mask == 0
+                or isinstance(k, Lpm) and k.prefix_len == 0
+                or isinstance(k, Range) and (k.low, k.high) == (0, full)
+            ):
                 continue  # P4Runtime omits don't-care fields
             fm = te.match.add(field_id=mf.id)
             if isinstance(k, Lpm):
@@ -143,6 +156,20 @@ class P4RuntimeWriter:
         for p, v in zip(a.params, entry.action.params):
             te.action.action.params.add(param_id=p.id, value=v.to_bytes((p.bitwidth + 7) // 8, "big"))
         self._insert(e)
+
+    def counters(self) -> dict[str, list[tuple[int, int]]]:
+        """Every counter's (packets, bytes) per index, by P4Info name."""
+        pb = self.pb
+        req = pb.ReadRequest(device_id=0)
+        req.entities.add().counter_entry.counter_id = 0
+        names = {c.preamble.id: c.preamble.name for c in self.p4info.counters}
+        sizes = {c.preamble.id: c.size for c in self.p4info.counters}
+        out = {name: [(0, 0)] * sizes[cid] for cid, name in names.items()}
+        for resp in self.stub.Read(req, timeout=20):
+            for e in resp.entities:
+                c = e.counter_entry
+                out[names[c.counter_id]][c.index.index] = (c.data.packet_count, c.data.byte_count)
+        return out
 
     def mc_group(self, group: int, replicas: list[tuple[int, int]]) -> None:
         e = self.pb.Entity()
@@ -168,6 +195,7 @@ class P4RuntimeWriter:
 @dataclass
 class PcapRun:
     outputs: dict[int, list[bytes]] = field(default_factory=dict)
+    counters: dict[str, list[tuple[int, int]]] | None = None  # read over P4Runtime after the run (if configured)
     first_output: float | None = None  # perf_counter() when the first output packet was seen
     last_output: float | None = None  # ... and the last
     counted_first: int = 0  # packets already written at first_output
@@ -198,7 +226,9 @@ def run(
     binary = shutil.which(BINARY)
     if binary is None:
         raise FileNotFoundError(f"{BINARY} is not on PATH")
-    wait = 3 if configure else 1
+    # BMv2 starts reading its pcap files after `wait` s: configuring must be done by then (a 5 MB
+    # JSON takes a few seconds to push on a busy machine, so bigger programs get longer)
+    wait = 3 + program.stat().st_size // 1_500_000 if configure else 1
     with tempfile.TemporaryDirectory(prefix="p4ina-bmv2-") as tmp:
         d = Path(tmp)
         all_ports = sorted({p for p, _ in traffic} | (ports or set()))
@@ -250,6 +280,8 @@ def run(
                     break
                 time.sleep(0.002)
             result.outputs = {p: read_pcap(o) for p, o in outs.items()}
+            if client is not None and client.p4info.counters:
+                result.counters = client.counters()
             return result
         finally:
             if client is not None:

@@ -1,10 +1,19 @@
-"""`python -m emulation.softswitch`: the embedded switch as a drop-in for simple_switch_grpc.
+"""`python -m emulation.softswitch` (or `p4ina-switch`): the embedded switch as a drop-in for simple_switch_grpc.
 
     python -m emulation.softswitch --device-id 1 -i 1@s1-eth1 -i 2@s1-eth2 --no-p4 \\
-        -- --grpc-server-addr 127.0.0.1:9559
+        -- --grpc-server-addr 127.0.0.1:9559 --cpu-port 255
 
-The flags are simple_switch_grpc's (target options after `--` are accepted too, so a command line
-built for BMv2 works); --thrift-port and --cpu-port are accepted and ignored with a warning.
+The command line is simple_switch_grpc's, so scripts written for BMv2 (the p4lang tutorials,
+p4-utils) run it unchanged: BMv2's own options before `--`, the target's after it. Implemented:
+-i, --device-id, the JSON or --no-p4, -L/--log-level, --log-console, --log-file, --grpc-server-addr,
+--cpu-port (packet-in/out over P4Runtime), --priority-queues, --drop-port 511. Accepted and ignored
+with a warning (they configure BMv2 facilities this switch does not have, and ignoring them changes
+no packet): --pcap, --nanolog, --thrift-port, --notifications-addr, --debugger(-addr),
+--dump-packet-data, --log-flush, --log-file-max-*, --max-port-count, --disable-swap, --max-mc-groups,
+--max-l1-entries, --max-l2-entries. Refused by name (ignoring them would change behaviour):
+--use-files, --packet-in, --restore-state, another --drop-port, the TLS options, --dp-grpc-server-addr,
+--load-modules. P4Runtime is served on loopback only: BMv2's "all interfaces" (0.0.0.0, [::]) is
+served on 127.0.0.1, which the scripts connect to, with a warning; other addresses are refused.
 --ready-file is ours: written (JSON: grpc_addr, grpc_port, device_id, pid) once the gRPC port
 listens, removed on exit. `start_switch` runs the same thing in-process for tests.
 """
@@ -75,6 +84,8 @@ def start_switch(
     ports: dict[int, str] | None = None,
     program_json: str | bytes | None = None,
     name: str = "",
+    cpu_port: int | None = None,
+    priority_queues: int = 1,
 ) -> RunningSwitch:
     """Start a switch, its P4Runtime server and its port I/O in this process.
 
@@ -82,7 +93,7 @@ def start_switch(
     controller still pushes a pipeline with its P4Info before writing entries).
     """
     name = name or f"device{device_id}"
-    switch = SoftSwitch(device_id=device_id, name=name)
+    switch = SoftSwitch(device_id=device_id, name=name, cpu_port=cpu_port, priority_queues=priority_queues)
     if program_json is not None:
         switch.load_program(program_json)
     server = P4RuntimeServer({device_id: switch}, grpc_addr)
@@ -110,16 +121,36 @@ class Options:
     log_level: str
     json_path: Path | None
     ready_file: Path | None
+    cpu_port: int | None = None
+    priority_queues: int = 1
+    log_file: Path | None = None
 
 
 class UsageError(ValueError):
     """A command line that cannot be run (message for the user)."""
 
 
+# BMv2 options that configure facilities this switch does not have; ignoring them changes no packet.
+_IGNORED_WITH_VALUE = (
+    "--nanolog", "--thrift-port", "--notifications-addr", "--debugger-addr", "--dump-packet-data",
+    "--log-file-max-size", "--log-file-max-files", "--max-port-count", "--max-mc-groups", "--max-l1-entries",
+    "--max-l2-entries",
+)
+_IGNORED_FLAGS = ("--debugger", "--log-flush", "--disable-swap")
+# BMv2 options whose absence would change what the switch does: refused by name.
+_REFUSED_WITH_VALUE = (
+    "--use-files", "--packet-in", "--restore-state", "--grpc-server-cacert", "--grpc-server-cert",
+    "--grpc-server-key", "--dp-grpc-server-addr", "--load-modules",
+)
+_REFUSED_FLAGS = ("--grpc-server-ssl", "--grpc-server-with-client-auth")
+_ALL_INTERFACES = ("0.0.0.0", "[::]", "::", "")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m emulation.softswitch",
-        description="p4ina's embedded switch: runs a BMv2 JSON, serves P4Runtime on 127.0.0.1 (like simple_switch_grpc).",
+        description="p4ina's embedded switch: runs a BMv2 JSON, serves P4Runtime on 127.0.0.1 (a drop-in "
+        "for simple_switch_grpc: its command line, target options after `--`).",
     )
     p.add_argument("json", nargs="?", type=Path, help="BMv2 JSON to load at start (as simple_switch_grpc)")
     p.add_argument("--no-p4", action="store_true", help="start without a program; wait for SetForwardingPipelineConfig")
@@ -127,13 +158,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--interface", action="append", default=[], metavar="PORT@IFACE",
                    help="attach switch port PORT to Linux interface IFACE (repeatable)")
     p.add_argument("--grpc-server-addr", default=DEFAULT_GRPC_ADDR, metavar="127.0.0.1:PORT",
-                   help=f"P4Runtime address, loopback only; port 0 picks a free one (default {DEFAULT_GRPC_ADDR})")
+                   help=f"P4Runtime address, loopback only (0.0.0.0 means 127.0.0.1); port 0 picks a free one "
+                   f"(default {DEFAULT_GRPC_ADDR})")
+    p.add_argument("--cpu-port", type=int, help="the CPU port: packets sent to it become P4Runtime packet-ins, "
+                   "packet-outs enter ingress on it (0: none, as BMv2)")
+    p.add_argument("--priority-queues", type=int, default=1, help="priority queues per port (default 1, as BMv2)")
+    p.add_argument("--drop-port", type=int, help="accepted when 511, v1model's drop port (the only one supported)")
     p.add_argument("-L", "--log-level", choices=sorted(LOG_LEVELS), default="info")
-    p.add_argument("--log-console", action="store_true", help="accepted for BMv2 compatibility (we always log to stderr)")
+    p.add_argument("--log-console", action="store_true", help="log to stderr (the default)")
+    p.add_argument("--log-file", type=Path, help="log to this file instead of stderr")
+    p.add_argument("--pcap", nargs="?", const=".", metavar="DIR", help="accepted for BMv2 compatibility and ignored")
     p.add_argument("--ready-file", type=Path, help="write this file (JSON) once the gRPC port listens")
-    p.add_argument("--thrift-port", type=int, help="accepted for BMv2 compatibility and ignored (no Thrift)")
-    p.add_argument("--cpu-port", type=int, help="accepted for BMv2 compatibility and ignored (no packet-in/out)")
+    for opt in _IGNORED_WITH_VALUE:
+        p.add_argument(opt, help=argparse.SUPPRESS)
+    for opt in _IGNORED_FLAGS:
+        p.add_argument(opt, action="store_true", help=argparse.SUPPRESS)
+    for opt in _REFUSED_WITH_VALUE:
+        p.add_argument(opt, help=argparse.SUPPRESS)
+    for opt in _REFUSED_FLAGS:
+        p.add_argument(opt, action="store_true", help=argparse.SUPPRESS)
     return p
+
+
+def _dest(opt: str) -> str:
+    return opt.lstrip("-").replace("-", "_")
 
 
 def parse_options(argv: list[str]) -> Options:
@@ -146,6 +194,16 @@ def parse_options(argv: list[str]) -> Options:
         raise UsageError("give either a JSON file or --no-p4, not both")
     if args.json is None and not args.no_p4:
         raise UsageError("give a BMv2 JSON file to load, or --no-p4 to start without a program")
+    for opt in (*_REFUSED_WITH_VALUE, *_REFUSED_FLAGS):
+        if getattr(args, _dest(opt)) not in (None, False):
+            raise UsageError(f"{opt} is not supported by the embedded switch (use BMv2's simple_switch_grpc)")
+    if args.drop_port is not None and args.drop_port != 511:
+        raise UsageError(f"--drop-port {args.drop_port}: only v1model's 511 is supported by the embedded switch")
+    for opt in (*_IGNORED_WITH_VALUE, *_IGNORED_FLAGS, "--pcap"):
+        if getattr(args, _dest(opt)) not in (None, False):
+            LOG.warning("%s is accepted for BMv2 compatibility and ignored", opt)
+    if args.log_console and args.log_file is not None:
+        raise UsageError("give either --log-console or --log-file, not both (as BMv2)")
     ports: dict[int, str] = {}
     for text in args.interface:
         spec = parse_port_spec(text)
@@ -154,11 +212,32 @@ def parse_options(argv: list[str]) -> Options:
         if spec.iface in ports.values():
             raise UsageError(f"interface {spec.iface!r} given twice (-i {text})")
         ports[spec.port] = spec.iface
-    parse_loopback_address(args.grpc_server_addr)
-    for flag, value in (("--thrift-port", args.thrift_port), ("--cpu-port", args.cpu_port)):
-        if value is not None:
-            LOG.warning("%s is accepted for BMv2 compatibility and ignored", flag)
-    return Options(args.device_id, ports, args.grpc_server_addr, args.log_level, args.json, args.ready_file)
+    cpu_port = args.cpu_port or None  # 0: no CPU port, as BMv2
+    if cpu_port is not None:
+        if not 0 < cpu_port < 511:
+            raise UsageError(f"--cpu-port {cpu_port}: the CPU port must be 1..510 (9 bits, not the drop port)")
+        if cpu_port in ports:
+            raise UsageError(f"CPU port {cpu_port} is also a data port (-i {cpu_port}@{ports[cpu_port]}), as BMv2 refuses")
+    if not 1 <= args.priority_queues <= 8:
+        raise UsageError(f"--priority-queues {args.priority_queues}: 1..8 (v1model's priority is 3 bits)")
+    grpc_addr = _loopback(args.grpc_server_addr)
+    return Options(
+        args.device_id, ports, grpc_addr, args.log_level, args.json, args.ready_file,
+        cpu_port, args.priority_queues, args.log_file,
+    )
+
+
+def _loopback(address: str) -> str:
+    """The address to serve P4Runtime on: BMv2's 'all interfaces' becomes 127.0.0.1; others must be loopback."""
+    host, sep, port = address.rpartition(":")
+    if sep and host in _ALL_INTERFACES:
+        LOG.warning(
+            "--grpc-server-addr %s: serving P4Runtime on 127.0.0.1:%s only (p4ina never listens beyond this machine)",
+            address, port,
+        )
+        address = f"127.0.0.1:{port}"
+    parse_loopback_address(address)
+    return address
 
 
 def _write_ready_file(path: Path, running: RunningSwitch, device_id: int) -> None:
@@ -200,8 +279,22 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if opts.log_file is not None:
+        try:
+            handler = logging.FileHandler(opts.log_file)
+        except OSError as ex:
+            print(f"error: cannot open the log file {opts.log_file}: {ex.strerror}", file=sys.stderr)
+            return 2
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        root.addHandler(handler)
     try:
-        running = start_switch(opts.device_id, opts.grpc_addr, opts.ports, program)
+        running = start_switch(
+            opts.device_id, opts.grpc_addr, opts.ports, program,
+            cpu_port=opts.cpu_port, priority_queues=opts.priority_queues,
+        )
     except InterfaceError as ex:
         print(f"error: {ex.strerror}", file=sys.stderr)
         return 1

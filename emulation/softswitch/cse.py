@@ -1,171 +1,281 @@
-"""Common-subexpression elimination on a generated action, at load time.
+"""Temporaries on the IR: common-subexpression elimination, and spilling of deep expressions.
 
-p4c's copy propagation hands BMv2 expression trees that repeat whole subtrees (the 64-lane
-saturating add computes each lane's sum several times). This pass rewrites a generated
-action function so a repeated pure subexpression is computed once into a local
-(`(_cN := ...)`) and reused while none of the locals it reads has been reassigned. Only
-straight-line code creates such locals: not the arms of `x if c else y`, not the right
-side of `and`/`or`, not the body of an `if` (a body may only reuse what was computed
+CSE: p4c's copy propagation hands BMv2 expression trees that repeat whole subtrees (the 64-lane
+saturating add computes each lane's sum several times). Expressions are hash-consed (ir.Pool), so
+a repeat is the same node; this pass computes a repeated pure subexpression once into a
+temporary (`Let`, placed before the statement that first needs it) and reuses it while no slot it
+reads has been written. Only straight-line code defines temporaries: not the arms of `?:`, not
+the right side of `and`/`or`, not the body of an `if` (a body may only reuse what was computed
 before it). Two passes: the first counts reuses, the second rewrites only what is reused.
+
+Spilling: an expression nested deeper than SPILL_DEPTH has its deep subtrees computed into
+temporaries first, so that no emitted expression exceeds what a compiler's parser accepts (Python
+refuses about 200 nested parentheses). Every IR expression is pure and total (random draws
+excepted, which are never moved), so computing a subtree early does not change what it yields.
 """
 
 from __future__ import annotations
 
-import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-_PURE_CALLS = {"min", "max", "_shl", "_shr", "_div", "_mod"}
+from emulation.softswitch import ir
 
-Info = tuple[ast.AST, str, bool, frozenset[str]]  # (node kept alive, key, reusable?, locals read)
+SPILL_DEPTH = 40
+
+Fresh = Callable[[ir.Expr], ir.Temp]
 
 
-def _annotate(root: ast.AST, intern: dict[str, str]) -> dict[int, Info]:
-    """Structural key, reusability and reads of every expression node, bottom-up in one walk.
-
-    Keys are interned to short ids (`intern` is shared by both passes, so equal
-    structures get equal keys in both trees).
-    """
-    out: dict[int, Info] = {}
-
-    def visit(node: ast.AST) -> tuple[str, bool, frozenset[str]]:
-        kids = []
-        for c in ast.iter_child_nodes(node):
-            r = visit(c)
-            if isinstance(c, ast.expr):
-                kids.append(r)
-        pure = all(k[1] for k in kids)
-        reads: frozenset[str] = frozenset().union(*(k[2] for k in kids)) if kids else frozenset()
-        inner = ",".join(k[0] for k in kids)
-        compound = True
-        if isinstance(node, ast.Name):
-            raw, reads, compound = f"N:{node.id}", frozenset([node.id]), False
-        elif isinstance(node, ast.Constant):
-            raw, compound = f"C:{node.value!r}", False
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
-            raw, compound = f"C:-{node.operand.value!r}", False  # a negative literal
-        elif isinstance(node, ast.BinOp):
-            raw = f"B{type(node.op).__name__}({inner})"
-        elif isinstance(node, ast.UnaryOp):
-            raw = f"U{type(node.op).__name__}({inner})"
-        elif isinstance(node, ast.Compare):
-            raw = f"Cmp{'/'.join(type(o).__name__ for o in node.ops)}({inner})"
-        elif isinstance(node, ast.IfExp):
-            raw = f"If({inner})"
-        elif isinstance(node, ast.BoolOp):
-            raw = f"Bo{type(node.op).__name__}({inner})"
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _PURE_CALLS:
-            raw = f"Call({inner})"
-        else:  # subscripts (F, registers), other calls, statements: never reused
-            raw, pure, compound = f"X{id(node)}", False, False
-        key = intern.setdefault(raw, f"k{len(intern)}")
-        if isinstance(node, ast.expr):
-            out[id(node)] = (node, key, pure and compound, reads)
-        return key, pure, reads
-
-    visit(root)
+def _reads(e: ir.Expr, memo: dict[int, frozenset[int] | None]) -> frozenset[int] | None:
+    """Slots e reads, or None when e is impure (its value depends on more than its operands)."""
+    if e.nid in memo:
+        return memo[e.nid]
+    if isinstance(e, ir.IMPURE):
+        out: frozenset[int] | None = None
+    elif isinstance(e, ir.Field):
+        out = frozenset((e.slot,))
+    else:
+        acc: set[int] = set()
+        out = frozenset()
+        for k in e.children():
+            r = _reads(k, memo)
+            if r is None:
+                out = None
+                break
+            acc |= r
+        else:
+            out = frozenset(acc)
+    memo[e.nid] = out
     return out
 
 
-def _assigned(stmts: list[ast.stmt]) -> set[str]:
-    """Locals a statement list assigns (not the pass's own `_cN :=` locals, which never change)."""
-    out: set[str] = set()
+_ATOMS = (ir.Const, ir.Bool, ir.Field, ir.Param, ir.Temp)
+
+
+def _writes(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt]) -> set[int] | None:
+    """Slots the statements may write; None for 'anything' (a loop)."""
+    out: set[int] = set()
     for s in stmts:
-        for sub in ast.walk(s):
-            if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
-                for t in targets:
-                    for n in ast.walk(t):
-                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                            out.add(n.id)
+        if isinstance(s, ir.Assign):
+            out.add(s.slot)
+        elif isinstance(s, ir.CopyFields):
+            out.update(range(s.dst, s.dst + s.count))
+        elif isinstance(s, ir.ZeroFields):
+            out.update(range(s.first, s.first + s.count))
+        elif isinstance(s, ir.SwapFields):
+            out.update(range(s.a, s.a + s.count))
+            out.update(range(s.b, s.b + s.count))
+        elif isinstance(s, ir.If):
+            for part in (s.then, s.orelse):
+                w = _writes(part)
+                if w is None:
+                    return None
+                out |= w
+        elif isinstance(s, (ir.Loop, ir.Block)):
+            return None
     return out
 
 
 @dataclass
 class _State:
-    avail: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (local, generation)
-    by_name: dict[str, set[str]] = field(default_factory=dict)  # local read -> keys that read it
+    avail: dict[int, int] = field(default_factory=dict)  # node id -> generation
+    by_slot: dict[int, set[int]] = field(default_factory=dict)  # slot read -> node ids
 
-    def add(self, key: str, local: str, gen: int, reads: frozenset[str]) -> None:
-        self.avail[key] = (local, gen)
-        for name in reads:
-            self.by_name.setdefault(name, set()).add(key)
+    def add(self, nid: int, gen: int, reads: frozenset[int]) -> None:
+        self.avail[nid] = gen
+        for slot in reads:
+            self.by_slot.setdefault(slot, set()).add(nid)
 
-    def invalidate(self, names: set[str]) -> None:
-        for name in names:
-            for key in self.by_name.pop(name, ()):
-                self.avail.pop(key, None)
+    def invalidate(self, slots: set[int] | None) -> None:
+        if slots is None:
+            self.avail.clear()
+            self.by_slot.clear()
+            return
+        for slot in slots:
+            for nid in self.by_slot.pop(slot, ()):
+                self.avail.pop(nid, None)
 
 
 class _Pass:
-    """Pass 1 (uses=None) counts the uses of each generation; pass 2 rewrites the ones used twice."""
+    """Pass 1 (rewrite=False) counts the uses of each generation; pass 2 rewrites the ones used twice."""
 
-    def __init__(self, uses: dict[int, int] | None, info: dict[int, Info]) -> None:
-        self.emit = uses is not None
-        self.uses: dict[int, int] = uses if uses is not None else {}
-        self.info = info
+    def __init__(self, rewrite: bool, uses: dict[int, int], temps: dict[int, ir.Temp], fresh: Fresh) -> None:
+        self.rewrite = rewrite
+        self.uses = uses
+        self.temps = temps  # generation -> its temporary (pass 2)
+        self.fresh = fresh
+        self.reads: dict[int, frozenset[int] | None] = {}
+        self.pool_rebuild: dict[int, ir.Expr] = {}
         self.next_gen = 0
+        self.lets: list[ir.Stmt] = []
 
-    def expr(self, node: ast.expr, st: _State, certain: bool) -> ast.expr:
-        _, key, candidate, reads = self.info[id(node)]
+    def expr(self, e: ir.Expr, st: _State, certain: bool, pool: ir.Pool) -> ir.Expr:
+        candidate = not isinstance(e, _ATOMS) and _reads(e, self.reads) is not None
         if candidate:
-            hit = st.avail.get(key)
-            if hit is not None:  # reused whole: its children are not looked at again
-                local, gen = hit
-                if not self.emit:
+            gen = st.avail.get(e.nid)
+            if gen is not None:  # reused whole: its children are not looked at again
+                if not self.rewrite:
                     self.uses[gen] = self.uses.get(gen, 1) + 1
-                    return node
-                return ast.Name(id=local, ctx=ast.Load()) if self.uses.get(gen, 1) >= 2 else node
+                    return e
+                return self.temps[gen]
         # a first occurrence: children first, so their own repeats are found
-        if isinstance(node, ast.IfExp):
-            node.test = self.expr(node.test, st, certain)
-            node.body = self.expr(node.body, st, False)
-            node.orelse = self.expr(node.orelse, st, False)
-        elif isinstance(node, ast.BoolOp):
-            node.values = [self.expr(v, st, certain and i == 0) for i, v in enumerate(node.values)]
-        else:
-            for name, value in ast.iter_fields(node):
-                if isinstance(value, ast.expr):
-                    setattr(node, name, self.expr(value, st, certain))
-                elif isinstance(value, list):
-                    setattr(node, name, [self.expr(v, st, certain) if isinstance(v, ast.expr) else v for v in value])
+        out = self._children(e, st, certain, pool)
         if not candidate or not certain:
-            return node
+            return out
         gen = self.next_gen
         self.next_gen += 1
-        local = f"_c{gen}"
-        st.add(key, local, gen, reads)
-        if self.emit and self.uses.get(gen, 1) >= 2:
-            return ast.NamedExpr(target=ast.Name(id=local, ctx=ast.Store()), value=node)
-        return node
+        st.add(e.nid, gen, _reads(e, self.reads) or frozenset())
+        if self.rewrite and self.uses.get(gen, 1) >= 2:
+            t = self.fresh(out)
+            self.temps[gen] = t
+            self.lets.append(ir.Let(t.index, out))
+            return t
+        return out
 
-    def block(self, stmts: list[ast.stmt], st: _State, straight: bool) -> list[ast.stmt]:
+    def _children(self, e: ir.Expr, st: _State, certain: bool, pool: ir.Pool) -> ir.Expr:
+        if isinstance(e, ir.Mux):
+            c = self.expr(e.cond, st, certain, pool)
+            a = self.expr(e.a, st, False, pool)
+            b = self.expr(e.b, st, False, pool)
+            return e if not self.rewrite else rebuild(pool, e, (c, a, b))
+        if isinstance(e, ir.Binary) and e.op in ir.LOGICAL:
+            a = self.expr(e.a, st, certain, pool)
+            b = self.expr(e.b, st, False, pool)
+            return e if not self.rewrite else rebuild(pool, e, (a, b))
+        kids = e.children()
+        if not kids:
+            return e
+        new = tuple(self.expr(k, st, certain, pool) for k in kids)
+        return e if not self.rewrite else rebuild(pool, e, new)
+
+    def block(self, stmts: tuple[ir.Stmt, ...], st: _State, straight: bool, pool: ir.Pool) -> tuple[ir.Stmt, ...]:
+        out: list[ir.Stmt] = []
         for s in stmts:
-            if isinstance(s, ast.Assign):
-                s.value = self.expr(s.value, st, straight)
-                for t in s.targets:
-                    if isinstance(t, ast.Subscript):
-                        t.slice = self.expr(t.slice, st, straight)
-            elif isinstance(s, ast.If):
-                s.test = self.expr(s.test, st, straight)
-                self.block(s.body, st, False)
-                self.block(s.orelse, st, False)
-            elif isinstance(s, ast.Expr):
-                s.value = self.expr(s.value, st, straight)
-            st.invalidate(_assigned([s]))
-        return stmts
+            self.lets = []
+            s2 = self.stmt(s, st, straight, pool)
+            out.extend(self.lets)
+            out.append(s2)
+            st.invalidate(_writes([s]))
+        return tuple(out)
+
+    def stmt(self, s: ir.Stmt, st: _State, straight: bool, pool: ir.Pool) -> ir.Stmt:
+        ex = lambda e: self.expr(e, st, straight, pool)  # noqa: E731
+        if isinstance(s, ir.Assign):
+            return ir.Assign(s.slot, ex(s.value))
+        if isinstance(s, ir.Let):
+            return ir.Let(s.temp, ex(s.value))
+        if isinstance(s, ir.If):
+            cond = ex(s.cond)
+            lets = self.lets
+            then = self.block(s.then, st, False, pool)
+            orelse = self.block(s.orelse, st, False, pool)
+            self.lets = lets
+            return ir.If(cond, then, orelse)
+        if isinstance(s, ir.RegWrite):
+            return ir.RegWrite(s.reg, ex(s.index), ex(s.value))
+        if isinstance(s, ir.Count):
+            return ir.Count(s.counter, ex(s.index), s.bytes_slot)
+        return s  # Return, Fail, CopyFields, ZeroFields, Loop (opaque: its writes clear everything)
 
 
-def eliminate(source: str) -> str:
-    """Rewrite one generated `def` so repeated pure subexpressions are computed once."""
-    tree = ast.parse(source)
-    fn = tree.body[0]
-    if not isinstance(fn, ast.FunctionDef):
-        return source
-    intern: dict[str, str] = {}
-    counting = ast.parse(source)
-    first = _Pass(None, _annotate(counting, intern))
-    first.block(counting.body[0].body, _State(), True)  # type: ignore[attr-defined]
-    second = _Pass(first.uses, _annotate(tree, intern))
-    second.block(fn.body, _State(), True)
-    ast.fix_missing_locations(tree)
-    return ast.unparse(tree)
+def rebuild(pool: ir.Pool, e: ir.Expr, kids: tuple[ir.Expr, ...]) -> ir.Expr:
+    """e with new children (the same node when they did not change)."""
+    if all(a is b for a, b in zip(kids, e.children())):
+        return e
+    if isinstance(e, ir.Binary):
+        return pool.binary(e.op, kids[0], kids[1], bits=e.bits, swidth=e.swidth)
+    if isinstance(e, ir.Unary):
+        return pool.unary(e.op, kids[0], bits=e.bits)
+    if isinstance(e, ir.Mux):
+        return pool.mux(kids[0], kids[1], kids[2])
+    if isinstance(e, ir.Clamp):
+        return pool.clamp(kids[0], e.lo, e.hi, e.bits, e.swidth)
+    if isinstance(e, ir.SignWrap):
+        return pool.sign_wrap(kids[0], e.width)
+    if isinstance(e, ir.InRange):
+        return pool.in_range(kids[0], e.size, e.nonneg)
+    if isinstance(e, ir.RegRead):
+        return pool.reg_read(e.reg, kids[0], e.bits or 0)
+    if isinstance(e, ir.Random):
+        return e  # never rebuilt: a draw keeps its identity
+    raise ir.IRError(f"cannot rebuild {type(e).__name__}")
+
+
+def eliminate(body: tuple[ir.Stmt, ...], pool: ir.Pool, fresh: Fresh) -> tuple[ir.Stmt, ...]:
+    """body with repeated pure subexpressions computed once into temporaries."""
+    uses: dict[int, int] = {}
+    _Pass(False, uses, {}, fresh).block(body, _State(), True, pool)
+    if not any(n >= 2 for n in uses.values()):
+        return body
+    return _Pass(True, uses, {}, fresh).block(body, _State(), True, pool)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spilling
+
+
+class Spiller:
+    """Moves subtrees of over-deep expressions into temporaries placed before their statement."""
+
+    def __init__(self, pool: ir.Pool, fresh: Fresh, max_depth: int = SPILL_DEPTH) -> None:
+        self.pool = pool
+        self.fresh = fresh
+        self.max_depth = max_depth
+        self.depths: dict[int, int] = {}
+
+    def expr(self, e: ir.Expr, lets: list[ir.Stmt]) -> ir.Expr:
+        if ir.depth(e, self.depths) <= self.max_depth:
+            return e
+        return self._spill(e, lets)
+
+    def _spill(self, e: ir.Expr, lets: list[ir.Stmt]) -> ir.Expr:
+        # bottom-up without recursion: every subtree that reaches max_depth becomes a temporary
+        done: dict[int, ir.Expr] = {}
+        stack: list[tuple[ir.Expr, bool]] = [(e, False)]
+        while stack:
+            n, ready = stack.pop()
+            if n.nid in done:
+                continue
+            kids = n.children()
+            if not ready and kids:
+                stack.append((n, True))
+                stack.extend((k, False) for k in kids if k.nid not in done)
+                continue
+            new = rebuild(self.pool, n, tuple(done[k.nid] for k in kids)) if kids else n
+            if ir.depth(new, self.depths) >= self.max_depth and not isinstance(new, ir.Random):
+                t = self.fresh(new)
+                lets.append(ir.Let(t.index, new))
+                new = t
+            done[n.nid] = new
+        return done[e.nid]
+
+    def block(self, stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            lets: list[ir.Stmt] = []
+            s2 = self.stmt(s, lets)
+            out.extend(lets)
+            out.append(s2)
+        return tuple(out)
+
+    def stmt(self, s: ir.Stmt, lets: list[ir.Stmt]) -> ir.Stmt:
+        ex = lambda e: self.expr(e, lets)  # noqa: E731
+        if isinstance(s, ir.Assign):
+            return ir.Assign(s.slot, ex(s.value))
+        if isinstance(s, ir.Let):
+            return ir.Let(s.temp, ex(s.value))
+        if isinstance(s, ir.If):
+            return ir.If(ex(s.cond), self.block(s.then), self.block(s.orelse))
+        if isinstance(s, ir.RegWrite):
+            return ir.RegWrite(s.reg, ex(s.index), ex(s.value))
+        if isinstance(s, ir.Count):
+            return ir.Count(s.counter, ex(s.index), s.bytes_slot)
+        if isinstance(s, ir.Verify):
+            return ir.Verify(ex(s.cond), ex(s.error))
+        if isinstance(s, ir.Advance):
+            return ir.Advance(ex(s.nbytes), s.short_error)
+        if isinstance(s, ir.GotoUnless):
+            return ir.GotoUnless(ex(s.cond), s.target)
+        if isinstance(s, ir.Loop):
+            return ir.Loop(tuple(ir.Block(b.start, self.block(b.body), b.fall) for b in s.blocks), s.end, s.limit, s.message)
+        return s

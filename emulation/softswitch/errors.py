@@ -37,3 +37,7 @@ class TableFullError(SoftSwitchError):
 
 class ConstDefaultActionError(SoftSwitchError):
     """The program declares the table's default action const."""
+
+
+class ProgramLimitError(SoftSwitchError):
+    """A pushed program asks for more than the switch allows (the message names the limit)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 
+from emulation.softswitch.ir import HashAlgo
+
 HashFn = Callable[[bytes], int]
 
 
@@ -95,4 +97,14 @@ ALGORITHMS: dict[str, HashFn] = {
     "cksum16": csum16,
     "xor16": xor16,
     "identity": identity,
+}
+
+# The IR names algorithms by enum (lower.py maps the JSON's names onto it).
+BY_ALGO: dict[HashAlgo, HashFn] = {
+    HashAlgo.CRC16: crc16,
+    HashAlgo.CRC32: crc32,
+    HashAlgo.CRC_CCITT: crc_ccitt,
+    HashAlgo.CSUM16: csum16,
+    HashAlgo.XOR16: xor16,
+    HashAlgo.IDENTITY: identity,
 }

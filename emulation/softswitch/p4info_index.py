@@ -8,7 +8,9 @@ This module is the whole translation layer, kept free of gRPC so it can be teste
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -36,6 +38,9 @@ MATCH_KINDS = {
     p4info_pb2.MatchField.RANGE: "range",
     p4info_pb2.MatchField.OPTIONAL: "optional",
 }
+# p4c-bm2-ss's own tables (one per action called outside a table, one per switch on a value);
+# P4Info never lists them.
+HIDDEN_TABLE = re.compile(r"tbl_.*|switch_\d+_table")
 # The JSON kinds each P4Info kind may appear as ("optional" runs as ternary in BMv2).
 _JSON_KINDS = {
     "exact": ("exact",),
@@ -117,6 +122,7 @@ class TableSpec:
     const_default_action_id: int
     size: int
     is_const: bool = False  # entries come from the program (P4 `const entries`)
+    idle_timeout: bool = False  # the table supports idle timeout (P4Info idle_timeout_behavior)
 
     @property
     def needs_priority(self) -> bool:
@@ -139,6 +145,22 @@ class RegisterSpec:
     size: int
 
 
+@dataclass(frozen=True)
+class PacketMetadataSpec:
+    """A controller header (P4Info controller_packet_metadata 'packet_in' or 'packet_out'): fields in wire order."""
+
+    name: str
+    fields: tuple[tuple[int, str, int], ...]  # (id, name, bitwidth)
+
+    @property
+    def nbits(self) -> int:
+        return sum(w for _, _, w in self.fields)
+
+    @property
+    def nbytes(self) -> int:
+        return (self.nbits + 7) // 8
+
+
 class P4InfoMismatchError(ValueError):
     """The P4Info does not describe the BMv2 JSON it was pushed with."""
 
@@ -155,6 +177,7 @@ class P4InfoIndex:
             )
             self.actions[a.preamble.id] = ActionSpec(a.preamble.id, a.preamble.name, params)
         self.tables: dict[int, TableSpec] = {}
+        self._translated: dict[int, set[int]] = {}  # table id -> ids of match fields of translated types
         for t in p4info.tables:
             fields = []
             for f in sorted(t.match_fields, key=lambda f: f.id):
@@ -164,10 +187,16 @@ class P4InfoIndex:
                         f"{p4info_pb2.MatchField.MatchType.Name(f.match_type)}"
                     )
                 fields.append(MatchFieldSpec(f.id, f.name, f.bitwidth, MATCH_KINDS[f.match_type]))
+            translated = {
+                f.id for f in t.match_fields
+                if f.HasField("type_name") and p4info.type_info.new_types[f.type_name.name].HasField("translated_type")
+            }
+            if translated:
+                self._translated[t.preamble.id] = translated
             scopes = {r.id: r.scope for r in t.action_refs}
             self.tables[t.preamble.id] = TableSpec(
                 t.preamble.id, t.preamble.name, tuple(fields), scopes, t.const_default_action_id, t.size,
-                t.is_const_table,
+                t.is_const_table, t.idle_timeout_behavior != p4info_pb2.Table.NO_TIMEOUT,
             )
         self.counters: dict[int, CounterSpec] = {
             c.preamble.id: CounterSpec(c.preamble.id, c.preamble.name, c.spec.unit, c.size)
@@ -177,6 +206,12 @@ class P4InfoIndex:
         for r in p4info.registers:
             width = r.type_spec.bitstring.bit.bitwidth or r.type_spec.bitstring.int.bitwidth
             self.registers[r.preamble.id] = RegisterSpec(r.preamble.id, r.preamble.name, width, r.size)
+        self.packet_metadata: dict[str, PacketMetadataSpec] = {}
+        for m in p4info.controller_packet_metadata:
+            if m.preamble.name in ("packet_in", "packet_out"):
+                self.packet_metadata[m.preamble.name] = PacketMetadataSpec(
+                    m.preamble.name, tuple((f.id, f.name, f.bitwidth) for f in m.metadata)
+                )
         self.table_by_name = {t.name: t for t in self.tables.values()}
         self.action_by_name = {a.name: a for a in self.actions.values()}
 
@@ -211,10 +246,20 @@ class P4InfoIndex:
         problems: list[str] = []
         tables = switch.tables()
         actions = switch.actions()
+        absent = [t.name for t in self.tables.values() if t.name not in tables]
+        unknown = [name for name in tables if name not in self.table_by_name and not HIDDEN_TABLE.fullmatch(name)]
+        if unknown:
+            # a table of the program the P4Info does not know: a P4Info of another program
+            problems.append(f"the device config's table(s) {unknown[:5]} are not in the P4Info")
+        elif absent:
+            # p4c drops tables it proves unreachable from the BMv2 JSON and keeps them in P4Info;
+            # writes to them are refused (no such table in the loaded program), as BMv2 refuses them
+            LOG.info("P4Info tables not in the device config (unreachable, dropped by p4c): %s", absent[:10])
         for t in self.tables.values():
             info = tables.get(t.name)
             if info is None:
-                problems.append(f"table {t.name!r} is not in the device config")
+                if unknown:
+                    problems.append(f"table {t.name!r} is not in the device config")
                 continue
             if len(info.keys) != len(t.match_fields):
                 problems.append(
@@ -222,8 +267,13 @@ class P4InfoIndex:
                     f"the device config {len(info.keys)}"
                 )
             else:
-                for f, k in zip(t.match_fields, info.keys):
-                    if k.match_type not in _JSON_KINDS[f.kind] or f.bitwidth != k.bitwidth:
+                for i, (f, k) in enumerate(zip(t.match_fields, info.keys)):
+                    if k.match_type in _JSON_KINDS[f.kind] and (f.bitwidth == 0 or f.id in self._translated.get(t.id, ())):
+                        # a field that is not a bit string (an `error`, say: P4Info gives no width) or
+                        # of a @p4runtime_translation type (P4Info gives the controller's width): this
+                        # switch translates none, so values are the data plane's, in its width
+                        self._adopt_width(t.id, i, k.bitwidth)
+                    elif k.match_type not in _JSON_KINDS[f.kind] or f.bitwidth != k.bitwidth:
                         problems.append(
                             f"table {t.name!r}: match field {f.name!r} is {f.kind}/{f.bitwidth} in P4Info "
                             f"but {k.match_type}/{k.bitwidth} in the device config"
@@ -231,7 +281,9 @@ class P4InfoIndex:
         for a in self.actions.values():
             info = actions.get(a.name)
             if info is None:
-                problems.append(f"action {a.name!r} is not in the device config")
+                if unknown:
+                    problems.append(f"action {a.name!r} is not in the device config")
+                # else: an action only an unreachable table used (p4c drops both)
             elif tuple(p.bitwidth for p in a.params) != tuple(info.param_widths):
                 problems.append(
                     f"action {a.name!r}: parameter widths {[p.bitwidth for p in a.params]} in P4Info, "
@@ -249,6 +301,53 @@ class P4InfoIndex:
                 problems.append(f"register {r.name!r} is not in the device config")
         if problems:
             raise P4InfoMismatchError("P4Info does not match the device config: " + "; ".join(problems))
+
+    def _adopt_width(self, table_id: int, index: int, bitwidth: int) -> None:
+        t = self.tables[table_id]
+        fields = list(t.match_fields)
+        fields[index] = dataclasses.replace(fields[index], bitwidth=bitwidth)
+        self.tables[table_id] = dataclasses.replace(t, match_fields=tuple(fields))
+        self.table_by_name[t.name] = self.tables[table_id]
+
+    # -- packet I/O (PI's packet_io_mgr: the controller headers, packed MSB first, padded to bytes) --
+    def packet_out_bytes(self, packet: p4runtime_pb2.PacketOut) -> bytes:
+        """The packet a PacketOut stands for: its packet_out header (missing fields 0), then the payload."""
+        spec = self.packet_metadata.get("packet_out")
+        if spec is None:
+            if len(packet.metadata):
+                raise invalid("Unexpected metadata in PacketOut message (the P4Info has no packet_out header)")
+            return packet.payload
+        values: dict[int, int] = {}
+        widths = {fid: (name, w) for fid, name, w in spec.fields}
+        for m in packet.metadata:
+            if m.metadata_id not in widths:
+                raise invalid(f"Unknown metadata id {m.metadata_id} in PacketOut message")
+            name, w = widths[m.metadata_id]
+            values[m.metadata_id] = decode_bytes(m.value, w, f"PacketOut metadata {name!r}")
+        acc = 0
+        for fid, _, w in spec.fields:
+            acc = (acc << w) | values.get(fid, 0)
+        pad = spec.nbytes * 8 - spec.nbits
+        return (acc << pad).to_bytes(spec.nbytes, "big") + packet.payload
+
+    def packet_in_message(self, data: bytes) -> p4runtime_pb2.StreamMessageResponse | None:
+        """A PacketIn for a packet sent to the CPU port: packet_in header fields as metadata; None if too short."""
+        msg = p4runtime_pb2.StreamMessageResponse()
+        spec = self.packet_metadata.get("packet_in")
+        if spec is None:
+            msg.packet.payload = data
+            return msg
+        if len(data) < spec.nbytes:
+            return None  # PI drops it too
+        acc = int.from_bytes(data[: spec.nbytes], "big") >> (spec.nbytes * 8 - spec.nbits)
+        values = []
+        for fid, _, w in reversed(spec.fields):
+            values.append((fid, acc & ((1 << w) - 1)))
+            acc >>= w
+        for fid, v in reversed(values):
+            msg.packet.metadata.add(metadata_id=fid, value=encode_int(v))
+        msg.packet.payload = data[spec.nbytes :]
+        return msg
 
     # -- table entries -------------------------------------------------------------------------
     def decode_match(self, table: TableSpec, matches: Iterable[p4runtime_pb2.FieldMatch]) -> tuple[MatchKey, ...]:
@@ -283,9 +382,14 @@ class P4InfoIndex:
             raise invalid(f"table {table.name!r}: action {action.name!r} is not an action of this table")
         scope = table.action_scopes[action.id]
         if default and scope == p4info_pb2.ActionRef.TABLE_ONLY:
-            raise invalid(f"table {table.name!r}: action {action.name!r} cannot be the default action (@tableonly)")
+            raise P4RuntimeStatusError(
+                code_pb2.PERMISSION_DENIED, f"table {table.name!r}: action {action.name!r} cannot be the default action (@tableonly)"
+            )
         if not default and scope == p4info_pb2.ActionRef.DEFAULT_ONLY:
-            raise invalid(f"table {table.name!r}: action {action.name!r} can only be the default action (@defaultonly)")
+            raise P4RuntimeStatusError(
+                code_pb2.PERMISSION_DENIED,
+                f"table {table.name!r}: action {action.name!r} can only be the default action (@defaultonly)",
+            )
         given: dict[int, bytes] = {}
         for p in msg.action.params:
             if p.param_id in given:
@@ -341,6 +445,8 @@ def _decode_field(table: TableSpec, f: MatchFieldSpec, m: p4runtime_pb2.FieldMat
         plen = m.lpm.prefix_len
         if not 0 <= plen <= f.bitwidth:
             raise invalid(f"{what}: prefix length {plen} is outside 0..{f.bitwidth}")
+        if plen == 0:
+            raise invalid(f"{what}: a /0 prefix is a don't-care; omit the match field instead (P4Runtime)")
         value = decode_bytes(m.lpm.value, f.bitwidth, what)
         if value & (full >> plen):
             raise invalid(f"{what}: lpm value has bits set beyond the /{plen} prefix")
@@ -348,6 +454,8 @@ def _decode_field(table: TableSpec, f: MatchFieldSpec, m: p4runtime_pb2.FieldMat
     if f.kind == "ternary":
         value = decode_bytes(m.ternary.value, f.bitwidth, what)
         mask = decode_bytes(m.ternary.mask, f.bitwidth, f"{what} mask")
+        if mask == 0:
+            raise invalid(f"{what}: a zero ternary mask is a don't-care; omit the match field instead (P4Runtime)")
         if value & ~mask:
             raise invalid(f"{what}: ternary value has bits set outside the mask")
         return Ternary(value, mask)
@@ -356,6 +464,8 @@ def _decode_field(table: TableSpec, f: MatchFieldSpec, m: p4runtime_pb2.FieldMat
         high = decode_bytes(m.range.high, f.bitwidth, f"{what} high")
         if low > high:
             raise invalid(f"{what}: range low {low} > high {high}")
+        if low == 0 and high == full:
+            raise invalid(f"{what}: the whole range is a don't-care; omit the match field instead (P4Runtime)")
         return Range(low, high)
     # optional: an exact value or (omitted) a don't-care, run as ternary
     return Ternary(decode_bytes(m.optional.value, f.bitwidth, what), full)

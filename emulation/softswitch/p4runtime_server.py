@@ -16,7 +16,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Iterator, Mapping, NamedTuple
+from typing import Callable, Iterator, Mapping, NamedTuple
 
 import grpc
 from google.protobuf import any_pb2
@@ -39,7 +39,7 @@ from emulation.softswitch.switch import SoftSwitch, TableEntry
 
 LOG = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # BMv2 JSONs travel in one message
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # BMv2 JSONs travel in one message (p4ina.json: 5 MB); beyond: RESOURCE_EXHAUSTED
 PORT_BITS = 9  # v1model egress_spec
 _GRPC_CODE = {sc.value[0]: sc for sc in grpc.StatusCode}
 _UPDATE = p4runtime_pb2.Update
@@ -128,7 +128,9 @@ class Arbiter:
     """Primary election per (device, role): the highest live election id is primary.
 
     As in PI, an arbitration message without an election id claims id 0, and at most
-    MAX_CONNECTIONS streams may be open per device and role.
+    MAX_CONNECTIONS streams may be open per device and role. A stream without a role is the default
+    role's. Role configs (the spec's out-of-band schemes) are refused by name: every role has full
+    pipeline access, and each request must come from the primary of the role it names.
     """
 
     MAX_CONNECTIONS = 16
@@ -143,6 +145,13 @@ class Arbiter:
 
     def arbitrate(self, stream: _Stream, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
         key = (update.device_id, _role_key(update.role.name, update.role.id))
+        if update.HasField("role") and update.role.HasField("config"):
+            # the spec leaves role definition schemes to an out-of-band agreement; this server agrees
+            # on none, so a role is always "full pipeline access" and a config asking for less is refused
+            raise invalid(
+                f"role {update.role.name!r}: role config {update.role.config.type_url!r} is not supported "
+                "(this server implements roles with an unset config only, i.e. full pipeline access)"
+            )
         eid = uint128(update.election_id)
         with self._lock:
             if stream.device_id is not None and (stream.device_id, stream.role_key) != key:
@@ -198,6 +207,16 @@ class Arbiter:
                 arb.status.code, arb.status.message = code_pb2.ALREADY_EXISTS, "Is backup"
             s.send(msg)
 
+    def primaries(self, device_id: int) -> list[_Stream]:
+        """The primary stream of every role of a device (each role has full pipeline access)."""
+        with self._lock:
+            out = []
+            for (dev, _), group in self._groups.items():
+                primary = self._primary(group) if dev == device_id else None
+                if primary is not None:
+                    out.append(primary)
+            return out
+
     def is_primary(self, device_id: int, role_key: str, election_id: int | None) -> bool:
         """Whether a request with this election id may change the device (PI's rule).
 
@@ -233,6 +252,7 @@ def _code_of(ex: Exception) -> int:
         (errors.InvalidEntryError, code_pb2.INVALID_ARGUMENT),
         (errors.UnknownObjectError, code_pb2.NOT_FOUND),
         (errors.TableFullError, code_pb2.RESOURCE_EXHAUSTED),
+        (errors.ProgramLimitError, code_pb2.RESOURCE_EXHAUSTED),
         (errors.ConstDefaultActionError, code_pb2.PERMISSION_DENIED),
         (errors.NoProgramError, code_pb2.FAILED_PRECONDITION),
         (errors.UnsupportedProgramError, code_pb2.UNIMPLEMENTED),
@@ -275,6 +295,29 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def __init__(self, switches: Mapping[int, SoftSwitch]) -> None:
         self._devices = {device_id: _Device(sw) for device_id, sw in switches.items()}
         self.arbiter = Arbiter()
+        for device_id, sw in switches.items():
+            sw.on_packet_in = self._packet_in_sender(device_id)
+
+    def _packet_in_sender(self, device_id: int) -> Callable[[bytes], None]:
+        """What a switch calls for a packet to its CPU port (from the port loop, under the switch's lock).
+
+        Takes no device lock (a Write holds it while calling the switch): it reads the committed
+        index and queues the PacketIn for every role's primary, as PI sends it to the primary.
+        """
+        dev = self._devices[device_id]
+
+        def send(data: bytes) -> None:
+            index = dev.index
+            if index is None:
+                return
+            msg = index.packet_in_message(data)
+            if msg is None:
+                LOG.debug("packet-in of %d bytes is shorter than the packet_in header; dropped", len(data))
+                return
+            for stream in self.arbiter.primaries(device_id):
+                stream.send(msg)
+
+        return send
 
     def _device(self, device_id: int) -> _Device:
         try:
@@ -348,6 +391,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         scratch = SoftSwitch(device_id=0, name="verify")
         try:
             scratch.load_program(config.p4_device_config)
+        except errors.ProgramLimitError as ex:
+            raise P4RuntimeStatusError(code_pb2.RESOURCE_EXHAUSTED, f"Error when loading the device config: {ex}") from ex
         except (errors.SoftSwitchError, ValueError) as ex:
             raise invalid(f"Error when loading the device config: {ex}") from ex
         except Exception as ex:  # an interpreter bug must not take the server down
@@ -363,9 +408,12 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         try:
             dev.switch.load_program(config.p4_device_config)
         except Exception as ex:  # verified on a scratch switch just before: this is an interpreter bug
-            LOG.exception("the interpreter failed to load a verified device config")
-            dev.index, dev.config = None, None
-            raise P4RuntimeStatusError(code_pb2.INTERNAL, f"Internal error committing the config: {ex!r}") from ex
+            # load_program replaces the program only on success: the old one still forwards, so the
+            # old config and its index stay the device's (reads and writes keep working)
+            LOG.exception("the interpreter failed to load a verified device config; the old pipeline stays")
+            raise P4RuntimeStatusError(
+                code_pb2.INTERNAL, f"Internal error committing the config (the previous pipeline is kept): {ex!r}"
+            ) from ex
         dev.index, dev.config, dev.saved = index, config, None
         dev.groups_with_port_bytes.clear()
         dev.entry_metadata.clear()
@@ -436,6 +484,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if update.type not in (_UPDATE.INSERT, _UPDATE.MODIFY, _UPDATE.DELETE):
                 raise invalid("Update type is UNSPECIFIED")
             kind = update.entity.WhichOneof("entity")
+            if kind is None:
+                raise invalid("The update has no entity")
             if kind == "table_entry":
                 self._write_table(dev, index, update.type, update.entity.table_entry)
             elif kind == "packet_replication_engine_entry":
@@ -482,6 +532,10 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             return
         if table.is_const:
             raise P4RuntimeStatusError(code_pb2.PERMISSION_DENIED, f"table {table.name!r} is const (entries from the program)")
+        if e.idle_timeout_ns < 0:
+            raise invalid(f"table {table.name!r}: idle_timeout_ns must not be negative")
+        if e.idle_timeout_ns > 0 and not table.idle_timeout:
+            raise invalid(f"table {table.name!r}: idle_timeout_ns must be 0, the table does not support idle timeout")
         key = index.decode_match(table, e.match)
         if table.needs_priority and e.priority <= 0:
             raise invalid(f"table {table.name!r}: entries need a priority > 0 (ternary/range/optional keys)")
@@ -725,10 +779,21 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         if kind == "packet":
             if not self.arbiter.is_primary(stream.device_id, stream.role_key, stream.election_id):
                 LOG.debug("packet-out from a backup ignored (as PI does)")
-            else:
-                stream.send(
-                    _stream_error(req, code_pb2.UNIMPLEMENTED, "packet-out needs a CPU port, which this switch has not")
-                )
+                return True
+            dev = self._devices[stream.device_id]
+            if dev.switch.cpu_port is None:
+                stream.send(_stream_error(req, code_pb2.UNIMPLEMENTED, "packet-out needs a CPU port (--cpu-port)"))
+                return True
+            index = dev.index
+            if index is None:
+                stream.send(_stream_error(req, code_pb2.FAILED_PRECONDITION, "No forwarding pipeline config set"))
+                return True
+            try:
+                data = index.packet_out_bytes(req.packet)
+            except P4RuntimeStatusError as ex:
+                stream.send(_stream_error(req, ex.code, ex.message))
+                return True
+            dev.switch.packet_out(data)
             return True
         if kind == "digest_ack":
             return True

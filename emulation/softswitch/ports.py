@@ -5,10 +5,14 @@ so more threads only add switching (measured on 2 cores, tiny forwarding program
 port 1 -> port 2: 57-64 kpps with this loop, 53-61 kpps with one blocking thread per port). Frames are passed exactly as received (frames under
 60 bytes may arrive unpadded, as with BMv2); our own transmissions, which the kernel loops back
 to packet sockets as PACKET_OUTGOING, are ignored. Sends block (back-pressure instead of drops).
+Frames are received with MSG_TRUNC, which reports a frame's real length: one longer than the
+receive buffer (MAX_FRAME, a GSO super-frame's size) is dropped and counted as oversized, never
+handed to the switch cut short.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import logging
@@ -38,6 +42,8 @@ _GONE = (errno.ENETDOWN, errno.ENODEV, errno.ENXIO)
 
 class PacketProcessor(Protocol):
     def process_packet(self, ingress_port: int, data: bytes) -> list[tuple[int, bytes]]: ...
+
+    # (a SoftSwitch also has `transmit`, which PortIO sets to `inject` while it runs)
 
 
 class PortSpecError(ValueError):
@@ -72,6 +78,7 @@ class PortStats:
     rx: int = 0
     tx: int = 0
     tx_errors: int = 0
+    oversized: int = 0  # frames longer than the receive buffer, dropped
 
 
 @dataclass
@@ -118,8 +125,11 @@ def open_port_socket(iface: str) -> tuple[socket.socket, int]:
 class PortIO:
     """Moves frames between the given interfaces and one switch, on one background thread."""
 
-    def __init__(self, switch: PacketProcessor, ports: Mapping[int, str], name: str = "") -> None:
+    def __init__(self, switch: PacketProcessor, ports: Mapping[int, str], name: str = "", max_frame: int = MAX_FRAME) -> None:
         self.switch = switch
+        self.max_frame = max_frame
+        self._buf = bytearray(max_frame)
+        self._view = memoryview(self._buf)
         self.name = name or "softswitch"
         self._wanted = dict(ports)
         self._ports: dict[int, _Port] = {}
@@ -129,6 +139,8 @@ class PortIO:
         self._stop = threading.Event()
         self._epoll: select.epoll | None = None
         self.tx_no_port = 0  # frames for a port without an interface
+        # frames produced outside the loop (a controller's packet-outs), sent by the loop thread
+        self._injected: collections.deque[tuple[int, bytes]] = collections.deque()
 
     @property
     def stats(self) -> dict[int, PortStats]:
@@ -149,18 +161,35 @@ class PortIO:
             raise
         self._epoll = select.epoll()
         self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._epoll.register(self._wake_r, select.EPOLLIN)
         for p in self._ports.values():
             self._by_fd[p.sock.fileno()] = p
             self._epoll.register(p.sock.fileno(), select.EPOLLIN)
         self._thread = threading.Thread(target=self._loop, name=f"{self.name}-ports", daemon=True)
         self._thread.start()
+        if hasattr(self.switch, "transmit"):
+            self.switch.transmit = self.inject
         LOG.info("%s: ports %s", self.name, ", ".join(f"{p}@{i}" for p, i in sorted(self._wanted.items())))
 
-    def stop(self) -> None:
-        self._stop.set()
+    def inject(self, egress: int, frame: bytes) -> None:
+        """Send a frame from another thread (the port loop sends it; its sockets and counters are its own)."""
+        self._injected.append((egress, frame))
+        self._wake()
+
+    def _wake(self) -> None:
         if self._wake_w >= 0:
-            os.write(self._wake_w, b"x")
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:
+                pass  # the loop has wake-ups pending already
+
+    def stop(self) -> None:
+        if getattr(self.switch, "transmit", None) == self.inject:
+            self.switch.transmit = None
+        self._stop.set()
+        self._wake()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -195,16 +224,26 @@ class PortIO:
                 continue
             for fd, mask in events:
                 if fd == self._wake_r:
-                    return
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                    if self._stop.is_set():
+                        return
+                    while self._injected:
+                        self._send(*self._injected.popleft())
+                    continue
                 port = self._by_fd.get(fd)
                 if port is not None:
                     self._drain(port)
 
     def _drain(self, port: _Port) -> None:
         sock = port.sock
+        buf, view, limit = self._buf, self._view, self.max_frame
         for _ in range(BATCH):
             try:
-                data, addr = sock.recvfrom(MAX_FRAME, socket.MSG_DONTWAIT)
+                # MSG_TRUNC: n is the frame's real length, even when the buffer is shorter
+                n, addr = sock.recvfrom_into(buf, limit, socket.MSG_DONTWAIT | socket.MSG_TRUNC)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as ex:
@@ -212,6 +251,11 @@ class PortIO:
                 return
             if addr[2] == PACKET_OUTGOING:
                 continue
+            if n > limit:
+                port.stats.oversized += 1
+                LOG.debug("%s: dropped a %d-byte frame on port %d (longer than %d)", self.name, n, port.port, limit)
+                continue
+            data = bytes(view[:n])
             port.stats.rx += 1
             for egress, frame in self.switch.process_packet(port.port, data):
                 self._send(egress, frame)

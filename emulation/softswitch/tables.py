@@ -7,6 +7,8 @@ prefix length (lpm), or a scan in priority order (ternary, range).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +76,10 @@ class MatchTable:
         self.lpm: list[tuple[int, dict[Any, Result]]] = []  # (mask, dict) longest prefix first
         self._lpm_by_len: dict[int, dict[Any, Result]] = {}
         self.scan: list[tuple[tuple[tuple[int, int], ...], Result]] = []  # ((a, b) per key), priority order
+        # beside `scan`, the sort key of each row: (-priority, installation number), and each entry's key
+        self._scan_order: list[tuple[int, int]] = []
+        self._scan_key: dict[tuple, tuple[int, int]] = {}
+        self._installed = itertools.count()
         self.default: list[Result] = [None]  # type: ignore[list-item]
         self.default_call: Any = None  # the API's ActionCall for the current default
         self._lpm_index = next((i for i, k in enumerate(keys) if k.match_type == "lpm"), -1)
@@ -148,9 +154,13 @@ class MatchTable:
         ident = self.canonical(key, priority)
         if ident not in self.entries:
             raise EntryNotFoundError(f"table {self.name!r}: no entry with this key{_prio(priority)}")
-        self._remove(ident)
         self.entries[ident] = (key, priority, call, result)
-        self._add(ident, result)
+        if self.kind in ("exact", "lpm"):
+            self._remove(ident)
+            self._add(ident, result)
+        else:  # same key and priority: the row keeps its place, only its result changes
+            i = self._scan_index(ident)
+            self.scan[i] = (self.scan[i][0], result)
 
     def delete(self, key: tuple[MatchKey, ...], priority: int) -> None:
         if self.immutable:
@@ -168,7 +178,12 @@ class MatchTable:
         self.exact.clear()
         self.lpm.clear()
         self._lpm_by_len.clear()
+        self._clear_scan()
+
+    def _clear_scan(self) -> None:
         self.scan.clear()
+        self._scan_order.clear()
+        self._scan_key.clear()
 
     def rebuild(self, make_result: Any) -> None:
         """Recompute every result (after the program's nodes were re-created)."""
@@ -177,7 +192,7 @@ class MatchTable:
         self.exact.clear()
         self.lpm.clear()
         self._lpm_by_len.clear()
-        self.scan.clear()
+        self._clear_scan()
         for ident, (key, prio, call, _) in old:
             result = make_result(call)
             self.entries[ident] = (key, prio, call, result)
@@ -198,7 +213,14 @@ class MatchTable:
             k = parts[:i] + (value,) + parts[i + 1 :]
             d[k[0] if len(k) == 1 else k] = result
         else:
-            self._rebuild_scan()
+            order = (-priority, next(self._installed))
+            i = bisect.bisect_right(self._scan_order, order)
+            self._scan_order.insert(i, order)
+            self.scan.insert(i, (self._matcher(parts), result))
+            self._scan_key[ident] = order
+
+    def _scan_index(self, ident: tuple) -> int:
+        return bisect.bisect_left(self._scan_order, self._scan_key[ident])
 
     def _remove(self, ident: tuple) -> None:
         parts, priority = ident
@@ -214,34 +236,27 @@ class MatchTable:
                 self._lpm_by_len.pop(plen, None)
                 self._rebuild_lpm_list()
         else:
-            # entries still holds ident while we rebuild in modify(); remove it from the scan explicitly
-            saved = self.entries.pop(ident, None)
-            self._rebuild_scan()
-            if saved is not None:
-                self.entries[ident] = saved
+            i = self._scan_index(ident)
+            del self._scan_order[i]
+            del self.scan[i]
+            del self._scan_key[ident]
 
     def _rebuild_lpm_list(self) -> None:
         self.lpm[:] = [
             (_prefix_mask(plen, self._lpm_width), self._lpm_by_len[plen]) for plen in sorted(self._lpm_by_len, reverse=True)
         ]
 
-    def _rebuild_scan(self) -> None:
-        rows = []
-        for order, ((parts, priority), (_, _, _, result)) in enumerate(self.entries.items()):
-            matcher = []
-            for spec, p in zip(self.keys, parts):
-                top = (1 << spec.width) - 1
-                if spec.match_type == "exact":
-                    matcher.append((p, top))  # (value, mask)
-                elif spec.match_type == "lpm":
-                    matcher.append((p[0], _prefix_mask(p[1], spec.width)))
-                elif spec.match_type == "ternary":
-                    matcher.append(p)
-                else:
-                    matcher.append((p[0], p[1]))
-            rows.append((-priority, order, tuple(matcher), result))
-        rows.sort(key=lambda r: (r[0], r[1]))
-        self.scan[:] = [(m, r) for _, _, m, r in rows]
+    def _matcher(self, parts: tuple) -> tuple[tuple[int, int], ...]:
+        """One scan row: (value, mask) per exact/lpm/ternary key part, (low, high) per range part."""
+        matcher = []
+        for spec, p in zip(self.keys, parts):
+            if spec.match_type == "exact":
+                matcher.append((p, (1 << spec.width) - 1))
+            elif spec.match_type == "lpm":
+                matcher.append((p[0], _prefix_mask(p[1], spec.width)))
+            else:
+                matcher.append((p[0], p[1]))
+        return tuple(matcher)
 
     def scan_lookup(self, values: tuple[int, ...]) -> Result | None:
         """Ternary/range match: the first entry in priority order whose every key part matches."""

@@ -80,7 +80,7 @@ def test_invalid_configurations_are_refused_naming_the_problem(tmp_path: Path, a
 
 @needs_simgrid
 def test_p4ina_simulate_calibrates_from_a_results_folder(tmp_path: Path):
-    proc = subprocess.run([sys.executable, "-m", "controller", "simulate", "--calibrate", str(REPO / "tests/sim/data/emulation-k4"),
+    proc = subprocess.run([sys.executable, "-m", "p4ina", "simulate", "--calibrate", str(REPO / "tests/sim/data/emulation-k4"),
                            "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "max |error|" in proc.stdout

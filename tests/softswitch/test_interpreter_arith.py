@@ -128,4 +128,4 @@ def test_register_accumulates_and_counter_counts() -> None:
 def test_truncated_packet_runs_ingress_which_drops_it() -> None:
     sw = load("arith")
     assert sw.process_packet(1, b"\x01\x02\x03") == []
-    assert sw.stats == {"rx": 1, "tx": 0, "dropped": 1, "errors": 0}
+    assert sw.stats == {"rx": 1, "tx": 0, "dropped": 1, "errors": 0, "assertions": 0, "packet_in": 0, "packet_out": 0}

@@ -90,4 +90,4 @@ def test_internal_errors_are_caught_counted_and_dropped() -> None:
     sw.load_program((PROGRAMS / "arith.json").read_bytes())
     sw._runtime().ingress = lambda F: 1 / 0  # type: ignore[method-assign]  # simulate an interpreter bug
     assert sw.process_packet(1, bytes(40)) == []
-    assert sw.stats == {"rx": 1, "tx": 0, "dropped": 1, "errors": 1}
+    assert sw.stats == {"rx": 1, "tx": 0, "dropped": 1, "errors": 1, "assertions": 0, "packet_in": 0, "packet_out": 0}

@@ -50,7 +50,7 @@ def test_replicas_get_port_rid_instance_type_and_metadata(sw: SoftSwitch) -> Non
         assert f["tag"] == 0xAB  # user metadata set in ingress reaches every replica
         assert f["ingress_port"] == 4
         assert f["length"] == MC.size + 3
-    assert sw.stats == {"rx": 1, "tx": 3, "dropped": 1, "errors": 0}
+    assert sw.stats == {"rx": 1, "tx": 3, "dropped": 1, "errors": 0, "assertions": 0, "packet_in": 0, "packet_out": 0}
 
 
 def test_unicast_unknown_group_and_drop(sw: SoftSwitch) -> None:

@@ -124,3 +124,17 @@ def test_masked_select(sw: SoftSwitch, ether_type: int, tail: bool) -> None:
 def test_non_ipv4_checksum_not_verified(sw: SoftSwitch) -> None:
     rep, _ = send(sw, ETHERNET[:12] + b"\x86\xdd" + bytes(40))
     assert rep["cksum"] == 0 and rep["valid"] == ETH
+
+
+def test_verify_checksum_skips_an_invalid_target_as_bmv2_does() -> None:
+    """Issue 14, item 6 said BMv2 verifies anyway; BMv2 1.15.5 skips (behavioral-model#377): so do we.
+
+    Program: tests/softswitch/programs/csum_invalid.p4; its recorded BMv2 run is in tests/dataplane/recorded/.
+    """
+    sw = SoftSwitch()
+    sw.load_program((PROGRAMS / "csum_invalid.json").read_bytes())
+    assert sw.process_packet(0, bytes([0, 1, 2, 3])) == [(1, bytes([0, 0, 1, 2, 3]))]  # no checked_h: error 0
+    wrong = bytes([0xFF, 1, 0, 0])
+    assert sw.process_packet(0, wrong) == [(1, b"\x01" + wrong)]  # checked_h with a wrong checksum: error 1
+    right = bytes([0xFF, 1]) + (~0xFF01 & 0xFFFF).to_bytes(2, "big")
+    assert sw.process_packet(0, right) == [(1, b"\x00" + right)]

@@ -5,6 +5,7 @@ Program: tests/softswitch/programs/stack_union.p4.
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -61,3 +62,27 @@ def test_truncated_union_member() -> None:
     assert rep["err"] == errors()["PacketTooShort"]
     assert rep["tags_valid"] == 1 and rep["which"] == 0
     assert rest == bytes([0, 1, 0xAA])
+
+
+def with_assign_into_member(member: str, src_type: str, field: str, value: int) -> SoftSwitch:
+    """stack_union with `member = src` (assign_header from a valid non-member header) at the end of ingress."""
+    doc = json.loads((PROGRAMS / "stack_union.json").read_text())
+    doc["headers"].append({"name": "src", "id": 99, "header_type": src_type, "metadata": False, "pi_omit": True})
+    last = next(a for a in doc["actions"] if a["name"] == "stack_union89_1")
+    last["primitives"] += [
+        {"op": "add_header", "parameters": [{"type": "header", "value": "src"}]},
+        {"op": "assign", "parameters": [{"type": "field", "value": ["src", field]}, {"type": "hexstr", "value": hex(value)}]},
+        {"op": "assign_header", "parameters": [{"type": "header", "value": member}, {"type": "header", "value": "src"}]},
+    ]
+    sw = SoftSwitch(name="assign-union")
+    sw.load_program(json.dumps(doc))
+    return sw
+
+
+def test_assign_header_into_a_union_member_invalidates_its_siblings() -> None:
+    """BMv2's assign_header marks dst valid, and a union member made valid invalidates the others."""
+    sw = with_assign_into_member("ab.a", "a_h", "x", 0xBEEF)
+    out = sw.process_packet(0, bytes([0, 5]) + b"\x11\x22\x33\x44" + b"q")  # parses ab.b
+    assert sw.stats["errors"] == 0 and len(out) == 1
+    data = out[0][1]
+    assert data[OUT.size:] == bytes([0, 5]) + b"\xbe\xef" + b"q"  # ab.a emitted, ab.b no longer valid

@@ -215,3 +215,27 @@ def test_load_replaces_program_and_clears_state(sw: SoftSwitch) -> None:
     assert sw.table_entries(EXACT) == []
     assert sw.table_get_default(LPM) == ActionCall("TIngress.set_lpm", (0xDD,))
     assert sw.mc_groups() == {}
+
+
+def test_reset_default_without_a_json_default_restores_the_initial_miss() -> None:
+    """A table whose JSON gives no default entry goes back to 'no action' on reset, not the runtime default."""
+    import copy
+
+    try:
+        from . import fake_switch
+    except ImportError:
+        import fake_switch  # type: ignore[no-redef]
+
+    doc = copy.deepcopy(fake_switch.TINY_JSON_DOC)
+    dmac = next(t for t in doc["pipelines"][0]["tables"] if t["name"] == "MyIngress.dmac")
+    del dmac["default_entry"]
+    sw = SoftSwitch()
+    sw.load_program(json.dumps(doc))
+    frame = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
+    assert sw.process_packet(1, frame) == [(1, frame)]
+    initial = sw.table_get_default("MyIngress.dmac")
+    sw.table_set_default("MyIngress.dmac", ActionCall("MyIngress.set_src", (0x112233445566,)))
+    assert sw.process_packet(1, frame)[0][1][6:12] == bytes.fromhex("112233445566")
+    sw.table_reset_default("MyIngress.dmac")
+    assert sw.table_get_default("MyIngress.dmac") == initial
+    assert sw.process_packet(1, frame) == [(1, frame)]

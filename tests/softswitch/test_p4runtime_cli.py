@@ -117,12 +117,13 @@ def test_cli_stops_cleanly_on_sigint(tmp_path: Path, stop_later: list) -> None:
     assert proc.wait(timeout=30) == 0
 
 
-def test_cli_refuses_a_non_loopback_address(stop_later: list) -> None:
-    proc = _start(["--no-p4", "--", "--grpc-server-addr", "0.0.0.0:9559"])
+@pytest.mark.parametrize("address", ["10.0.0.1:9559", "192.168.1.7:9559", "[fe80::1]:9559"])
+def test_cli_refuses_a_non_loopback_address(stop_later: list, address: str) -> None:
+    proc = _start(["--no-p4", "--", "--grpc-server-addr", address])
     stop_later.append(proc)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
-    assert "127.0.0.1" in err and "0.0.0.0" in err
+    assert "127.0.0.1" in err and address.rsplit(":", 1)[0] in err
 
 
 def test_cli_refuses_a_json_the_interpreter_rejects(tmp_path: Path, stop_later: list) -> None:

@@ -212,3 +212,29 @@ def test_frame_sizes_match_bmv2(veth_ns: str, tmp_path: Path) -> None:
         io.stop()
         host.close()
     assert ours == bmv2_sizes == [(42, 42), (300, 300), (1514, 1514)]
+
+
+@pytest.mark.netns
+def test_an_oversized_frame_is_dropped_and_counted_not_truncated(veth_ns: str) -> None:
+    """A frame longer than the receive buffer must not reach the switch cut short (item 16)."""
+    for dev in (SWITCH_END, HOST_END):
+        _run("ip", "-n", veth_ns, "link", "set", dev, "mtu", "9000")
+    switch = SoftSwitch(device_id=1, name="ptest")
+    switch.load_program(fake_switch.TINY_JSON)
+    with in_netns(veth_ns):
+        io = PortIO(switch, {1: SWITCH_END}, name="ptest", max_frame=2000)
+        io.start()
+        host = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        host.bind((HOST_END, ETH_P_ALL))
+    try:
+        host.send(_frame(b"jumbo-frame", 4000))
+        sent = _frame(b"after-jumbo", 1000)
+        host.send(sent)
+        assert _receive(host, b"after-jumbo") == sent
+        assert io.stats[1].oversized == 1
+        assert io.stats[1].rx == 1 and switch.stats["rx"] == 1
+        with pytest.raises(AssertionError):
+            _receive(host, b"jumbo-frame", timeout=0.3)
+    finally:
+        host.close()
+        io.stop()
