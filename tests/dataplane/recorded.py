@@ -134,7 +134,10 @@ def _quirks_seeds() -> list[tuple[int, bytes]]:
 def _p4ina(sw: SoftSwitch) -> None:
     c = AGG.constants()
     names = {n.rsplit(".", 1)[-1]: n for n in list(sw.actions()) + list(sw.tables())}
-    sw.table_insert(names["job_config"], TableEntry((Exact(1),), ActionCall(names["set_job"], (1, 1, 2, 0, 16, 1, 0, c["ELEM_INT32"], 0, 1))))
+    job = dict(job_index=1, role=1, fan_in=2, slot_base=0, slot_count=16, mcast_grp=1, up_port=0,
+               result_type=c["ELEM_INT32"], shift=0, token=1, up_type=c["ELEM_INT32"], up_shift=0, in_shift=0)
+    params = tuple(job[p] for p in sw.actions()[names["set_job"]].param_names)  # by name, in the program's order
+    sw.table_insert(names["job_config"], TableEntry((Exact(1),), ActionCall(names["set_job"], params)))
     for child, port in enumerate((1, 2)):
         sw.table_insert(names["job_ports"], TableEntry((Exact(1), Exact(port)), ActionCall(names["from_child"], (child,))))
         sw.table_insert(names["ipv4_lpm"], TableEntry((Lpm(0x0A000001 + child, 32),), ActionCall(names["forward"], (port,))))
@@ -151,7 +154,7 @@ def _p4ina_seeds() -> list[tuple[int, bytes]]:
                 version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=c["ELEM_INT32"], shift=0, job_id=1,
                 shadow=0, slot=slot, contributor=child, exponent=0, epoch=1, offset=0,
             )
-            lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(*[(child + 1) * (i - 32) * 1000003 for i in range(64)])
+            lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(*[(child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)])
             udp = struct.pack(">HHHH", c["UDP_PORT_AGG"], c["UDP_PORT_AGG"], 8 + len(agg) + len(lanes), 0)
             ip = bytearray(struct.pack(">BBHHHBBHII", 0x45, 0, 28 + len(agg) + len(lanes), 0, 0, 64, 17, 0, 0x0A000001 + child, 0x0AFFFFFE))
             total = sum(struct.unpack(">10H", bytes(ip)))
