@@ -65,10 +65,10 @@ def _eth(dst: int, src: int) -> bytes:
 def contribution(child: int, slot: int, shadow: int, epoch: int) -> bytes:
     c = AGG.constants()
     elem = c["ELEM_INT32"]
-    lanes = AGG.lane_struct(elem).pack(*[(child + 1) * (i - 32) for i in range(64)])
+    lanes = AGG.lane_struct(elem).pack(*[(child + 1) * (i - 32) for i in range(AGG.num_lanes)])
     agg = AGG.pack_header(
         version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=elem, shift=0, job_id=JOB_ID,
-        shadow=shadow, slot=slot, contributor=child, exponent=0, epoch=epoch, offset=slot * 64,
+        shadow=shadow, slot=slot, contributor=child, exponent=0, epoch=epoch, offset=slot * AGG.num_lanes,
     )
     udp_len = 8 + len(agg) + len(lanes)
     udp = struct.pack(">HHHH", c["UDP_PORT_AGG"], c["UDP_PORT_AGG"], udp_len, 0)
