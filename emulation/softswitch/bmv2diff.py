@@ -192,6 +192,20 @@ class P4RuntimeWriter:
             self.mc_group(grp, reps)
 
 
+def _settled_counters(client: P4RuntimeWriter, quiet: float = 0.6, limit: float = 20.0) -> dict[str, list[tuple[int, int]]]:
+    """The counters once they stop changing: packets after the last output (drops) may still be in BMv2's queues
+    when the expected outputs have all been written."""
+    last = client.counters()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = client.counters()
+        if now == last:
+            return now
+        last = now
+    raise RuntimeError(f"{BINARY}'s counters were still changing after {limit} s")
+
+
 @dataclass
 class PcapRun:
     outputs: dict[int, list[bytes]] = field(default_factory=dict)
@@ -281,7 +295,7 @@ def run(
                 time.sleep(0.002)
             result.outputs = {p: read_pcap(o) for p, o in outs.items()}
             if client is not None and client.p4info.counters:
-                result.counters = client.counters()
+                result.counters = _settled_counters(client)
             return result
         finally:
             if client is not None:
