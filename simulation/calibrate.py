@@ -79,7 +79,7 @@ class Point:
     median_s: float
     bound: str = ""  # what the emulation says bounded it: link, latency, cpu, unexplained ("" when not said)
     t_wire_s: float = math.nan  # the busiest link's bytes over its rate, as the emulation measured them
-    others_busy: float = 0.0  # share of the machine's cores other programs used meanwhile (cores_busy - ours_busy)
+    start_s: float = 0.0  # the slowest worker's wake-up after the barrier's release (parts_s.start), as measured
 
 
 @dataclass
@@ -134,9 +134,9 @@ def _summary_points(summary: Mapping[str, Any]) -> dict[tuple[str, int, int], di
             continue
         med = _float(e.get("median_latency_s"))
         if med > 0 and e.get("ok", True):
-            others = _float(e.get("cores_busy")) - _float(e.get("ours_busy"))
+            start = _float((e.get("parts_s") or {}).get("start"))
             out[key] = {"median": med, "bound": str(e.get("bound") or ""), "t_wire": _float(e.get("t_wire_s")),
-                        "others": min(max(others, 0.0), 0.9) if not math.isnan(others) else 0.0}
+                        "start": start if start >= 0 else 0.0}
     return out
 
 
@@ -161,6 +161,7 @@ def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[
     rows, one per worker); older folders have one row per repetition.  Warm-ups, failed rows and
     repetitions with a failed worker are left out."""
     reps: dict[tuple[str, int, int, str], list[float]] = {}
+    wake: dict[tuple[str, int, int, str], list[tuple[float, float]]] = {}  # (latency, its wake-up) per worker
     bad: set[tuple[str, int, int, str]] = set()
     wire: dict[tuple[str, int, int], list[float]] = {}
     lanes_seen: list[int] = []
@@ -178,6 +179,9 @@ def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[
                 bad.add(rep)
                 continue
             reps.setdefault(rep, []).append(lat)
+            up = _float(row.get("t_start")) - _float(row.get("t_release"))
+            if up >= 0:
+                wake.setdefault(rep, []).append((lat, up))
             tw = _float(row.get("t_wire_s"))
             if tw > 0:
                 wire.setdefault(key, []).append(tw)
@@ -190,11 +194,14 @@ def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[
                 if lanes:
                     lanes_seen.append(lanes)
     per_point: dict[tuple[str, int, int], list[float]] = {}
+    start: dict[tuple[str, int, int], list[float]] = {}
     for rep, lats in reps.items():
         if rep not in bad:
             per_point.setdefault(rep[:3], []).append(max(lats))
+            if rep in wake:
+                start.setdefault(rep[:3], []).append(max(wake[rep])[1])  # the slowest worker's, as analysis does
     out = {k: {"median": statistics.median(v), "bound": "", "t_wire": statistics.median(wire[k]) if k in wire else math.nan,
-               "others": 0.0} for k, v in per_point.items()}
+               "start": statistics.median(start[k]) if k in start else 0.0} for k, v in per_point.items()}
     lanes = statistics.mode(lanes_seen) if lanes_seen else None
     return out, lanes
 
@@ -232,7 +239,7 @@ def read_results(folder: Path | str) -> Results:
         if method not in METHOD_MAP:
             skipped[method] = "the simulator has no model of this method"
             continue
-        points.append(Point(method, hosts, elements, e["median"], e["bound"], e["t_wire"], e.get("others", 0.0)))
+        points.append(Point(method, hosts, elements, e["median"], e["bound"], e["t_wire"], e.get("start", 0.0)))
     topo_json = _json(folder / "topology.json") or None
     res = Results(folder, str(cfg.get("topology", "fat-tree:4")), topo_json, float(shape.get("bw_mbps") or 0.0),
                   float(shape.get("delay_ms") or 0.0), slots, float(env.get("cpus") or 2), points, skipped, lanes)
@@ -284,10 +291,13 @@ class Model:
             self.evals[hosts] = ev
 
     def predict(self, preset: Preset) -> list[float]:
+        """The model's time for every point.  The agents' wake-up after the barrier's release is a cost of the
+        machine's scheduler, which the emulation measures per repetition (t_start - t_release); it is taken as
+        measured, on top of the fitted per-call cost."""
         out = []
         for pt in self.res.points:
             ev = self.evals[pt.hosts]
-            ev.preset = preset
+            ev.preset = preset.with_(start_cost=preset.start_cost + pt.start_s) if pt.start_s else preset
             plan = next(pl for pl in ev.plans if pl.method == METHOD_MAP[pt.method])
             out.append(ev.times(plan, pt.elements * 4))
         return out
@@ -333,20 +343,31 @@ class Calibration:
     def max_rel_error(self) -> float:
         return max((abs(r["rel_error"]) for r in self.table), default=math.nan)
 
+    def by_bound(self) -> dict[str, dict[str, float]]:
+        """Largest and median |error| over the points the emulation labels link-, latency- or cpu-bound (or else)."""
+        out: dict[str, dict[str, float]] = {}
+        for bound in sorted({r["bound"] or "unlabelled" for r in self.table}):
+            errs = [abs(r["rel_error"]) for r in self.table if (r["bound"] or "unlabelled") == bound]
+            out[bound] = {"points": len(errs), "max_rel_error": max(errs), "median_rel_error": statistics.median(errs)}
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {"folder": str(self.results.folder), "topology": self.results.topology, "fitted": self.fitted,
-                "max_rel_error": self.max_rel_error, "skipped_methods": self.results.skipped, "notes": self.results.notes,
+                "max_rel_error": self.max_rel_error, "by_bound": self.by_bound(), "skipped_methods": self.results.skipped, "notes": self.results.notes,
                 "lanes_in_results": self.results.lanes, "lanes_in_model": AGG.num_lanes,
                 "table": self.table, "preset": self.preset.to_dict()}
 
     def text(self) -> str:
         lines = [f"calibration against {self.results.folder} ({self.results.topology}, {self.results.bw_mbps:g} Mbit/s)",
                  "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
-                 f"{'method':<10} {'hosts':>5} {'elements':>9} {'emulation ms':>13} {'model ms':>10} {'error':>8}"]
+                 f"{'method':<10} {'hosts':>5} {'elements':>9} {'bound':>11} {'emulation ms':>13} {'model ms':>10} {'error':>8}"]
         for r in self.table:
-            lines.append(f"{r['method']:<10} {r['hosts']:>5} {r['elements']:>9} {r['measured_s'] * 1e3:>13.1f} "
+            lines.append(f"{r['method']:<10} {r['hosts']:>5} {r['elements']:>9} {r['bound'] or '-':>11} {r['measured_s'] * 1e3:>13.1f} "
                          f"{r['predicted_s'] * 1e3:>10.1f} {r['rel_error'] * 100:>+7.1f}%")
         lines.append(f"max |error| {self.max_rel_error * 100:.1f}% over {len(self.table)} points")
+        for bound, e in self.by_bound().items():
+            lines.append(f"  {bound}-bound (the emulation's label): {e['points']} points, max |error| "
+                         f"{e['max_rel_error'] * 100:.1f}%, median {e['median_rel_error'] * 100:.1f}%")
         for m, why in self.results.skipped.items():
             lines.append(f"skipped {m}: {why}")
         lines += [f"note: {n}" for n in self.results.notes]
@@ -398,9 +419,12 @@ def fit(folder: Path | str, params: Sequence[str] = tuple(FIT), engine: Engine |
             best, best_loss = x, loss(x)
     assert best is not None
     fitted = decode(best)
-    preset = with_params(model.base, fitted)
-    pred = model.predict(preset)
-    table = [{"method": pt.method, "hosts": pt.hosts, "elements": pt.elements, "measured_s": pt.median_s, "predicted_s": p,
-              "rel_error": (p - pt.median_s) / pt.median_s} for pt, p in zip(res.points, pred)]
+    pred = model.predict(with_params(model.base, fitted))
+    # the preset for simulating this emulation elsewhere: the fit, plus the points' median measured wake-up
+    wake = statistics.median(pt.start_s for pt in res.points)
+    preset = with_params(model.base, {**fitted, "start_cost": fitted.get("start_cost", model.base.start_cost) + wake})
+    table = [{"method": pt.method, "hosts": pt.hosts, "elements": pt.elements, "bound": pt.bound, "measured_s": pt.median_s,
+              "predicted_s": p, "rel_error": (p - pt.median_s) / pt.median_s, "wake_up_s": pt.start_s}
+             for pt, p in zip(res.points, pred)]
     LOG.info("calibration: max error %.1f%% over %d points", max(abs(r["rel_error"]) for r in table) * 100, len(table))
     return Calibration(res, preset, fitted, table)

@@ -496,7 +496,7 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     lanes = agg_elements()
     packets = math.ceil(elements / lanes)
     w = max(1, tree.window)
-    slots = min(w, packets)
+    slots = min(w, packets) if p.exponent_rounds else 0
     inner = math.isfinite(m.rate_switch_up)
     payload = min(lanes, elements) * 4  # float32 bytes of gradient a (full) packet carries: what a host converts
     host_d = 2 * (p.host_packet_cost + payload * p.host_byte_cost)
@@ -541,6 +541,6 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     # the window: every round of the busiest slot is a round trip (its packets at the period; the first
     # ones on the bottleneck's credit)
     lead = max((last - 1) * period_d - credit, (last - 1) * max(host_d, switch_d, emu_d), 0.0)
-    chain = rtt_e + (rounds - 1) * max(rtt_d, w * period_d) + rtt_d + lead
+    chain = (rtt_e if slots else 0.0) + (rounds - 1) * max(rtt_d, w * period_d) + rtt_d + lead
     # the last packet, once through the bottleneck, still has the rest of its round trip to go
     return p.step_overhead + max(chain, resources + rtt_d - ser(size[busiest], rate[busiest]))
