@@ -537,10 +537,13 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
            "emulator": slots * emu_e + packets * emu_d}
     busiest = max(busy, key=busy.__getitem__)
     credit = min(p.link_burst_bytes, slots * frames.exponent + (packets - 1) * size[busiest]) / rate[busiest]
-    resources = max(busy[busiest] - credit, *cpu.values())
+    # the busiest resource, and the part of the last packet's round trip it already counts
+    work = {"link": (busy[busiest] - credit, ser(size[busiest], rate[busiest])), "hosts": (cpu["hosts"], host_d),
+            "switch": (cpu["switch"], min(switch_d, hops_d)), "emulator": (cpu["emulator"], 0.0)}
+    resources, counted = max(work.values())
     # the window: every round of the busiest slot is a round trip (its packets at the period; the first
     # ones on the bottleneck's credit)
     lead = max((last - 1) * period_d - credit, (last - 1) * max(host_d, switch_d, emu_d), 0.0)
     chain = (rtt_e if slots else 0.0) + (rounds - 1) * max(rtt_d, w * period_d) + rtt_d + lead
     # the last packet, once through the bottleneck, still has the rest of its round trip to go
-    return p.step_overhead + max(chain, resources + rtt_d - ser(size[busiest], rate[busiest]))
+    return p.step_overhead + max(chain, resources + rtt_d - counted)
