@@ -484,11 +484,15 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
 
     The job's window (`tree.window` slots) holds that many packets in flight.  Each slot opens with one
     exponent round (header-only frames up and down), then carries data rounds, one chunk of `lanes`
-    elements each, a round starting when the previous round's result is back.  A round of the busiest slot
-    takes the longer of a packet's round trip and the window's packets at the period; the period is the
-    slowest of: each kind of link with its own frames (contributions on host links, partial sums between
-    switches, results down), a host handling a contribution and a result, the busiest switch (fan-in
-    contributions plus the one it sends on), and on an emulator all hosts and switches sharing the cores.
+    elements each, a round starting when the previous round's result is back.  The time is the longer of
+
+    - the window: the busiest slot's rounds, each the longer of a packet's round trip and the window's
+      packets at the period (the slowest of each kind of link with its own frames, a host handling a
+      contribution and a result, the busiest switch, an emulator's shared cores), and
+    - the busiest resource: every exponent and data packet's work on it (contributions on host links,
+      partial sums between switches, results down; hosts; switches; an emulator's cores), then the rest
+      of the last packet's round trip.
+
     On shaped links the token bucket's credit lets the first bytes of the bottleneck pass at once.
     """
     if elements <= 0:
@@ -528,7 +532,6 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     rtt_e = host_e + m.latency_up + m.latency_down + hops_e + 2 * ser(frames.exponent, slowest)
     rounds = math.ceil(packets / w)  # data rounds of the busiest slot
     last = packets - (rounds - 1) * w  # packets of the last data round
-    # the window: every round of the busiest slot is a round trip (its packets at the period)
     # the resources: every exponent and data packet passes each of them; the busiest sets the pace
     rate = {"host-up": m.rate_host_up, "down": m.rate_down, "switch-up": m.rate_switch_up}
     size = {"host-up": frames.host_up, "down": frames.down, "switch-up": frames.switch_up}
