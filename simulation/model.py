@@ -28,7 +28,7 @@ from simulation.methods import (
     LANES, METHODS, Edges, FlowTable, MethodError, Phase, Plan, Stage, TreeMeasure, canonical, flow_port, groups_of, hier_shared_time, inc_phase_time,
     pipe_phase_time, plan_method, ring_phase_time, tree_phase_time,
 )
-from simulation.params import IncFrames, Preset, get_preset
+from simulation.params import IncFrames, Preset, agg_elements, get_preset
 from simulation.placement import POLICIES, Job, place
 from simulation.trees import AggTree, assign_windows, plan_trees
 
@@ -330,6 +330,38 @@ class Evaluation:
         member = float(p.wire_bytes(size, rate))
         ring = r_steps * float(p.wire_bytes(size * r_share, ring_rate))
         return hier_shared_time(member, ring, max(members.values()), rate)
+
+    def link_bytes(self, plan: Plan, size: int) -> np.ndarray:
+        """Bytes every link carries in one all-reduce of `size` bytes by `plan` (its job's flows only): frames,
+        headers, acks and exponent rounds, what the emulation's interface counters measure (T_wire)."""
+        p, f = self.preset, self.fabric
+        load = np.zeros(len(f.link_bw))
+
+        def add(key: str, span: tuple[int, int], nbytes: Any) -> None:
+            fs = self.flowsets[key]
+            per = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (span[1] - span[0],))
+            for i, b in zip(range(*span), per):
+                load[fs.paths[i]] += b
+
+        for ph in plan.phases:
+            if ph.kind == "inc":
+                assert ph.tree is not None and ph.down is not None
+                tree = ph.tree
+                fr = IncFrames.of(LANES[plan.method], len(tree.gpus))
+                packets = math.ceil(size * ph.share / 4 / agg_elements())
+                slots = min(max(1, tree.window), packets) if p.exponent_rounds else 0
+                members = set(tree.gpus)
+                up = [slots * fr.exponent + packets * (fr.host_up if c in members else fr.switch_up) for c, _ in tree.edges()]
+                add(ph.flowset, ph.flows, up)
+                add(ph.flowset, ph.down, slots * fr.exponent + packets * fr.down)
+                continue
+            stages = ph.stages or ((ph.flowset, ph.flows, ph.share, ph.steps, ph.nvlink, ph.reduce),)
+            for key, span, share, steps, _nv, _red in stages:
+                rates = self.flowsets[key].rates
+                assert rates is not None
+                steps = 1 if ph.kind == "tree" else steps
+                add(key, span, steps * np.asarray(p.wire_bytes(size * share, rates[span[0]:span[1]]), dtype=np.float64))
+        return load
 
     def times(self, plan: Plan, size: int) -> float:
         total = 0.0

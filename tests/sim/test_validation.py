@@ -92,3 +92,23 @@ def test_phase_composition_agrees_with_full_simulation_within_5_percent(case: in
     name, scenario, method, size, preset = full_cases()[case]
     model, full = compare(scenario, method, size, preset)
     assert model == pytest.approx(full, rel=0.05), name
+
+
+@needs_simgrid
+def test_the_model_puts_the_bytes_the_emulation_counted_on_its_busiest_link(engine: Engine):
+    """The wire accounting on its own (no fitted cost): frames, headers, acks, exponent rounds and the
+    controller's routes give every 64K point's busiest link the bytes the emulation's counters measured."""
+    import json
+
+    from simulation.model import Evaluation, Scenario
+
+    summary = json.loads((FIXTURE / "summary.json").read_text())
+    for pt in summary["points"]:
+        if pt["elements"] != 65536 or pt["retransmissions"]:
+            continue
+        ev = Evaluation(Scenario(topology=str(FIXTURE / "topology.json"), gpus=pt["hosts"], methods=(pt["method"],),
+                                 sizes=(4 * pt["elements"],)), EMULATION, engine)
+        ev.build()
+        ev.solve()
+        busiest = float(ev.link_bytes(ev.plans[0], 4 * pt["elements"]).max())
+        assert busiest == pytest.approx(pt["wire_bytes"], rel=0.01), (pt["method"], pt["hosts"])
