@@ -9,15 +9,19 @@ summary.json or, failing that, from raw.csv's measured repetitions; methods
 the simulator does not know are listed and skipped; missing fields fall
 back to the defaults `make emulate` uses.
 
-The model is the emulation preset (links at the configured rate and delay,
-p4ina's packet format from `wireformat`, the planner's trees) plus a few
-costs that physics does not give: the hosts' software time per all-reduce
-step, the host and switch CPU time per packet (the switch's forwarding cost
-tied to its aggregation cost by the embedded switch's measured ratio), the
-ring's acknowledgement bytes per data frame, and how many cores the
-emulated hosts and switches effectively shared.  `fit` chooses them to
-minimise the squared log error over every measured point (a bounded
-Nelder-Mead; no SciPy needed).
+Medians are the emulation's own (summary.json's `points`: the slowest worker's latency from the barrier's
+release, median over the measured repetitions), with each point's `bound` label kept for the error table;
+raw.csv (emulation.experiment.Sample rows, one per worker and repetition) fills in what summary.json
+lacks, the lane count the run used and the slowest worker's wake-up after the release.
+
+The model is the emulation preset (links at the configured rate and delay with HTB's credit, p4ina's
+frames from `wireformat` and `hosts.reliable`, the controller's routes and the planner's trees) plus the
+costs that physics does not give: host software per step of a host method, host and switch CPU per
+packet, a switch's work per lane, its forwarding cost, a switch hop's software latency and a per-call
+and per-rank start.  The agents' wake-up after the barrier's release is a cost of the machine's
+scheduler, measured per point, and is taken as measured.  `fit` chooses the rest to minimise the eighth
+power of the log errors over every measured point (close to the largest error, which is what the test
+bounds; a bounded Nelder-Mead from a coarse grid, no SciPy needed).
 """
 
 from __future__ import annotations
