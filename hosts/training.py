@@ -337,15 +337,16 @@ def run_segment(replica: Replica, count: int, allreduce: AllreduceFn, barrier: B
 
     A step: gradient of this rank's slice (t_begin -> t_ready), the step's barrier (its release, common to
     every rank, starts the all-reduce, as in every other experiment), the all-reduce (until t_done, when the
-    float32 sum is complete), the update and the digest (until t_end). With `snapshots`, the parameters after
+    float32 sum is complete; the call returns at t_back, later for a host method that still waits for its
+    last acknowledgements), the update and the digest (t_back -> t_end). With `snapshots`, the parameters after
     every evaluation step go back to the runner, which evaluates them off the clock. `end_barrier` meets the
     other ranks once more after the last step, so the last step's period ends on a common instant too.
     Returns (records, {step: encoded parameters}, the end barrier's release or None).
     """
     eval_at = set(replica.cfg.eval_steps())
     snaps: dict[str, str] = {}
-    if snapshots and replica.step in eval_at:
-        snaps[str(replica.step)] = encode_params(replica.theta)
+    if snapshots and replica.step == 0 and 0 in eval_at:  # the initial parameters (later ones end a step below)
+        snaps["0"] = encode_params(replica.theta)
     records = []
     for _ in range(count):
         if replica.step >= replica.cfg.steps:
@@ -356,12 +357,13 @@ def run_segment(replica: Replica, count: int, allreduce: AllreduceFn, barrier: B
         step = replica.step + 1
         released = barrier(f"{tag}-{step}", g.grad.size)
         summed, stats = allreduce(g.grad)
-        t_done = float(getattr(stats, "t_done", 0.0)) or clock.now()
+        t_back = clock.now()
+        t_done = float(getattr(stats, "t_done", 0.0)) or t_back
         replica.apply(summed)
         digest = replica.digest()
         t_end = clock.now()
         records.append({"step": step, "t_begin": t_begin, "t_ready": t_ready, "t_release": released, "t_done": t_done,
-                        "t_end": t_end, "loss": g.loss, "correct": g.correct, "digest": digest,
+                        "t_back": t_back, "t_end": t_end, "loss": g.loss, "correct": g.correct, "digest": digest,
                         "sum_digest": hashlib.sha256(np.ascontiguousarray(summed, dtype=np.float32).tobytes()).hexdigest()[:16],
                         "retransmissions": int(getattr(stats, "retransmissions", 0)),
                         "bytes_sent": int(getattr(stats, "bytes_sent", 0))})
