@@ -55,6 +55,7 @@ DEFAULT_TRAIN_TOPOLOGY = "fat-tree:4"
 SEGMENT = 25  # steps per agent command: the runner checks digests and shows progress between segments
 SEED_SPREAD = 4  # extra exact runs with seeds seed+1 .. seed+4: how much the seed alone moves the accuracy
 EXACT, CONTROL, SEED = "exact", "control", "seed"
+STALL_FACTOR = 10.0
 
 
 def model_size(train: TrainConfig) -> int:
@@ -364,6 +365,9 @@ def _method_summary(result: TrainingResult, n: int, m: str, ref_acc: float, step
     def median(key: str) -> float:
         return statistics.median(t[key] for t in table) if table else math.nan
 
+    # a step 10x slower than the median one is a stall of the machine (every rank stops at once), not the method
+    med = median("step_s")
+    stalls = [t for t in table if t["step_s"] > STALL_FACTOR * med] if table else []
     wire_per_step = t_wire_per_step = math.nan
     bound = ""
     if run is not None and k:
@@ -379,7 +383,9 @@ def _method_summary(result: TrainingResult, n: int, m: str, ref_acc: float, step
         "identical_every_step": diverged is None and bool(table),
         "wall_s": total, "steps_per_s": k / total if total > 0 else math.nan,
         "mean_step_s": mean("step_s"), "mean_compute_s": mean("compute_s"), "mean_allreduce_s": mean("allreduce_s"),
-        "mean_other_s": mean("other_s"), "median_step_s": median("step_s"), "median_allreduce_s": median("allreduce_s"),
+        "mean_other_s": mean("other_s"), "median_step_s": med, "median_allreduce_s": median("allreduce_s"),
+        "median_compute_s": median("compute_s"), "stalls": len(stalls),
+        "stall_s": sum(t["step_s"] for t in stalls), "longest_step_s": max((t["step_s"] for t in table), default=math.nan),
         "retransmissions": sum(t["retransmissions"] for t in table),
         "wire_bytes_per_step": wire_per_step, "t_wire_per_step_s": t_wire_per_step,
         "t_path_s": run.t_path_s if run else math.nan, "bound": bound,
@@ -404,6 +410,12 @@ def _notes(per_hosts: Mapping[str, Any], cfg: TrainingConfig) -> list[str]:
             out.append(f"{n} hosts: the all-reduces of {', '.join(cpu)} were not link- or latency-bound (on average "
                        f"more than {bounds.BOUND_SLACK}x the time their busiest link's bytes need): their step times "
                        "measure the emulator's CPUs as much as the network")
+        stalled = {m: s for m, s in entry["methods"].items() if s["stalls"]}
+        if stalled:
+            out.append(f"{n} hosts: steps that took more than {STALL_FACTOR:g}x the median step (the whole machine "
+                       "stopped: every rank at once): " + ", ".join(
+                           f"{m} {s['stalls']} ({s['stall_s']:.1f} s of {s['wall_s']:.1f} s)" for m, s in stalled.items())
+                       + "; they are in the means and steps per second, the medians are not moved by them")
         busy = [s["cores_busy"] - s["ours_busy"] for s in entry["methods"].values()
                 if not (math.isnan(s["cores_busy"]) or math.isnan(s["ours_busy"]))]
         if busy and max(busy) > 0.2:
@@ -481,8 +493,8 @@ def curves(result: TrainingResult, hosts: int) -> dict[str, dict[str, list[float
 def plot_training(result: TrainingResult, hosts: int, path: Path | None = None) -> Any:
     """Three panels: training loss against step and against wall time, test accuracy against step.
 
-    The loss lines are the whole training set's at every evaluation step, the faint ones each step's minibatch
-    loss (the mean of the ranks' slices); wall time is the sum of the step times (from the first release).
+    The loss lines are the whole training set's at every evaluation step, the faint ones (left) each step's
+    minibatch loss (the mean of the ranks' slices); wall time is the sum of the step times (from the first release).
     """
     from emulation.report import STYLE
 
@@ -495,8 +507,7 @@ def plot_training(result: TrainingResult, hosts: int, path: Path | None = None) 
         color, _marker, ls = STYLE.get(m, ("gray", "o", "-"))
         label = METHODS[m].label
         # faint: each step's minibatch loss (what the ranks computed); bold: the whole training set's, every eval step
-        axes[0].plot(d["step"], d["loss"], color=color, linewidth=0.6, alpha=0.35)
-        axes[1].plot(d["wall_s"], d["loss"], color=color, linewidth=0.6, alpha=0.35)
+        axes[0].plot(d["step"], d["loss"], color=color, linewidth=0.6, alpha=0.3)
         axes[0].plot(d["eval_step"], d["train_loss"], color=color, linestyle=ls, label=label)
         axes[1].plot(d["eval_wall_s"], d["train_loss"], color=color, linestyle=ls, label=label)
         axes[2].plot(d["eval_step"], [100 * a for a in d["test_acc"]], color=color, linestyle=ls, label=label)
@@ -506,12 +517,14 @@ def plot_training(result: TrainingResult, hosts: int, path: Path | None = None) 
                  label="exact (float64)")
     for ax in axes[:2]:
         ax.set_yscale("log")
-        ax.set_ylabel("training loss (faint: each step's minibatch)")
+        ax.set_ylabel("training loss, whole training set")
+    axes[0].set_ylabel("training loss (faint: each step's minibatch)")
     axes[0].set_xlabel("step")
     axes[1].set_xlabel("wall time through the emulated fabric, s")
     axes[2].set_xlabel("step")
     axes[2].set_ylabel("test accuracy, %")
-    axes[2].set_ylim(max(0.0, min(100 * min(ex["test_acc"][1:] or [0.5]), 80.0) - 5), 100)
+    late = [a for d in c.values() for s, a in zip(d["eval_step"], d["test_acc"]) if s >= result.config.train.steps / 5]
+    axes[2].set_ylim(max(0.0, 100 * min(late, default=0.5) - 3), 100)  # the first steps' accuracy would squash the rest
     axes[0].set_title(f"loss against step, {hosts} hosts")
     axes[1].set_title("loss against wall time")
     axes[2].set_title("test accuracy")
@@ -555,7 +568,9 @@ def plot_step_times(summary: Mapping[str, Any], hosts: int, path: Path | None = 
 
 
 def plot_final_accuracy(summary: Mapping[str, Any], hosts: int, path: Path | None = None) -> Any:
-    """Final test accuracy per method against the exact run's, with the tolerance band."""
+    """Final test accuracy per method against the exact run's and its tolerance band; the control, far below, too."""
+    from emulation.report import STYLE
+
     plt = _pyplot()
     entry = summary["hosts"][str(hosts)]
     ref = entry["exact"]["final_test_acc"] * 100
@@ -564,17 +579,28 @@ def plot_final_accuracy(summary: Mapping[str, Any], hosts: int, path: Path | Non
     vals = [entry["methods"][m]["final_test_acc"] * 100 for m in entry["methods"]]
     if "control" in entry:
         vals.append(entry["control"]["final_test_acc"] * 100)
+    lo, hi = ref - 4 * tol, min(100.0, ref + 2 * tol)
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    ax.axhspan(ref - tol, ref + tol, color="tab:green", alpha=0.15, label=f"exact +/- {tol} points")
+    ax.axhspan(ref - tol, ref + tol, color="tab:green", alpha=0.15, label=f"exact +/- {tol:g} points (the check)")
     ax.axhline(ref, color="black", linestyle=":", label=f"exact (float64): {ref:.1f}%")
-    ax.bar(names, [0 if math.isnan(v) else v for v in vals],
-           color=["tab:red" if n == "control" else "tab:blue" for n in names])
-    for i, v in enumerate(vals):
-        ax.text(i, 0 if math.isnan(v) else v, "-" if math.isnan(v) else f"{v:.1f}", ha="center", va="bottom", fontsize=8)
+    for i, (name, v) in enumerate(zip(names, vals)):
+        color = "tab:red" if name == "control" else STYLE.get(name, ("tab:blue",))[0]
+        if math.isnan(v):
+            ax.text(i, ref, "no result", ha="center", fontsize=8)
+        elif v < lo:  # off the scale (the control): an arrow down and the value
+            ax.plot([i], [lo + 0.3 * tol], marker="v", markersize=10, color=color)
+            ax.text(i, lo + 0.6 * tol, f"{v:.1f}%", ha="center", va="bottom", fontsize=8)
+        else:
+            ax.plot([i], [v], marker="o", markersize=9, color=color)
+            ax.text(i + 0.12, v, f"{v:.1f}", va="center", fontsize=8)
+    ax.set_xticks(range(len(names)), [f"control\n({entry['control']['name']})" if n == "control" else n for n in names],
+                  fontsize=8)
+    ax.set_xlim(-0.5, len(names) - 0.5)
+    ax.set_ylim(lo, hi)
     ax.set_ylabel("final test accuracy, %")
-    ax.set_ylim(0, 100)
-    ax.set_title(f"Final accuracy, {hosts} hosts")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"Final test accuracy, {hosts} hosts")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)
