@@ -18,15 +18,16 @@ No Mininet here: a results folder (config.json, raw.csv with one row per rank
 and step, evals.csv, runs.csv) is summarised by `summarize` alone, so it can
 be re-analysed anywhere. Times are on the shared clock (hosts.clock):
 
-- all-reduce time of a step: from the step barrier's release to the slowest
-  rank's float32 sum (as in the measurement experiment);
-- compute time: the slowest rank's gradient plus update (and digest);
-- step time: from one step's release to the next's (the last step ends at a
-  barrier after it), so the steps of a run add up to its wall time;
-  "other" = step - compute - all-reduce: a host method's tail after its sum
-  is complete (the ring returns once its last datagrams are acknowledged),
-  waiting for the slowest rank at the barrier, the coordinator's round trip,
-  the runner's segment hand-over.
+- step time: from one step's barrier release to the next's (the last step
+  ends at a barrier after it), so the steps of a run add up to its wall time;
+- its split follows the critical path (step_table): the rank whose arrival
+  released the next step spent it in its all-reduce (from the release to its
+  float32 sum), its update and the next gradient (compute); "other" is the
+  rest: a host method's tail after its sum is complete (the ring returns once
+  its last datagrams are acknowledged), the coordinator's round trip, the
+  runner's segment hand-over;
+- the slowest rank's all-reduce (release to the last sum, as the measurement
+  experiment times it) is reported beside it and decides the bound.
 """
 
 from __future__ import annotations
@@ -244,29 +245,50 @@ def _max(xs: Iterable[float]) -> float:
 
 
 def step_table(ranks: Sequence[RankStep], run: RunRow | None = None) -> list[dict[str, Any]]:
-    """Per step of one (hosts, method) run: loss, batch accuracy, the time split, whether the ranks agree."""
-    by_step: dict[int, list[RankStep]] = defaultdict(list)
+    """Per step of one (hosts, method) run: loss, batch accuracy, the time split, whether the ranks agree.
+
+    The split follows the step's critical path: the rank that arrived last at the next step's barrier (it
+    set the next release) spent the step in its all-reduce (release to its sum), its tail (until the call
+    returned), its update, and the next step's gradient; what is left is waiting and coordination. So the
+    parts are never negative and add up to the step. `allreduce_slowest_s` is the slowest rank's all-reduce,
+    the latency the measurement experiment reports.
+    """
+    by_step: dict[int, dict[int, RankStep]] = defaultdict(dict)
     for r in ranks:
-        by_step[r.step].append(r)
+        by_step[r.step][r.rank] = r
     steps = sorted(by_step)
-    releases = [by_step[s][0].t_release for s in steps]
     end = run.t_end_release if run is not None else math.nan
     out = []
     wall = 0.0
     for i, s in enumerate(steps):
         rs = by_step[s]
-        nxt = releases[i + 1] if i + 1 < len(steps) else end
-        step_s = nxt - releases[i] if not math.isnan(nxt) else _max(r.t_end - r.t_release for r in rs)
-        compute = _max((r.t_ready - r.t_begin) + (r.t_end - r.t_back) for r in rs)
-        allreduce = _max(r.t_done - r.t_release for r in rs)
+        nxt = by_step.get(steps[i + 1]) if i + 1 < len(steps) else None
+        release = next(iter(rs.values())).t_release
+        if nxt is not None:  # the last to arrive at the next barrier
+            crit = max(nxt.values(), key=lambda r: r.t_ready)
+            me = rs.get(crit.rank)
+            next_release = next(iter(nxt.values())).t_release
+            grad_next = crit.t_ready - crit.t_begin
+        else:  # the last step: it ends at the barrier after it
+            me = max(rs.values(), key=lambda r: r.t_end)
+            next_release = end if not math.isnan(end) else me.t_end
+            grad_next = 0.0
+        step_s = next_release - release
+        if me is None:  # the critical rank has no row for this step (a failed run): no split
+            compute = allreduce = tail = math.nan
+        else:
+            allreduce = me.t_done - release
+            tail = me.t_back - me.t_done
+            compute = (me.t_end - me.t_back) + grad_next
         wall += step_s
-        shard = len(rs)
-        out.append({"step": s, "ranks": shard, "loss": statistics.fmean(r.loss for r in rs),
-                    "correct": sum(r.correct for r in rs), "compute_s": compute, "allreduce_s": allreduce,
-                    "step_s": step_s, "other_s": step_s - compute - allreduce, "wall_s": wall,
-                    "identical": len({r.digest for r in rs}) == 1, "same_sum": len({r.sum_digest for r in rs}) == 1,
-                    "retransmissions": sum(r.retransmissions for r in rs),
-                    "releases_agree": len({r.t_release for r in rs}) == 1})
+        out.append({"step": s, "ranks": len(rs), "loss": statistics.fmean(r.loss for r in rs.values()),
+                    "correct": sum(r.correct for r in rs.values()), "compute_s": compute, "allreduce_s": allreduce,
+                    "tail_s": tail, "step_s": step_s, "other_s": step_s - compute - allreduce, "wall_s": wall,
+                    "allreduce_slowest_s": _max(r.t_done - r.t_release for r in rs.values()),
+                    "identical": len({r.digest for r in rs.values()}) == 1,
+                    "same_sum": len({r.sum_digest for r in rs.values()}) == 1,
+                    "retransmissions": sum(r.retransmissions for r in rs.values()),
+                    "releases_agree": len({r.t_release for r in rs.values()}) == 1})
     return out
 
 
@@ -373,7 +395,7 @@ def _method_summary(result: TrainingResult, n: int, m: str, ref_acc: float, step
     if run is not None and k:
         wire_per_step = run.wire_bytes / k
         t_wire_per_step = run.t_wire_s / k if not math.isnan(run.t_wire_s) else math.nan
-        bound = bounds.classify(mean("allreduce_s"), t_wire_per_step, run.t_path_s, switch_busy=run.switch_busy,
+        bound = bounds.classify(mean("allreduce_slowest_s"), t_wire_per_step, run.t_path_s, switch_busy=run.switch_busy,
                                 agents_busy=run.agents_busy, cores_busy=run.cores_busy)
     return {
         "ok": not problems, "problems": problems, "label": METHODS[m].label,
@@ -384,7 +406,9 @@ def _method_summary(result: TrainingResult, n: int, m: str, ref_acc: float, step
         "wall_s": total, "steps_per_s": k / total if total > 0 else math.nan,
         "mean_step_s": mean("step_s"), "mean_compute_s": mean("compute_s"), "mean_allreduce_s": mean("allreduce_s"),
         "mean_other_s": mean("other_s"), "median_step_s": med, "median_allreduce_s": median("allreduce_s"),
-        "median_compute_s": median("compute_s"), "stalls": len(stalls),
+        "median_compute_s": median("compute_s"), "mean_tail_s": mean("tail_s"),
+        "mean_allreduce_slowest_s": mean("allreduce_slowest_s"), "median_allreduce_slowest_s": median("allreduce_slowest_s"),
+        "stalls": len(stalls),
         "stall_s": sum(t["step_s"] for t in stalls), "longest_step_s": max((t["step_s"] for t in table), default=math.nan),
         "retransmissions": sum(t["retransmissions"] for t in table),
         "wire_bytes_per_step": wire_per_step, "t_wire_per_step_s": t_wire_per_step,
@@ -545,9 +569,9 @@ def plot_step_times(summary: Mapping[str, Any], hosts: int, path: Path | None = 
     methods = list(entry["methods"])
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     bottom = [0.0] * len(methods)
-    for key, color, label in (("mean_compute_s", "tab:gray", "compute (gradient + update)"),
-                              ("mean_allreduce_s", "tab:blue", "all-reduce (release to slowest sum)"),
-                              ("mean_other_s", "tab:olive", "other (barrier wait, coordination)")):
+    for key, color, label in (("mean_compute_s", "tab:gray", "compute (gradient + update, critical rank)"),
+                              ("mean_allreduce_s", "tab:blue", "all-reduce (release to its sum)"),
+                              ("mean_other_s", "tab:olive", "other (tail, waiting, coordination)")):
         vals = [max(0.0, entry["methods"][m][key] * 1e3) if not math.isnan(entry["methods"][m][key]) else 0.0
                 for m in methods]
         ax.bar(methods, vals, bottom=bottom, color=color, label=label)

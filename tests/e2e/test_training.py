@@ -52,10 +52,11 @@ def test_the_time_split_adds_up_to_the_step() -> None:
     run = res.runs[1]
     table = training.step_table([r for r in res.ranks if r.method == "ring"], run)
     assert [t["step"] for t in table] == [1, 2, 3]
+    # the critical path: rank 3 arrives last at every barrier; its update (2 ms) and its next gradient (7 ms)
+    assert [t["compute_s"] for t in table] == pytest.approx([0.009, 0.009, 0.002])
     for t in table:
-        assert t["compute_s"] == pytest.approx(0.004 + 3e-3 + 0.002)  # the slowest rank's gradient + update
-        assert t["allreduce_s"] == pytest.approx(0.043)  # release to the slowest rank's sum
-        assert t["compute_s"] + t["allreduce_s"] + t["other_s"] == pytest.approx(t["step_s"])
+        assert t["allreduce_s"] == pytest.approx(0.043) == t["allreduce_slowest_s"]  # release to rank 3's sum
+        assert t["other_s"] >= 0 and t["compute_s"] + t["allreduce_s"] + t["other_s"] == pytest.approx(t["step_s"])
     assert table[0]["step_s"] == pytest.approx(0.060) and table[-1]["step_s"] == pytest.approx(0.056)  # last: to the end barrier
     assert table[-1]["wall_s"] == pytest.approx(sum(t["step_s"] for t in table))
     s = training.summarize(res)
