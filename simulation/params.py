@@ -78,11 +78,12 @@ def agg_elements() -> int:
 
 @dataclass(frozen=True)
 class IncFrames:
-    """The frames of one in-network job (wire format v2): hosts send `lanes`-wide contributions, the switches
-    sum in int32, inner switches send partial sums up as `partial` lanes (int16 when every sum of the job
-    fits, wireformat.fixedpoint.partial_bits, as the controller's planner installs them), the root narrows
-    the sum back to `lanes` with the job's default shift, and every slot opens with an exponent round
-    (header-only frames up and down: SwitchML's in-band per-block exponent agreement)."""
+    """The frames of one in-network job (wire format v2.1): hosts send `lanes`-wide contributions, the switches
+    sum in int32, inner switches send partial sums up as `partial` lanes, the root narrows the sum back to
+    `lanes` with the job's default shift, and every slot opens with an exponent round (header-only frames up
+    and down: SwitchML's in-band per-block exponent agreement). Narrow partial sums stay as narrow as the
+    lanes on every level: each level of the planner's balanced trees shifts its sums right by the bits its
+    additions gained (controller.planner._shifts), so `partial` is `lanes`."""
 
     lanes: str
     partial: str
@@ -93,10 +94,10 @@ class IncFrames:
 
     @classmethod
     def of(cls, lanes: str, workers: int) -> IncFrames:
-        bits = fxp.bits_of(lanes)
-        shift = fxp.default_shift(workers, bits, bits)
-        partial = {32: "int32", 16: "int16", 8: "int8"}[fxp.partial_bits(workers, bits, bits, shift)]
-        return cls(lanes, partial, agg_frame(lanes), agg_frame(partial), agg_frame(lanes), EXPONENT_FRAME)
+        if workers < 1:
+            raise ValueError(f"an in-network job needs at least one worker, got {workers}")
+        fxp.bits_of(lanes)  # refuses an unknown lane type by name
+        return cls(lanes, lanes, agg_frame(lanes), agg_frame(lanes), agg_frame(lanes), EXPONENT_FRAME)
 
 
 @dataclass(frozen=True)

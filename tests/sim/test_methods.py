@@ -50,12 +50,14 @@ def test_in_network_frames_follow_wire_format_v2():
     from simulation.params import EXPONENT_FRAME, IncFrames
     from wireformat import AGG
 
-    assert EXPONENT_FRAME == AGG.frame_bytes(AGG.elem_types["ELEM_NONE"]) == 59
-    i32, i16, i8 = IncFrames.of("int32", 16), IncFrames.of("int16", 16), IncFrames.of("int8", 16)
-    assert (i32.host_up, i32.switch_up, i32.down) == (1083, 1083, 1083)
-    assert (i16.host_up, i16.switch_up, i16.down) == (571, 1083, 571)  # int16 sums of 16 workers need more than 16 bits
-    assert (i8.host_up, i8.switch_up, i8.down) == (315, 571, 315)  # int8 ones fit int16 ...
-    assert IncFrames.of("int8", 256).partial == "int16" and IncFrames.of("int8", 257).partial == "int32"  # ... up to 256
+    assert EXPONENT_FRAME == AGG.frame_bytes(AGG.elem_types["ELEM_NONE"]) == 63
+    i32, i16, i8 = IncFrames.of("int32", 16), IncFrames.of("int16", 16), IncFrames.of("int8", 256)
+    assert (i32.host_up, i32.switch_up, i32.down) == (1087, 1087, 1087)
+    # narrow lanes stay narrow on every level (the planner's per-level rounding shifts)
+    assert (i16.host_up, i16.switch_up, i16.down) == (575, 575, 575)
+    assert (i8.host_up, i8.switch_up, i8.down, i8.partial) == (319, 319, 319, "int8")
+    with pytest.raises(ValueError, match="int4"):
+        IncFrames.of("int4", 16)
 
 
 def test_host_methods_pay_the_transports_acks():
