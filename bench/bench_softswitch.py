@@ -65,10 +65,13 @@ def _eth(dst: int, src: int) -> bytes:
 def contribution(child: int, slot: int, shadow: int, epoch: int) -> bytes:
     c = AGG.constants()
     elem = c["ELEM_INT32"]
-    lanes = AGG.lane_struct(elem).pack(*[(child + 1) * (i - 32) for i in range(AGG.num_lanes)])
+    values = [(child + 1) * (i - 32) for i in range(AGG.num_lanes)]
+    lanes = AGG.lane_struct(elem).pack(*values)
+    offset = slot * AGG.num_lanes
     agg = AGG.pack_header(
         version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=elem, shift=0, job_id=JOB_ID,
-        shadow=shadow, slot=slot, contributor=child, exponent=0, epoch=epoch, offset=slot * AGG.num_lanes,
+        shadow=shadow, slot=slot, contributor=child, exponent=0, epoch=epoch, offset=offset,
+        checksum=AGG.checksum(sum(values), offset, JOB_ID, epoch),  # what hosts send: the sums check out
     )
     udp_len = 8 + len(agg) + len(lanes)
     udp = struct.pack(">HHHH", c["UDP_PORT_AGG"], c["UDP_PORT_AGG"], udp_len, 0)
@@ -200,7 +203,7 @@ def run() -> Figures:
     )
     agg, fwd = agg_traffic(AGG_PACKETS), fwd_traffic(FWD_PACKETS)
     ours = {"agg": time_softswitch(agg), "fwd": time_softswitch(fwd)}
-    what = {"agg": "p4ina.json, 64 x int32 lanes, fan-in 2", "fwd": "p4ina.json, IPv4 lpm forwarding"}
+    what = {"agg": f"p4ina.json, {AGG.num_lanes} x int32 lanes, fan-in 2", "fwd": "p4ina.json, IPv4 lpm forwarding"}
     for kind, r in ours.items():
         traffic = agg if kind == "agg" else fwd
         note = f"{what[kind]}, {len(traffic)} in, {r.sent} out, load avg {load:.1f}"

@@ -30,6 +30,7 @@ DROP_TTL_EXPIRED = 8
 DROP_NOT_IPV4 = 9
 DROP_STALE = 10
 DROP_GROWTH = 11
+DROP_CORRUPT = 12
 DROP_REASONS: dict[int, str] = {
     DROP_MALFORMED: "malformed",
     DROP_UNKNOWN_JOB: "unknown_job",
@@ -42,6 +43,7 @@ DROP_REASONS: dict[int, str] = {
     DROP_NOT_IPV4: "not_ipv4",
     DROP_STALE: "stale",
     DROP_GROWTH: "growth",
+    DROP_CORRUPT: "corrupt",
 }
 
 ELEM_INT32 = AGG.elem_types["ELEM_INT32"]
@@ -80,6 +82,7 @@ C_CONTRIBUTIONS = "P4inaIngress.aggregation.contributions"
 C_RETRANSMISSIONS = "P4inaIngress.aggregation.retransmissions"
 C_COMPLETIONS = "P4inaIngress.aggregation.completions"
 C_OVERFLOWS = "P4inaIngress.aggregation.overflows"
+C_CORRUPT = "P4inaIngress.aggregation.corrupt"
 C_DROPS = "P4inaIngress.drops"
 C_RESULTS_SENT = "P4inaEgress.results_sent"
 #: Counters indexed by job_index (short name -> P4 name).
@@ -88,6 +91,7 @@ JOB_COUNTERS = {
     "retransmissions": C_RETRANSMISSIONS,
     "completions": C_COMPLETIONS,
     "overflows": C_OVERFLOWS,
+    "corrupt": C_CORRUPT,
     "results_sent": C_RESULTS_SENT,
 }
 

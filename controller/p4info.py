@@ -97,6 +97,14 @@ class CounterInfo:
     size: int
 
 
+@dataclass(frozen=True)
+class RegisterInfo:
+    id: int
+    name: str
+    size: int
+    bitwidth: int
+
+
 class P4Schema:
     """Read-only lookups into one P4Info message."""
 
@@ -107,6 +115,7 @@ class P4Schema:
         self._actions_by_id: dict[int, ActionInfo] = {}
         self._counters: dict[str, CounterInfo] = {}
         self._counters_by_id: dict[int, CounterInfo] = {}
+        self._registers: dict[str, RegisterInfo] = {}
         for a in p4info.actions:
             params = tuple(ParamInfo(p.id, p.name, p.bitwidth) for p in a.params)
             self._actions_by_id[a.preamble.id] = ActionInfo(a.preamble.id, a.preamble.name, params)
@@ -119,6 +128,9 @@ class P4Schema:
             info_c = CounterInfo(c.preamble.id, c.preamble.name, c.size)
             self._counters[c.preamble.name] = info_c
             self._counters_by_id[info_c.id] = info_c
+        for r in p4info.registers:
+            width = r.type_spec.bitstring.bit.bitwidth or r.type_spec.bitstring.int.bitwidth
+            self._registers[r.preamble.name] = RegisterInfo(r.preamble.id, r.preamble.name, r.size, width)
 
     @classmethod
     def load(cls, path: Path) -> P4Schema:
@@ -177,6 +189,16 @@ class P4Schema:
             return self._counters_by_id[cid]
         except KeyError:
             raise P4InfoError(f"P4Info has no counter id {cid}") from None
+
+    def register(self, name: str) -> RegisterInfo:
+        try:
+            return self._registers[name]
+        except KeyError:
+            raise P4InfoError(f"P4Info has no register {name!r}") from None
+
+    @property
+    def registers(self) -> tuple[RegisterInfo, ...]:
+        return tuple(self._registers.values())
 
 
 def pipeline_cookie(p4info: p4info_pb2.P4Info, device_config: bytes) -> int:

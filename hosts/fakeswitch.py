@@ -37,6 +37,7 @@ class _Cell:
     exponent: int = 0
     next_exponent: int = 0
     no_lanes: bool = False
+    checksum: int = 0
     state: int = AGGREGATING
     overflow: bool = False
     lanes: np.ndarray = field(default_factory=lambda: np.zeros(AGG.num_lanes, dtype=np.int64))
@@ -61,7 +62,8 @@ class FakeSwitch:
         self.drop = drop
         self.queues: list[queue.Queue[bytes]] = [queue.Queue() for _ in range(n_workers)]
         self.cells = [_Cell() for _ in range(2 * slot_count)]
-        self.counters = {"contributions": 0, "retransmissions": 0, "completions": 0, "overflows": 0, "drops": 0, "results_sent": 0}
+        self.counters = {"contributions": 0, "retransmissions": 0, "completions": 0, "overflows": 0, "drops": 0,
+                         "results_sent": 0, "corrupt": 0}
         self._lock = threading.Lock()
 
     def receive(self, rank: int, frame: bytes | memoryview) -> None:
@@ -111,11 +113,12 @@ class FakeSwitch:
         if cell.bitmap == 0:
             cell.lanes = lanes.copy()
             cell.count, cell.exponent, cell.overflow, cell.state = 1, h["exponent"], False, AGGREGATING
-            cell.next_exponent, cell.no_lanes = h["next_exponent"], no_lanes
+            cell.next_exponent, cell.no_lanes, cell.checksum = h["next_exponent"], no_lanes, h["checksum"]
         else:
             if h["exponent"] != cell.exponent or no_lanes != cell.no_lanes:
                 return self._drop("scale mismatch")
             cell.next_exponent = min(cell.next_exponent, h["next_exponent"])
+            cell.checksum = (cell.checksum + h["checksum"]) & 0xFFFFFFFF
             total = cell.lanes + lanes
             lo, hi = INT_RANGE[4]
             if (total < lo).any() or (total > hi).any():
@@ -126,6 +129,11 @@ class FakeSwitch:
         cell.bitmap |= bit
         self.counters["contributions"] += 1
         if cell.count == self.fan_in:
+            salt = AGG.salt(h["offset"], h["job_id"], h["epoch"])
+            if (int(cell.lanes.sum()) + self.fan_in * salt) & 0xFFFFFFFF != cell.checksum:
+                self.counters["corrupt"] += 1  # the round restarts: the workers' retransmissions rebuild it
+                cell.bitmap, cell.count, cell.state = 0, 0, AGGREGATING
+                return None
             cell.state = FINAL
             self.counters["completions"] += 1
             for child in range(self.fan_in):
@@ -147,7 +155,9 @@ class FakeSwitch:
         )
         if self.drop and self.drop("down", rank, fields):
             return
-        lanes = np.clip(narrowed, lo, hi).astype(LANE_DTYPE[width]).tobytes() if width else b""
+        out = np.clip(narrowed, lo, hi) if width else np.zeros(0, dtype=np.int64)
+        fields["checksum"] = AGG.checksum(int(out.sum()), offset, self.job_id, cell.epoch)
+        lanes = out.astype(LANE_DTYPE[width]).tobytes() if width else b""
         payload = pack_headers(1, **fields)[0].tobytes() + lanes
         self.counters["results_sent"] += 1
         self.queues[rank].put(payload)

@@ -29,7 +29,7 @@ import numpy as np
 
 from hosts import clock
 from hosts import quantization as qz
-from hosts.packets import ELEM_NONE, FLAG_OVERFLOW, OP_RESULT, ContributionFrames, Endpoint, ResultDecoder
+from hosts.packets import ELEM_NONE, FLAG_OVERFLOW, OP_RESULT, ContributionFrames, Endpoint, ResultDecoder, checks_out
 from hosts.rto import RtoEstimator
 from hosts.stats import AllreduceStats
 from wireformat import AGG
@@ -173,7 +173,7 @@ class IncWorker:
         sends = np.zeros(n_ids, dtype=np.int64)
         first_sent = np.zeros(n_ids, dtype=np.float64)
         deadlines: list[tuple[float, int, int]] = []  # heap of (deadline, round, send number)
-        sent = retrans = received = duplicates = overflows = sent_bytes = 0
+        sent = retrans = received = duplicates = overflows = sent_bytes = corrupt = 0
         done = 0
         quantize_s = 0.0
         agreed_at: float | None = None
@@ -257,6 +257,9 @@ class IncWorker:
                 if h["elem_type"] != ELEM_NONE or h["shadow"] != 0 or h["offset"] != slot * AGG.num_lanes:
                     duplicates += 1
                     continue
+                if h["checksum"] != frames.salts[slot]:
+                    corrupt += 1  # dropped: the timeout asks for it again
+                    continue
                 if agreed_at is None:
                     agreed_at = clock.now()
             else:
@@ -268,6 +271,9 @@ class IncWorker:
                     lanes = self._decoder.lanes(payload, h["elem_type"])
                 except ValueError:
                     duplicates += 1
+                    continue
+                if not checks_out(lanes, h["checksum"], h["offset"], job.job_id, epoch):
+                    corrupt += 1  # a flipped bit on the way down: dropped, the timeout fetches the stored result
                     continue
                 if h["shift"] != job.shift or h["elem_type"] != job.result_type:
                     raise JobMismatchError(
@@ -291,7 +297,7 @@ class IncWorker:
         stats = AllreduceStats(
             method="inc", elements=int(blocks.size), latency_s=t_end - t_start, packets_sent=sent,
             retransmissions=retrans, packets_received=received, duplicates=duplicates,
-            bytes_sent=sent_bytes, overflows=overflows, parts=parts,
+            bytes_sent=sent_bytes, overflows=overflows, corrupt=corrupt, parts=parts,
         )
         if overflows:
             msg = f"{overflows} result(s) flagged overflow (shift {job.shift})"

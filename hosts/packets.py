@@ -102,19 +102,20 @@ def frame_prefix(src: Endpoint, elem_type: int, *, dst: Endpoint = Endpoint(AGG_
     return macs + b"\x08\x00" + ip + udp
 
 
-def _byte_of(name: str) -> int:
-    """Offset in the agg header of a byte-aligned 8-bit field (patched per chunk at send time)."""
+def _byte_of(name: str, bits: int = 8) -> int:
+    """Offset in the agg header of a byte-aligned field of `bits` bits (patched per chunk at send time)."""
     pos = 0
     for f in AGG.fields:
         if f.name == name:
-            if pos % 8 or f.bits != 8:
-                raise NotImplementedError(f"field {name} is not a byte-aligned byte")
+            if pos % 8 or f.bits != bits:
+                raise NotImplementedError(f"field {name} is not a byte-aligned {bits}-bit field")
             return pos // 8
         pos += f.bits
     raise KeyError(name)
 
 
 EXPONENT_AT = PREFIX_LEN + _byte_of("exponent")
+CHECKSUM_AT = PREFIX_LEN + _byte_of("checksum", 32)
 ELEM_NONE = AGG.elem_types["ELEM_NONE"]
 EXPONENT_MAX = AGG.field("exponent").max_value
 
@@ -160,6 +161,7 @@ class ContributionFrames:
         self.offsets = k * AGG.num_lanes
         nxt = np.full(n, EXPONENT_MAX, dtype=np.int64)
         nxt[: max(0, n - slot_count)] = proposals[slot_count:]
+        self.salts = salts(self.offsets, job_id, epoch)
         common = dict(version=AGG.version, op=OP_CONTRIB, job_id=job_id, contributor=rank, epoch=epoch)
         self.frames = self._rows(n, frame_prefix(src, elem_type), self.frame_len, pack_headers(
             n, elem_type=elem_type, shadow=self.shadows, slot=self.slots, offset=self.offsets,
@@ -167,7 +169,7 @@ class ContributionFrames:
         s = np.arange(self.n_slots, dtype=np.int64)
         self.exp_frames = self._rows(self.n_slots, frame_prefix(src, ELEM_NONE), self.exp_frame_len, pack_headers(
             self.n_slots, elem_type=ELEM_NONE, shadow=0, slot=s, offset=s * AGG.num_lanes,
-            next_exponent=proposals[: self.n_slots], **common))
+            next_exponent=proposals[: self.n_slots], checksum=self.salts[: self.n_slots], **common))
         self._lane_view = self.frames[:, PREFIX_LEN + HEADER_LEN :].view(LANE_DTYPE[self.width]) if self.width else None
         self._flag_at = PREFIX_LEN + _byte_of("flags")
 
@@ -182,9 +184,11 @@ class ContributionFrames:
         return self.frames.shape[0]
 
     def fill(self, chunk: int, exponent: int, lanes: np.ndarray) -> None:
-        """Write the agreed exponent and the chunk's quantized lanes into its frame."""
+        """Write the agreed exponent, the chunk's quantized lanes and their checksum into its frame."""
         self.frames[chunk, EXPONENT_AT] = exponent & 0xFF
         self._lane_view[chunk] = lanes  # type: ignore[index]
+        total = (int(np.asarray(lanes, dtype=np.int64).sum()) + int(self.salts[chunk])) & 0xFFFFFFFF
+        self.frames[chunk, CHECKSUM_AT : CHECKSUM_AT + 4] = np.frombuffer(total.to_bytes(4, "big"), dtype=np.uint8)
 
     def frame(self, chunk: int) -> memoryview:
         """A chunk's first transmission (a view; no copy)."""
@@ -206,12 +210,23 @@ class ContributionFrames:
         return self._flagged(self.exp_frames[slot])
 
 
+def salts(offsets: np.ndarray, job_id: int, epoch: int) -> np.ndarray:
+    """The checksum salt of each packet (wireformat's salt, vectorized)."""
+    o = np.asarray(offsets, dtype=np.int64)
+    return (o ^ (job_id << 16) ^ (epoch << 8) ^ AGG.checksum_salt) & 0xFFFFFFFF
+
+
+def checks_out(lanes: np.ndarray, checksum: int, offset: int, job_id: int, epoch: int) -> bool:
+    """Does a packet's checksum match its lanes (the end-to-end check of every result)?"""
+    return AGG.checksum(int(np.asarray(lanes, dtype=np.int64).sum()), offset, job_id, epoch) == checksum
+
+
 class ResultDecoder:
     """Reads the fields a worker needs from a result's UDP payload without Scapy."""
 
     def __init__(self) -> None:
         self._fields = {name: LAYOUT[name] for name in ("op", "flags", "elem_type", "shift", "job_id", "shadow", "slot",
-                                                           "epoch", "offset", "exponent", "next_exponent")}
+                                                           "epoch", "offset", "exponent", "next_exponent", "checksum")}
         self._exp_sign = 1 << (AGG.field("exponent").bits - 1)
 
     def header(self, payload: bytes | memoryview) -> dict[str, int]:

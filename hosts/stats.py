@@ -29,6 +29,7 @@ class AllreduceStats:
     duplicates: int
     bytes_sent: int
     overflows: int = 0
+    corrupt: int = 0  # results whose checksum did not match their lanes (dropped; the chunk was fetched again)
     t_start: float = 0.0
     t_done: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)

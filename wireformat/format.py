@@ -45,6 +45,7 @@ class WireFormat:
     agg_ip: int
     version: int
     num_lanes: int
+    checksum_salt: int
     ops: dict[str, int]
     flags: dict[str, int]
     elem_types: dict[str, int]
@@ -77,6 +78,14 @@ class WireFormat:
     def frame_bytes(self, elem_type: int) -> int:
         return ETH_LEN + IPV4_LEN + UDP_LEN + self.payload_bytes(elem_type)
 
+    def salt(self, offset: int, job_id: int, epoch: int) -> int:
+        """The checksum's salt of a packet (the `checksum` field's doc; the P4 program computes the same)."""
+        return (offset ^ (job_id << 16) ^ (epoch << 8) ^ self.checksum_salt) & 0xFFFFFFFF
+
+    def checksum(self, lane_sum: int, offset: int, job_id: int, epoch: int) -> int:
+        """(sum of a packet's lanes + salt) mod 2^32."""
+        return (lane_sum + self.salt(offset, job_id, epoch)) & 0xFFFFFFFF
+
     @property
     def agg_mac_text(self) -> str:
         return ":".join(f"{b:02x}" for b in self.agg_mac.to_bytes(6, "big"))
@@ -87,7 +96,8 @@ class WireFormat:
 
     def constants(self) -> dict[str, int]:
         """Every named constant, flat (for code generators and docs)."""
-        out = {"UDP_PORT_AGG": self.udp_port, "AGG_VERSION": self.version, "NUM_LANES": self.num_lanes}
+        out = {"UDP_PORT_AGG": self.udp_port, "AGG_VERSION": self.version, "NUM_LANES": self.num_lanes,
+               "CHECKSUM_SALT": self.checksum_salt}
         out.update(self.ops)
         out.update(self.flags)
         out.update(self.elem_types)
@@ -141,6 +151,7 @@ def _parse(raw: dict[str, Any]) -> WireFormat:
             agg_ip=int(consts["address"]["AGG_IP"]),
             version=int(consts["VERSION"]),
             num_lanes=int(consts["NUM_LANES"]),
+            checksum_salt=int(consts["CHECKSUM_SALT"]),
             ops=dict(consts["op"]),
             flags=dict(consts["flags"]),
             elem_types=dict(consts["elem_type"]),

@@ -39,6 +39,7 @@ def render_header(wf: WireFormat) -> str:
     out.append(f"const bit<4> AGG_VERSION = {wf.version};")
     out.append(f"const bit<48> AGG_MAC = 0x{wf.agg_mac:012x};  // {wf.agg_mac_text}")
     out.append(f"const bit<32> AGG_IP = 0x{wf.agg_ip:08x};  // {wf.agg_ip_text}")
+    out.append(f"const bit<32> CHECKSUM_SALT = 0x{wf.checksum_salt:08x};")
     out.append(f"#define NUM_LANES {wf.num_lanes}")
     for name, code in wf.ops.items():
         out.append(f"const bit<4> {name} = {code};")
@@ -138,6 +139,21 @@ def render_narrow(wf: WireFormat, bits: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_lane_sum(wf: WireFormat, bits: int) -> str:
+    """meta.lane_sum = every lane (sign-extended) added up, mod 2^32: the checksum's lane part.
+
+    One statement with a balanced tree of additions (depth log2 NUM_LANES): a chain of 256 statements
+    `s = s + v` is copy-propagated by p4c into every later use, quadratic in the JSON (it reached 6 GB).
+    """
+    terms = []
+    for i in range(wf.num_lanes):
+        v = f"hdr.lanes{bits}.{lane(i)}"
+        terms.append(v if bits == 32 else f"(bit<32>)((int<32>)((int<{bits}>){v}))")
+    while len(terms) > 1:
+        terms = [f"({a} + {b})" if b else a for a, b in zip(terms[0::2], terms[1::2] + [""] * (len(terms) % 2))]
+    return "\n".join([BANNER, f"meta.lane_sum = {terms[0]};"]) + "\n"
+
+
 def render_all(wf: WireFormat = AGG) -> dict[str, str]:
     return {
         "agg_header.p4": render_header(wf),
@@ -149,6 +165,9 @@ def render_all(wf: WireFormat = AGG) -> dict[str, str]:
         "lanes_widen8.p4": render_widen(wf, 8),
         "lanes_narrow16.p4": render_narrow(wf, 16),
         "lanes_narrow8.p4": render_narrow(wf, 8),
+        "lanes_sum32.p4": render_lane_sum(wf, 32),
+        "lanes_sum16.p4": render_lane_sum(wf, 16),
+        "lanes_sum8.p4": render_lane_sum(wf, 8),
     }
 
 

@@ -7,6 +7,7 @@ const bit<16> UDP_PORT_AGG = 16711;
 const bit<4> AGG_VERSION = 2;
 const bit<48> AGG_MAC = 0x027034696e61;  // 02:70:34:69:6e:61
 const bit<32> AGG_IP = 0x0afffffe;  // 10.255.255.254
+const bit<32> CHECKSUM_SALT = 0x9e3779b9;
 #define NUM_LANES 256
 const bit<4> OP_CONTRIB = 1;
 const bit<4> OP_RESULT = 2;
@@ -18,14 +19,14 @@ const bit<8> ELEM_INT8 = 2;
 const bit<8> ELEM_NONE = 3;
 
 // IPv4 total length and UDP length of an aggregation packet, by lane width.
-const bit<16> AGG_IPV4_LEN_INT32 = 1069;
-const bit<16> AGG_UDP_LEN_INT32 = 1049;
-const bit<16> AGG_IPV4_LEN_INT16 = 557;
-const bit<16> AGG_UDP_LEN_INT16 = 537;
-const bit<16> AGG_IPV4_LEN_INT8 = 301;
-const bit<16> AGG_UDP_LEN_INT8 = 281;
-const bit<16> AGG_IPV4_LEN_NONE = 45;
-const bit<16> AGG_UDP_LEN_NONE = 25;
+const bit<16> AGG_IPV4_LEN_INT32 = 1073;
+const bit<16> AGG_UDP_LEN_INT32 = 1053;
+const bit<16> AGG_IPV4_LEN_INT16 = 561;
+const bit<16> AGG_UDP_LEN_INT16 = 541;
+const bit<16> AGG_IPV4_LEN_INT8 = 305;
+const bit<16> AGG_UDP_LEN_INT8 = 285;
+const bit<16> AGG_IPV4_LEN_NONE = 49;
+const bit<16> AGG_UDP_LEN_NONE = 29;
 
 header agg_h {
     bit<4> version;  // Header version, must equal VERSION; anything else is dropped as malformed.
@@ -41,6 +42,7 @@ header agg_h {
     bit<8> epoch;  // All-reduce generation of the job, chosen by the workers (the coordinator hands it out): it must advance (serial-number order, mod 256) for each all-reduce; a cell holding an older epoch is reset, a packet older than its cell is dropped as stale.
     bit<32> offset;  // Index in the tensor of the element carried in lane 0.
     int<8> next_exponent;  // Exponent proposed for the next round of this slot: each worker sends the largest that fits its own next block; switches keep the minimum over the round's contributions and results carry it down, so every worker quantizes that block alike (SwitchML's in-band agreement).
+    bit<32> checksum;  // End-to-end check of the lanes: (sum of the lanes as integers + salt) mod 2^32, salt = offset ^ (job_id << 16) ^ (epoch << 8) ^ 0x9e3779b9. Sums are linear, so a cell's accumulated checksum must equal its lanes' sum plus fan_in x salt: switches check that before they send a sum on (and drop the round when it fails: the hosts resend), and seal what they send; hosts check every result.
 }
 
 // 256 lanes of int32 (two's complement, carried as bit<32>).

@@ -21,14 +21,17 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     register<bit<8>>(NUM_CELLS) slot_next_exp;   // minimum next_exponent of the round's contributions (or the result's)
     register<bit<8>>(NUM_CELLS) slot_token;      // job install that last used the cell
     register<bit<8>>(NUM_CELLS) slot_epoch;      // all-reduce generation that last used the cell
+    register<bit<32>>(NUM_CELLS) slot_csum;      // the round's accumulated checksum (or a stored result's)
 
     counter(MAX_JOBS, CounterType.packets_and_bytes) contributions;
     counter(MAX_JOBS, CounterType.packets_and_bytes) retransmissions;
     counter(MAX_JOBS, CounterType.packets_and_bytes) completions;
     counter(MAX_JOBS, CounterType.packets_and_bytes) overflows;
+    counter(MAX_JOBS, CounterType.packets_and_bytes) corrupt;   // rounds and results whose checksum failed
 
     bit<8> send = SEND_NOTHING;
     bit<1> no_lanes = 0;   // an exponent round (ELEM_NONE): the packet carries no lanes
+    bit<1> saturated = 0;  // the cell's sums saturated this round (STATE_OVERFLOW)
     bit<1> load_from_cell = 0;
     bit<1> resend = 0;
     bit<1> fresh = 0;
@@ -113,6 +116,34 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         slot_state.write(meta.cell, meta.state);
         slot_token.write(meta.cell, meta.token);
         slot_epoch.write(meta.cell, hdr.agg.epoch);
+    }
+
+    // The checksum's salt: a packet's lanes belong to this chunk (offset) of this job's all-reduce (epoch).
+    action compute_salt() {
+        meta.salt = hdr.agg.offset ^ ((bit<32>)hdr.agg.job_id << 16) ^ ((bit<32>)hdr.agg.epoch << 8) ^ CHECKSUM_SALT;
+    }
+
+    action sum_lanes32() {
+#include "../generated/lanes_sum32.p4"
+    }
+
+    action sum_lanes16() {
+#include "../generated/lanes_sum16.p4"
+    }
+
+    action sum_lanes8() {
+#include "../generated/lanes_sum8.p4"
+    }
+
+    // A checksum failed: count it, and start the cell's round afresh so that the children's retransmissions
+    // rebuild the sum from scratch (the corrupt lanes are overwritten by the round's first contribution).
+    action restart_round() {
+        corrupt.count((bit<32>)meta.job_index);
+        meta.bitmap = 0;
+        meta.contribs = 0;
+        meta.state = STATE_AGGREGATING;
+        write_cell();
+        meta.drop_reason = DROP_CORRUPT;
     }
 
     action widen16() {
@@ -201,8 +232,25 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             return;
         }
         locate_cell();
+        compute_salt();
 
         if (meta.from_parent == 1) {
+            // A result must add up (its lanes plus one salt) before it is stored and passed on; a bad one is
+            // dropped, and the children's retransmissions fetch it again.
+            meta.lane_sum = 0;
+            if (hdr.lanes32.isValid()) {
+                sum_lanes32();
+            } else if (hdr.lanes16.isValid()) {
+                sum_lanes16();
+            } else if (hdr.lanes8.isValid()) {
+                sum_lanes8();
+            }
+            if (meta.lane_sum + meta.salt != hdr.agg.checksum) {
+                corrupt.count((bit<32>)meta.job_index);
+                meta.drop_reason = DROP_CORRUPT;
+                return;
+            }
+            slot_csum.write(meta.cell, hdr.agg.checksum);
             // Keep the result for retransmissions, pass it down as it came.
             slot_state.read(meta.state, meta.cell);
             if (hdr.lanes16.isValid()) {
@@ -316,6 +364,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 if (hdr.lanes32.isValid()) {
                     accumulate();
                 }
+                slot_csum.read(meta.cell_csum, meta.cell);
+                if (meta.bitmap == 0) {
+                    meta.cell_csum = hdr.agg.checksum;   // the round's first contribution
+                } else {
+                    meta.cell_csum = meta.cell_csum + hdr.agg.checksum;
+                }
+                slot_csum.write(meta.cell, meta.cell_csum);
                 contributions.count((bit<32>)meta.job_index);
                 if (meta.overflow == 1) {
                     overflows.count((bit<32>)meta.job_index);
@@ -324,6 +379,17 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 meta.bitmap = meta.bitmap | meta.child_bit;
                 meta.contribs = meta.contribs + 1;
                 if (meta.contribs == meta.fan_in) {
+                    // The sum's lanes must add up to the contributions' checksums: fan_in salts and every lane.
+                    // Always: a saturated sum cannot happen with the hosts' scaling, so one that fails the
+                    // check is corruption too (a flipped high bit saturates the next addition).
+                    meta.lane_sum = 0;
+                    if (hdr.lanes32.isValid()) {
+                        sum_lanes32();
+                    }
+                    if (meta.lane_sum + (bit<32>)meta.fan_in * meta.salt != meta.cell_csum) {
+                        restart_round();
+                        return;
+                    }
                     completions.count((bit<32>)meta.job_index);
                     if (meta.role == ROLE_ROOT) {
                         meta.state = (meta.state & STATE_OVERFLOW) | STATE_FINAL;
@@ -338,13 +404,29 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         }
 
         // Build the outgoing packet.
-        bit<1> saturated = 0;
         if ((meta.state & STATE_OVERFLOW) != 0) {
             saturated = 1;
         }
         meta.overflow = 0;   // from here on: lanes clamped by narrowing
         if (load_from_cell == 1 && no_lanes == 0) {
             load_lanes();
+        }
+        if (load_from_cell == 1) {
+            // A stored sum (or result) is checked before it is sent again: an accumulator holds fan_in salts,
+            // a result an inner node keeps for its children one. A flipped bit restarts the round.
+            slot_csum.read(meta.cell_csum, meta.cell);
+            meta.lane_sum = 0;
+            if (hdr.lanes32.isValid()) {
+                sum_lanes32();
+            }
+            bit<32> copies = (bit<32>)meta.fan_in;
+            if (meta.role == ROLE_INNER && (meta.state & STATE_PHASE_MASK) == STATE_FINAL) {
+                copies = 1;
+            }
+            if (meta.lane_sum + copies * meta.salt != meta.cell_csum) {
+                restart_round();
+                return;
+            }
         }
         if (meta.from_parent == 0) {
             hdr.agg.next_exponent = (int<8>)meta.next_exp;
@@ -386,6 +468,18 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     narrow8();
                 }
             }
+        }
+        if (send == SEND_RESULT_DOWN || send == SEND_RESULT_BACK || send == SEND_UP) {
+            // Seal what leaves: lanes changed (narrowed, shifted, summed), the checksum follows them.
+            meta.lane_sum = 0;
+            if (hdr.lanes32.isValid()) {
+                sum_lanes32();
+            } else if (hdr.lanes16.isValid()) {
+                sum_lanes16();
+            } else if (hdr.lanes8.isValid()) {
+                sum_lanes8();
+            }
+            hdr.agg.checksum = meta.lane_sum + meta.salt;
         }
         hdr.agg.flags = 0;
         if (meta.overflow == 1 || saturated == 1) {

@@ -50,6 +50,7 @@ const bit<8> DROP_TTL_EXPIRED = 8;     // IPv4 TTL would reach 0
 const bit<8> DROP_NOT_IPV4 = 9;        // hosts use static ARP; nothing but IPv4 is forwarded
 const bit<8> DROP_STALE = 10;          // epoch older than the cell's: a late packet of an earlier all-reduce
 const bit<8> DROP_GROWTH = 11;         // int8 lanes where the job answers in int32: the packet would grow past BMv2's headroom
+const bit<8> DROP_CORRUPT = 12;        // a checksum failed: a sum (or result) whose lanes do not add up; the round restarts
 
 struct metadata_t {
     // Set for every packet.
@@ -85,6 +86,11 @@ struct metadata_t {
     bit<32> keep;       // 0 to overwrite a cell's lanes (new round), all ones to add to them
     bit<8> out_shift;   // right shift applied when narrowing the lanes of an outgoing packet
     bit<32> round_add;  // 2^(out_shift - 1): the shift rounds to nearest instead of down
+    // End-to-end check (the agg header's checksum): sums are linear, so a cell's accumulated checksum
+    // equals its lanes' sum plus fan_in x salt; one packet's checksum is its lanes' sum plus salt.
+    bit<32> salt;
+    bit<32> lane_sum;
+    bit<32> cell_csum;
     bit<8> next_exp;    // the round's agreed next_exponent so far (minimum over its contributions)
     bit<1> overflow;
     // Scratch of the generated per-lane code (metadata rather than action locals,

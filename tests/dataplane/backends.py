@@ -66,6 +66,12 @@ class Dut:
             return got.counter_entry.data.packet_count, got.counter_entry.data.byte_count
         raise LookupError(f"counter {name}[{index}] not returned by the switch")
 
+    def flip_register_bit(self, name: str, index: int, bit: int) -> tuple[int, int]:
+        """A bit flip in a register cell, over P4Runtime (the embedded switch's extension; BMv2 has none)."""
+        from controller.registers import flip_bit
+
+        return flip_bit(self.client, self.schema, name, index, bit)
+
     # -- data plane ------------------------------------------------------------
     def send(self, port: int, frame: bytes) -> None:
         raise NotImplementedError

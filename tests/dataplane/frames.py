@@ -47,17 +47,25 @@ def udp_frame(src_port: int, dst_mac: bytes, dst_ip: bytes, payload: bytes, *, s
     return eth + ipv4(src_ip or host_ip(src_port), dst_ip, len(udp), ttl=ttl, bad_checksum=bad_checksum) + udp
 
 
+def checksum(lane_sum: int, offset: int, job: int, epoch: int) -> int:
+    """The agg header's checksum, written out from its definition: (lanes' sum + salt) mod 2^32."""
+    salt = offset ^ (job << 16) ^ (epoch << 8) ^ AGG.checksum_salt
+    return (lane_sum + salt) % 2**32
+
+
 def contribution(port: int, values: list[int], *, job: int = 7, slot: int = 0, shadow: int = 0, epoch: int = 1,
                  elem_type: int = INT32, exponent: int = 0, flags: int = 0, offset: int = 0, op: int = CONTRIB,
                  trailer: bytes = b"", **overrides: int) -> bytes:
     """A contribution as the host behind `port` sends it (to the aggregation address)."""
     if len(values) != AGG.num_lanes:
         values = (list(values) * AGG.num_lanes)[: AGG.num_lanes]
-    fields = dict(op=op, flags=flags, elem_type=elem_type, job_id=job, shadow=shadow, slot=slot,
-                  contributor=port, exponent=exponent, epoch=epoch, offset=offset)
-    fields.update(overrides)
     lane_type = elem_type if elem_type in AGG.elem_types.values() else INT32   # an invalid type still needs lanes
     lanes = b"" if lane_type == NONE else AGG.lane_struct(lane_type).pack(*values)  # an exponent round has none
+    lane_sum = 0 if lane_type == NONE else sum(values)
+    fields = dict(op=op, flags=flags, elem_type=elem_type, job_id=job, shadow=shadow, slot=slot,
+                  contributor=port, exponent=exponent, epoch=epoch, offset=offset,
+                  checksum=checksum(lane_sum, offset, job, epoch))  # right unless a test passes another
+    fields.update(overrides)
     payload = AGG.pack_header(**fields) + lanes + trailer
     return udp_frame(port, AGG_MAC, AGG_IP, payload, sport=AGG.udp_port, dport=AGG.udp_port)
 

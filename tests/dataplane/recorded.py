@@ -150,11 +150,13 @@ def _p4ina_seeds() -> list[tuple[int, bytes]]:
     seeds = []
     for slot in range(3):
         for child, port in enumerate((1, 2)):
+            values = [(child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)]
             agg = AGG.pack_header(
                 version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=c["ELEM_INT32"], shift=0, job_id=1,
                 shadow=0, slot=slot, contributor=child, exponent=0, epoch=1, offset=0,
+                checksum=AGG.checksum(sum(values), 0, 1, 1),
             )
-            lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(*[(child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)])
+            lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(*values)
             udp = struct.pack(">HHHH", c["UDP_PORT_AGG"], c["UDP_PORT_AGG"], 8 + len(agg) + len(lanes), 0)
             ip = bytearray(struct.pack(">BBHHHBBHII", 0x45, 0, 28 + len(agg) + len(lanes), 0, 0, 64, 17, 0, 0x0A000001 + child, 0x0AFFFFFE))
             total = sum(struct.unpack(">10H", bytes(ip)))

@@ -34,7 +34,10 @@ def setup(dut: Dut, job: Job) -> None:
     install_job(dut, job)
 
 
-def results_by_port(frames: list[tuple[int, bytes]]) -> dict[int, object]:
+def results_by_port(frames: list[tuple[int, bytes]], expect: int | None = None) -> dict[int, object]:
+    """One parsed frame per port; `expect` frames exactly (a loop over no results would assert nothing)."""
+    if expect is not None:
+        assert len(frames) == expect, f"{len(frames)} frames out, expected {expect}"
     out = {}
     for port, frame in frames:
         assert port not in out, f"two frames out of port {port}"
@@ -78,7 +81,7 @@ def test_retransmission_is_not_added_twice(dut: Dut) -> None:
     dut.send(2, contribution(2, values(2)))  # a duplicate without the flag is caught by the bitmap too
     assert dut.receive(0) == []
     dut.send(3, contribution(3, values(3)))
-    got = results_by_port(dut.receive(3))
+    got = results_by_port(dut.receive(3), 3)
     assert {p: pkt.lanes for p, pkt in got.items()} == {p: lane_sum(values(1), values(2), values(3)) for p in (1, 2, 3)}
     assert dut.counter(C + "retransmissions", 1)[0] == 2
     assert dut.counter(C + "contributions", 1)[0] == 3
@@ -89,7 +92,7 @@ def test_retransmission_to_a_completed_slot_gets_the_result_back(dut: Dut) -> No
     setup(dut, job)
     dut.send(1, contribution(1, values(1)))
     dut.send(2, contribution(2, values(2)))
-    first = results_by_port(dut.receive(2))
+    first = results_by_port(dut.receive(2), 2)
     dut.send(2, contribution(2, values(2), flags=RETRANSMIT))   # its result was lost
     again = dut.receive(1)
     assert [p for p, _ in again] == [2], "only the child that asked gets the result again"
@@ -111,7 +114,7 @@ def test_results_are_narrowed_with_a_saturating_shift(dut: Dut, result_type: int
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     expected = [min(hi, max(lo, rshift(s, shift))) for s in lane_sum(a, b)]
     assert any(e in (lo, hi) for e in expected), "the case must exercise clamping"
-    got = results_by_port(dut.receive(2))
+    got = results_by_port(dut.receive(2), 2)
     for port, pkt in got.items():
         assert pkt.header["elem_type"] == result_type and pkt.header["shift"] == shift
         assert pkt.lanes == expected
@@ -126,23 +129,30 @@ def test_narrowing_without_clamping_leaves_the_flag_clear(dut: Dut) -> None:
     a, b = [i % 64 - 32 for i in range(L)], [2 * (i % 64 - 32) for i in range(L)]   # |sum| <= 96, >> 2 fits
     dut.send(1, contribution(1, a))
     dut.send(2, contribution(2, b))
-    for _, pkt in results_by_port(dut.receive(2)).items():
+    for _, pkt in results_by_port(dut.receive(2), 2).items():
         assert pkt.lanes == [rshift(s, 2) for s in lane_sum(a, b)]
         assert pkt.header["flags"] == 0
     assert dut.counter(C + "overflows", 1)[0] == 0
 
 
-def test_int32_sums_saturate_instead_of_wrapping(dut: Dut) -> None:
+def test_int32_sums_saturate_and_such_a_sum_is_not_delivered(dut: Dut) -> None:
+    """Saturation cannot happen with the hosts' scaling (no sum of n contributions reaches 2^31), so a
+    saturated sum is a corrupted one (a flipped high bit saturates the next addition): counted as an
+    overflow, it fails the checksum (the clamped lanes no longer add up), and the round restarts."""
     job = Job(children=(1, 2))
     setup(dut, job)
-    a = [INT32_MAX - 10, INT32_MIN + 5, 1000, -1000] * 16
-    b = [100, -100, 2000, -2000] * 16
+    a = [INT32_MAX - 10, INT32_MIN + 5, 1000, -1000] * (L // 4)
+    b = [100, -100, 2000, -2000] * (L // 4)
     dut.send(1, contribution(1, a))
     dut.send(2, contribution(2, b))
-    for _, pkt in results_by_port(dut.receive(2)).items():
-        assert pkt.lanes == [INT32_MAX, INT32_MIN, 3000, -3000] * (L // 4)
-        assert pkt.header["flags"] & OVERFLOW
-    assert dut.counter(C + "overflows", 1)[0] == 1
+    assert dut.receive(0) == []
+    assert dut.counter(C + "overflows", 1)[0] == 1 and dut.counter(C + "corrupt", 1)[0] == 1
+    c = [5, -5, 1000, -1000] * (L // 4)  # the retransmitted round (here with sums that fit): delivered
+    dut.send(1, contribution(1, c))
+    dut.send(2, contribution(2, b))
+    got = results_by_port(dut.receive(2), 2)
+    assert sorted(got) == [1, 2] and all(p.lanes == lane_sum(c, b) and not p.header["flags"] & OVERFLOW
+                                         for p in got.values())
 
 
 @pytest.mark.parametrize("elem_type", [INT8, INT16])
@@ -154,7 +164,7 @@ def test_narrow_contributions_are_widened(dut: Dut, elem_type: int) -> None:
     vecs = {p: [((i * 5 + p * 31) % 256) - 128 for i in range(L)] for p in job.children}
     for p in job.children:
         dut.send(p, contribution(p, vecs[p], elem_type=elem_type))
-    for _, pkt in results_by_port(dut.receive(3)).items():
+    for _, pkt in results_by_port(dut.receive(3), 3).items():
         assert pkt.header["elem_type"] == result_type
         assert pkt.lanes == lane_sum(*vecs.values())
 
@@ -181,7 +191,7 @@ def test_inner_node_sends_partial_up_and_relays_the_result_down(dut: Dut) -> Non
     # The parent's (already narrowed) result comes down and is relayed unchanged to both children.
     final = [(i % 100) - 50 for i in range(L)]
     dut.send(5, contribution(5, final, slot=2, epoch=9, op=RESULT, elem_type=INT8, shift=3))
-    down = results_by_port(dut.receive(2))
+    down = results_by_port(dut.receive(2), 2)
     assert sorted(down) == [1, 2]
     for port, pkt in down.items():
         assert pkt.lanes == final and pkt.header["elem_type"] == INT8 and pkt.header["shift"] == 3
@@ -203,7 +213,7 @@ def test_shadow_copies_let_a_slot_be_reused(dut: Dut) -> None:
         a, b = values(round_ + 1), values(round_ + 7)
         dut.send(1, contribution(1, a, shadow=shadow))
         dut.send(2, contribution(2, b, shadow=shadow))
-        got = results_by_port(dut.receive(2))
+        got = results_by_port(dut.receive(2), 2)
         assert {p: pkt.lanes for p, pkt in got.items()} == {1: lane_sum(a, b), 2: lane_sum(a, b)}, f"round {round_}"
     assert dut.counter(C + "retransmissions", 1)[0] == 0
 
@@ -217,7 +227,7 @@ def test_a_newer_epoch_starts_afresh_and_an_older_one_is_dropped(dut: Dut) -> No
     # Same slot and shadow in the next all-reduce: not a retransmission, a new round.
     dut.send(1, contribution(1, values(3), epoch=2))
     dut.send(2, contribution(2, values(4), epoch=2))
-    got = results_by_port(dut.receive(2))
+    got = results_by_port(dut.receive(2), 2)
     assert got[1].lanes == lane_sum(values(3), values(4))
     # A late packet of epoch 1 must not touch epoch 2's cell.
     dut.send(1, contribution(1, values(9), epoch=1, flags=RETRANSMIT))
@@ -227,7 +237,7 @@ def test_a_newer_epoch_starts_afresh_and_an_older_one_is_dropped(dut: Dut) -> No
     for epoch in (100, 227, 255, 0):
         dut.send(1, contribution(1, values(5), epoch=epoch))
         dut.send(2, contribution(2, values(6), epoch=epoch))
-        assert results_by_port(dut.receive(2))[2].lanes == lane_sum(values(5), values(6))
+        assert results_by_port(dut.receive(2), 2)[2].lanes == lane_sum(values(5), values(6))
 
 
 def test_a_new_install_token_resets_cells(dut: Dut) -> None:
@@ -242,7 +252,7 @@ def test_a_new_install_token_resets_cells(dut: Dut) -> None:
         token=2, up_type=INT32, up_shift=0, in_shift=0))
     dut.send(1, contribution(1, values(3), epoch=1))
     dut.send(2, contribution(2, values(4), epoch=1))
-    assert results_by_port(dut.receive(2))[1].lanes == lane_sum(values(3), values(4))
+    assert results_by_port(dut.receive(2), 2)[1].lanes == lane_sum(values(3), values(4))
 
 
 def test_jobs_are_isolated(dut: Dut) -> None:
@@ -254,10 +264,10 @@ def test_jobs_are_isolated(dut: Dut) -> None:
     dut.send(1, contribution(1, values(1), job=7))
     dut.send(3, contribution(3, values(3), job=9))
     dut.send(4, contribution(4, values(4), job=9))
-    got_b = results_by_port(dut.receive(2))
+    got_b = results_by_port(dut.receive(2), 2)
     assert sorted(got_b) == [3, 4] and got_b[3].lanes == lane_sum(values(3), values(4))
     dut.send(2, contribution(2, values(2), job=7))
-    got_a = results_by_port(dut.receive(2))
+    got_a = results_by_port(dut.receive(2), 2)
     assert sorted(got_a) == [1, 2] and got_a[1].lanes == lane_sum(values(1), values(2))
     assert dut.counter(C + "contributions", 1)[0] == 2 and dut.counter(C + "contributions", 2)[0] == 2
 
@@ -269,7 +279,7 @@ def test_an_exponent_round_agrees_the_minimum_proposal(dut: Dut) -> None:
     setup(dut, job)
     for port, proposal in ((1, 20), (2, -3), (3, 7)):
         dut.send(port, contribution(port, [], elem_type=NONE, slot=4, epoch=2, next_exponent=proposal, offset=4 * L))
-    got = results_by_port(dut.receive(3))
+    got = results_by_port(dut.receive(3), 3)
     assert sorted(got) == [1, 2, 3]
     for pkt in got.values():
         assert pkt.header["elem_type"] == NONE and pkt.lanes == [] and pkt.header["next_exponent"] == -3
@@ -286,7 +296,7 @@ def test_data_rounds_carry_the_next_agreement_with_their_sum(dut: Dut) -> None:
     setup(dut, job)
     dut.send(1, contribution(1, values(1), shadow=1, exponent=5, next_exponent=9))
     dut.send(2, contribution(2, values(2), shadow=1, exponent=5, next_exponent=11))
-    for pkt in results_by_port(dut.receive(2)).values():
+    for pkt in results_by_port(dut.receive(2), 2).values():
         assert pkt.lanes == lane_sum(values(1), values(2))
         assert pkt.header["exponent"] == 5 and pkt.header["next_exponent"] == 9
 
@@ -324,7 +334,7 @@ def test_an_inner_node_passes_the_partial_minimum_up(dut: Dut) -> None:
     assert up.header["next_exponent"] == 4 and up.lanes == []
     # the root's answer (its own minimum over the whole tree) is stored and relayed down
     dut.send(5, contribution(5, [], elem_type=NONE, slot=3, op=RESULT, next_exponent=-1))
-    down = results_by_port(dut.receive(2))
+    down = results_by_port(dut.receive(2), 2)
     assert all(p.header["next_exponent"] == -1 and p.header["elem_type"] == NONE for p in down.values())
     dut.send(2, contribution(2, [], elem_type=NONE, slot=3, next_exponent=4, flags=RETRANSMIT))
     (port, frame), = dut.receive(1)
@@ -357,7 +367,7 @@ def test_a_child_packet_with_another_shift_is_refused(dut: Dut) -> None:
     assert dut.receive(0) == []
     assert dut.counter("P4inaIngress.drops", 1 * 16 + 5)[0] == 1  # DROP_SCALE_MISMATCH
     dut.send(2, contribution(2, [4] * L, elem_type=INT8, shift=1))
-    for pkt in results_by_port(dut.receive(2)).values():  # the root shifts the remaining 3 - 1 = 2
+    for pkt in results_by_port(dut.receive(2), 2).values():  # the root shifts the remaining 3 - 1 = 2
         assert pkt.lanes == [rshift(7, 2)] * L and pkt.header["shift"] == 3
 
 

@@ -35,12 +35,13 @@ def test_one_scapy_field_per_toml_field_in_order() -> None:
 
 
 # Hand-derived: version 2 | op 1 -> 0x21; flags RETRANSMIT; elem int32; shift 0; job 0x0102;
-# shadow 1 + slot 5 -> 0x8005; contributor 3; exponent -3 -> 0xfd; epoch 7; offset 320; next exponent -4 -> 0xfc.
-GOLDEN_HEADER = bytes.fromhex("21 01 00 00 0102 8005 0003 fd 07 00000140 fc")
+# shadow 1 + slot 5 -> 0x8005; contributor 3; exponent -3 -> 0xfd; epoch 7; offset 320; next exponent -4 -> 0xfc;
+# checksum 0xa1b2c3d4.
+GOLDEN_HEADER = bytes.fromhex("21 01 00 00 0102 8005 0003 fd 07 00000140 fc a1b2c3d4")
 GOLDEN_PREFIX = bytes.fromhex(
     "027034696e61 020000000001 0800"  # Ethernet: AGG_MAC <- host, IPv4
-    "4500 042d 0000 0000 4011 61c2 0a000001 0afffffe"  # IPv4: len 1069, id 0, TTL 64, UDP, checksum
-    "4147 4147 0419 0000"  # UDP 16711 -> 16711, length 1049, checksum 0
+    "4500 0431 0000 0000 4011 61be 0a000001 0afffffe"  # IPv4: len 1073, id 0, TTL 64, UDP, checksum
+    "4147 4147 041d 0000"  # UDP 16711 -> 16711, length 1053, checksum 0
 )
 
 
@@ -50,7 +51,7 @@ def golden_packet() -> Ether:
         / IP(src="10.0.0.1", dst=AGG_IP, id=0, ttl=64)
         / UDP(sport=AGG.udp_port, dport=AGG.udp_port, chksum=0)
         / AggHeader(flags="retransmit", job_id=0x0102, shadow=1, slot=5, contributor=3, exponent=-3, epoch=7,
-                    offset=320, next_exponent=-4, lanes=[1, -1])
+                    offset=320, next_exponent=-4, checksum=0xA1B2C3D4, lanes=[1, -1])
     )
 
 
@@ -58,7 +59,7 @@ def test_golden_bytes_of_a_contribution() -> None:
     raw = bytes(golden_packet())
     lanes = struct.pack(">2i", 1, -1) + bytes(4 * (AGG.num_lanes - 2))
     assert raw == GOLDEN_PREFIX + GOLDEN_HEADER + lanes
-    assert len(raw) == AGG.frame_bytes(ELEM["ELEM_INT32"]) == 1083
+    assert len(raw) == AGG.frame_bytes(ELEM["ELEM_INT32"]) == 1087
     assert ipv4_checksum(raw[14:34]) == 0
 
 
@@ -74,7 +75,7 @@ def test_golden_bytes_dissect_back() -> None:
 
 def test_header_bytes_equal_wireformat_pack() -> None:
     values = dict(op=2, flags=3, elem_type=1, shift=9, job_id=65535, shadow=1, slot=32767, contributor=65535,
-                  exponent=-128, epoch=255, offset=2**32 - 1, next_exponent=127)
+                  exponent=-128, epoch=255, offset=2**32 - 1, next_exponent=127, checksum=2**32 - 1)
     assert bytes(AggHeader(**values, lanes=[]))[: AGG.header_bytes] == AGG.pack_header(**values)
 
 

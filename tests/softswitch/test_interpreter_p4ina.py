@@ -45,6 +45,7 @@ def contribution(child: int, values: list[int], slot: int = 3) -> bytes:
     agg = AGG.pack_header(
         version=C["AGG_VERSION"], op=C["OP_CONTRIB"], flags=0, elem_type=elem, shift=0, job_id=1,
         shadow=0, slot=slot, contributor=child, exponent=0, epoch=1, offset=0,
+        checksum=AGG.checksum(sum(values), 0, 1, 1),
     )
     udp = struct.pack(">HHHH", C["UDP_PORT_AGG"], C["UDP_PORT_AGG"], 8 + len(agg) + len(lanes), 0)
     port = CHILD_PORTS[child]

@@ -169,6 +169,7 @@ def test_p4ina_matches_bmv2() -> None:
             agg = AGG.pack_header(
                 version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=c["ELEM_INT32"], shift=0, job_id=1,
                 shadow=0, slot=slot, contributor=child, exponent=0, epoch=1, offset=0,
+                checksum=AGG.checksum(sum((child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)), 0, 1, 1),
             )
             lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(*[(child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)])
             udp = struct.pack(">HHHH", c["UDP_PORT_AGG"], c["UDP_PORT_AGG"], 8 + len(agg) + len(lanes), 0)

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # A contribution header written out by hand from the field table, byte by byte.
 GOLDEN_FIELDS = dict(op=1, flags=1, elem_type=2, shift=3, job_id=0x1234, shadow=1, slot=0x0567,
-                     contributor=0x89AB, exponent=-2, epoch=7, offset=0xDEADBEEF, next_exponent=-3)
+                     contributor=0x89AB, exponent=-2, epoch=7, offset=0xDEADBEEF, next_exponent=-3, checksum=0x01020304)
 GOLDEN_BYTES = bytes.fromhex(
     "21"        # version 2 | op 1
     "01"        # flags RETRANSMIT
@@ -28,12 +28,13 @@ GOLDEN_BYTES = bytes.fromhex(
     "07"        # epoch
     "deadbeef"  # offset
     "fd"        # next_exponent -3
+    "01020304"  # checksum
 )
 
 
-def test_header_is_17_bytes_and_byte_aligned() -> None:
-    assert AGG.header_bits == 136
-    assert AGG.header_bytes == 17
+def test_header_is_21_bytes_and_byte_aligned() -> None:
+    assert AGG.header_bits == 168
+    assert AGG.header_bytes == 21
 
 
 def test_golden_bytes() -> None:
@@ -59,16 +60,16 @@ def test_unknown_field_is_refused() -> None:
 
 
 def test_short_buffer_is_refused() -> None:
-    with pytest.raises(ValueError, match="17 bytes"):
-        AGG.unpack_header(b"\x21" * 16)
+    with pytest.raises(ValueError, match="21 bytes"):
+        AGG.unpack_header(b"\x21" * 20)
 
 
 def test_frame_sizes() -> None:
     assert AGG.num_lanes == 256
-    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT32"]) == 14 + 20 + 8 + 17 + 256 * 4 == 1083
-    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT16"]) == 14 + 20 + 8 + 17 + 256 * 2
-    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT8"]) == 14 + 20 + 8 + 17 + 256
-    assert AGG.frame_bytes(AGG.elem_types["ELEM_NONE"]) == 14 + 20 + 8 + 17  # an exponent round
+    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT32"]) == 14 + 20 + 8 + 21 + 256 * 4 == 1087
+    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT16"]) == 14 + 20 + 8 + 21 + 256 * 2
+    assert AGG.frame_bytes(AGG.elem_types["ELEM_INT8"]) == 14 + 20 + 8 + 21 + 256
+    assert AGG.frame_bytes(AGG.elem_types["ELEM_NONE"]) == 14 + 20 + 8 + 21  # an exponent round
 
 
 def test_lanes_dominate_the_frames() -> None:
@@ -81,7 +82,7 @@ def test_lanes_dominate_the_frames() -> None:
 
 def test_definition_errors_name_the_problem() -> None:
     raw = tomllib.loads(DEFINITION.read_text())
-    raw["field"] = raw["field"][:-2]  # drop offset and next_exponent: 96 bits, still whole bytes
+    raw["field"] = raw["field"][:-3]  # drop offset, next_exponent and checksum: 96 bits, still whole bytes
     assert _parse(raw).header_bytes == 12
     raw["field"][0]["bits"] = 3
     with pytest.raises(WireFormatError, match="whole number of bytes"):
@@ -108,3 +109,13 @@ def test_generated_p4_header_matches_definition() -> None:
 def test_readme_packet_table_is_up_to_date() -> None:
     text = docs.README.read_text()
     assert docs.splice(text, docs.render()) == text, "run `python -m wireformat.docs`"
+
+
+def test_checksum_is_the_lanes_sum_plus_a_salt_of_the_packets_place() -> None:
+    salt = AGG.salt(offset=512, job_id=3, epoch=9)
+    assert salt == 512 ^ (3 << 16) ^ (9 << 8) ^ AGG.checksum_salt
+    assert AGG.checksum(-5, 512, 3, 9) == (salt - 5) % 2**32
+    # linear: the sum of two packets' checksums is the checksum of their summed lanes, plus one more salt
+    a, b = AGG.checksum(100, 512, 3, 9), AGG.checksum(-40, 512, 3, 9)
+    assert (a + b) % 2**32 == (AGG.checksum(60, 512, 3, 9) + salt) % 2**32
+    assert AGG.salt(768, 3, 9) != salt and AGG.salt(512, 3, 10) != salt  # another chunk, another all-reduce
