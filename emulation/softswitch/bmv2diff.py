@@ -84,7 +84,7 @@ def _free_port() -> int:
 class P4RuntimeWriter:
     """Just enough of a P4Runtime client to push a pipeline, table entries and multicast groups."""
 
-    def __init__(self, addr: str, p4info_path: Path) -> None:
+    def __init__(self, addr: str, p4info_path: Path, ready_timeout: float = 15.0) -> None:
         import grpc
         from google.protobuf import text_format
         from p4.config.v1 import p4info_pb2
@@ -92,7 +92,7 @@ class P4RuntimeWriter:
 
         self.pb = p4runtime_pb2
         self.channel = grpc.insecure_channel(addr)
-        grpc.channel_ready_future(self.channel).result(timeout=15)
+        grpc.channel_ready_future(self.channel).result(timeout=ready_timeout)
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
         self.p4info = text_format.Parse(p4info_path.read_text(), p4info_pb2.P4Info())
         self.requests: queue.Queue[Any] = queue.Queue()
@@ -260,7 +260,9 @@ def run(
             if configure is not None:
                 if p4info is None:
                     raise ValueError("configuring BMv2 needs the program's P4Info")
-                client = P4RuntimeWriter(addr, p4info)
+                # BMv2 parses the JSON given on its command line before its gRPC server listens (p4ina.json:
+                # 55 MB, over 15 s on a busy machine): as long to come up as the pcap wait
+                client = P4RuntimeWriter(addr, p4info, ready_timeout=max(15.0, float(wait)))
                 client.set_pipeline(program.read_bytes())
                 configure(client)
                 if time.monotonic() - started > wait - 0.3:
