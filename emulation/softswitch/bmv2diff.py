@@ -231,11 +231,13 @@ def run(
     expect: int | None = None,
     quiet_for: float = 1.5,
     record_size: int | None = None,
+    read_counters: bool = True,
 ) -> PcapRun:
     """Feed traffic to simple_switch_grpc and collect what it sends, per port, in order.
 
     Stops when `expect` packets came out or nothing came out for `quiet_for` seconds.
     `record_size` (16 + packet length, when all outputs have one size) makes polling cheap.
+    `read_counters`: read every counter over P4Runtime once they settle (a benchmark needs none).
     """
     binary = shutil.which(BINARY)
     if binary is None:
@@ -297,7 +299,7 @@ def run(
                     break
                 time.sleep(0.002)
             result.outputs = {p: read_pcap(o) for p, o in outs.items()}
-            if client is not None and client.p4info.counters:
+            if read_counters and client is not None and client.p4info.counters:
                 result.counters = _settled_counters(client)
             return result
         finally:
