@@ -6,15 +6,18 @@ program loaded (PortIO follows every program change):
 * C engine: the C port loop (c/cio.c, cio.py) gets the sockets' descriptors and runs the program
   without entering Python: epoll, recvmmsg batches, the batch through the program under its lock,
   sendmmsg per egress port. Frames for the CPU port are queued for a Python thread (packet-in).
-* Python engine (or no program yet): an epoll loop in Python hands each frame to
-  `switch.process_packet` (measured on 2 cores, tiny forwarding program, 314 B frames port 1 ->
-  port 2: 57-64 kpps, and 53-61 kpps with one blocking thread per port instead).
+* Python engine (or no program yet, or a link delay on some port): an epoll loop in Python hands
+  each frame to `switch.process_packet` (measured on 2 cores, tiny forwarding program, 314 B frames
+  port 1 -> port 2: 57-64 kpps, and 53-61 kpps with one blocking thread per port instead).
 
 Both pass frames exactly as received (frames under 60 bytes may arrive unpadded, as with BMv2)
 and ignore our own transmissions, which the kernel loops back to packet sockets as PACKET_OUTGOING.
 Sends block (back-pressure instead of drops). Frames are received with MSG_TRUNC, which reports a
 frame's real length: one longer than the receive buffer (MAX_FRAME, a GSO super-frame's size) is
-dropped and counted as oversized, never handed to the switch cut short.
+dropped and counted as oversized, never handed to the switch cut short. A port may hold frames for
+a link's propagation delay (emulation.softswitch.delayline): the Python loop then waits on the next
+due frame; the C loop holds no frames, so a switch with a delay on any port runs the Python loop
+(a log line says so).
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ import select
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
+
+from emulation.softswitch.delayline import EGRESS, INGRESS, DelayLine, PortDelays
 
 LOG = logging.getLogger(__name__)
 
@@ -132,8 +138,17 @@ def open_port_socket(iface: str) -> tuple[socket.socket, int]:
 class PortIO:
     """Moves frames between the given interfaces and one switch, on one background thread."""
 
-    def __init__(self, switch: PacketProcessor, ports: Mapping[int, str], name: str = "", max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, switch: PacketProcessor, ports: Mapping[int, str], name: str = "", max_frame: int = MAX_FRAME,
+                 delays: PortDelays | None = None) -> None:
         self.switch = switch
+        self.delays = delays or PortDelays()
+        unknown = sorted((set(self.delays.egress) | set(self.delays.ingress)) - set(ports))
+        if unknown:
+            raise ValueError(f"delay given for port(s) {unknown} without an interface")
+        self._egress_delay = {p: d for p, d in self.delays.egress.items() if d > 0}
+        self._ingress_delay = {p: d for p, d in self.delays.ingress.items() if d > 0}
+        self._held = DelayLine()
+        self._delay_logged = False
         self.max_frame = max_frame
         self._buf = bytearray(max_frame)
         self._view = memoryview(self._buf)
@@ -223,6 +238,13 @@ class PortIO:
         """The C program's batch entry when the switch's current program runs on the C engine."""
         rt = getattr(self.switch, "_rt", None)
         if rt is None or getattr(rt, "engine", None) != "c":
+            return None
+        if self._egress_delay or self._ingress_delay:
+            if not self._delay_logged:
+                self._delay_logged = True
+                LOG.warning("%s: link delays on ports %s: the Python port loop holds the frames (the C port loop "
+                            "holds none); the program still runs on the C engine", self.name,
+                            sorted(set(self._egress_delay) | set(self._ingress_delay)))
             return None
         return rt.batch_entry()
 
@@ -367,11 +389,16 @@ class PortIO:
     # -- the loop ------------------------------------------------------------------------------
     def _loop(self) -> None:
         assert self._epoll is not None
+        held = self._held
         while not self._stop.is_set():
+            due = held.next_due()
+            timeout = -1.0 if due is None else max(0.0, due - time.monotonic())
             try:
-                events = self._epoll.poll()
+                events = self._epoll.poll(timeout)
             except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for clarity
                 continue
+            if due is not None:
+                self._release(time.monotonic())
             for fd, mask in events:
                 if fd == self._wake_r:
                     try:
@@ -407,10 +434,30 @@ class PortIO:
                 continue
             data = bytes(view[:n])
             port.stats.rx += 1
+            hold = self._ingress_delay.get(port.port)
+            if hold:
+                self._held.push(time.monotonic() + hold, INGRESS, port.port, data)
+                continue
             for egress, frame in self.switch.process_packet(port.port, data):
                 self._send(egress, frame)
 
+    def _release(self, now: float) -> None:
+        """Frames whose delay is over: received ones go through the switch, sent ones leave."""
+        for kind, port, frame in self._held.pop_due(now):
+            if kind == INGRESS:
+                for egress, out in self.switch.process_packet(port, frame):
+                    self._send(egress, out)
+            else:
+                self._send_now(port, frame)
+
     def _send(self, egress: int, frame: bytes) -> None:
+        hold = self._egress_delay.get(egress)
+        if hold:
+            self._held.push(time.monotonic() + hold, EGRESS, egress, frame)
+            return
+        self._send_now(egress, frame)
+
+    def _send_now(self, egress: int, frame: bytes) -> None:
         out = self._ports.get(egress)
         if out is None or out.sock.fileno() not in self._by_fd:
             self._tx_no_port += 1
