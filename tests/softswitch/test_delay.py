@@ -64,6 +64,7 @@ def test_a_frame_spends_at_least_the_ports_delays_in_the_switch(veth_ns: str, in
         io.start()
         host = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         host.bind((HOST_END, ETH_P_ALL))
+    assert io.mode == "python"  # the C port loop holds no frames: a delayed port is the Python loop's
     try:
         for i in range(3):
             marker = f"delayed-{i}".encode()
