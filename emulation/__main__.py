@@ -30,9 +30,8 @@ from typing import Any
 from emulation.experiment import (
     DEFAULT_BW_MBPS,
     DEFAULT_HOST_COUNTS,
-    DEFAULT_METHODS,
     DEFAULT_REPS,
-    DEFAULT_SIZES,
+    PRESETS,
     ConfigError,
     ExperimentConfig,
     Sample,
@@ -76,20 +75,25 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--experiment", choices=("allreduce", "train"), default="allreduce",
                     help="allreduce (default): latency of every method per host count and size; train: data-parallel "
                          "training of an MLP on the digits through the fabric, every method against an exact run")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="bandwidth",
+                    help="the sweep's defaults: " + "; ".join(f"{k}: {v.doc} (hosts {','.join(map(str, v.host_counts))}, "
+                    f"sizes {','.join(map(str, v.sizes))}, {v.bw_mbps:g} Mbit/s, delay {v.delay_ms:g} ms)"
+                    for k, v in sorted(PRESETS.items())) + "; options given here override it")
     ap.add_argument("--hosts", type=int_list, default=None,
                     help=f"host counts to sweep, comma-separated (default {','.join(map(str, DEFAULT_HOST_COUNTS))}; "
                          f"train: {','.join(map(str, DEFAULT_TRAIN_HOSTS))})")
-    ap.add_argument("--sizes", type=size_list, default=DEFAULT_SIZES,
-                    help="all-reduce sizes in float32 elements, K/M suffixes allowed (default 1K,16K,256K)")
-    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"any of {','.join(METHODS)}")
+    ap.add_argument("--sizes", type=size_list, default=None,
+                    help="all-reduce sizes in float32 elements, K/M suffixes allowed (default: the preset's)")
+    ap.add_argument("--methods", default=None, help=f"any of {','.join(METHODS)} (default: the preset's)")
     ap.add_argument("--reps", type=int, default=DEFAULT_REPS, help=f"measured repetitions per point (default {DEFAULT_REPS})")
     ap.add_argument("--warmup", type=int, default=1, help="warm-up all-reduces before them, not counted (default 1)")
     ap.add_argument("--switch", choices=(*BACKENDS, "auto"), default="embedded",
                     help=f"switch back end (default embedded, so runs compare across machines; auto = bmv2 when "
                          f"simple_switch_grpc is installed, here {default_backend()})")
-    ap.add_argument("--bw", type=float, default=DEFAULT_BW_MBPS,
+    ap.add_argument("--bw", type=float, default=None,
                     help=f"link bandwidth in Mbit/s (default {DEFAULT_BW_MBPS:g}; 0 = unshaped, then the switches' CPU is the limit)")
-    ap.add_argument("--delay", type=float, default=0.0, help="one-way delay per link, ms")
+    ap.add_argument("--delay", type=float, default=None,
+                    help="one-way delay per link, ms (netem where the kernel has it, else the embedded switch's delay stage)")
     ap.add_argument("--loss", type=float, default=0.0, help="packet loss per link and direction, percent")
     ap.add_argument("--slots", type=int, default=128, help="in-network window: aggregation slots per job (default 128)")
     ap.add_argument("--input", default="normal", help="worker input kind (hosts.workload.KINDS)")
@@ -118,12 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     topology = args.topology or f"fat-tree:{args.k or 4}"
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    shape = LinkShape(bw_mbps=args.bw or None, delay_ms=args.delay or None, loss_pct=args.loss or None)
+    preset = PRESETS[getattr(args, "preset", "bandwidth")]
+    methods = (tuple(m.strip() for m in args.methods.split(",") if m.strip()) if args.methods is not None
+               else preset.methods)
+    bw = preset.bw_mbps if args.bw is None else args.bw
+    delay = preset.delay_ms if args.delay is None else args.delay
+    shape = LinkShape(bw_mbps=bw or None, delay_ms=delay or None, loss_pct=args.loss or None)
+    name = args.name or ("" if preset is PRESETS["bandwidth"] else getattr(args, "preset", ""))
     return ExperimentConfig(
-        topology=topology, host_counts=args.hosts or DEFAULT_HOST_COUNTS, sizes=args.sizes, methods=methods, reps=args.reps,
-        warmup=args.warmup, backend=default_backend() if args.switch == "auto" else args.switch, shape=shape, slots=args.slots,
-        input_kind=args.input, seed=args.seed, results_root=args.out, name=args.name)
+        topology=topology, host_counts=args.hosts or preset.host_counts, sizes=args.sizes or preset.sizes, methods=methods,
+        reps=args.reps, warmup=args.warmup, backend=default_backend() if args.switch == "auto" else args.switch, shape=shape,
+        slots=args.slots, input_kind=args.input, seed=args.seed, results_root=args.out, name=name)
 
 
 def training_config_from_args(args: argparse.Namespace) -> TrainingConfig:

@@ -28,6 +28,31 @@ DEFAULT_HOST_COUNTS = (4, 8, 16)
 DEFAULT_BW_MBPS = 1.0
 DEFAULT_REPS = 5
 RING_WINDOW = 64
+ALL_METHODS = ("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16", "hier", "tree")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named sweep: what `make emulate` runs (the command line's own options override any of it)."""
+
+    doc: str
+    host_counts: tuple[int, ...]
+    sizes: tuple[int, ...]
+    methods: tuple[str, ...]
+    bw_mbps: float
+    delay_ms: float = 0.0
+
+
+PRESETS: dict[str, Preset] = {
+    # links slow enough for the switches and agents to keep up, so the wire is the limit
+    "bandwidth": Preset("large all-reduces where the links' rate sets the pace", DEFAULT_HOST_COUNTS, DEFAULT_SIZES,
+                        DEFAULT_METHODS, DEFAULT_BW_MBPS),
+    # small all-reduces over links whose propagation delay dwarfs a software hop (a few ms on these cores) and
+    # a frame's serialization (87 us for a full int32 frame at 100 Mbit/s, paid again at every store-and-forward
+    # hop, which T_path does not count): the O(log N) methods against the ring's 2(N-1) steps
+    "latency": Preset("small all-reduces where each hop's delay sets the pace", (16,), (256, 1024), ALL_METHODS,
+                      100.0, delay_ms=10.0),
+}
 
 
 class ConfigError(ValueError):
