@@ -1,12 +1,16 @@
-"""Embedded switch throughput on p4/build/p4ina.json: aggregation and plain IPv4 forwarding, one core.
+"""Embedded switch throughput on p4/build/p4ina.json, C and Python engines: aggregation and IPv4 forwarding, one core.
 
-Aggregation: two children of a root switch (job 1, fan-in 2) send contributions to
-rotating slots, so every second packet completes a cell and multicasts the result to both
-children (one packet in, 0 or 2 out). Forwarding: UDP packets routed by ipv4_lpm.
-Packets/s counts packets offered to process_packet in a tight loop (no I/O). When
-simple_switch_grpc is on PATH, the same entries and traffic go through BMv2 over pcap
-files (emulation/softswitch/bmv2diff.py) and its sustained rate is reported beside ours.
-Set P4INA_JSON to benchmark another compiled p4ina.json.
+Aggregation: two children of a root switch (job 1, fan-in 2) send contributions (every lane of
+the program, int32) to rotating slots, so every second packet completes a cell and multicasts the
+result to both children (one packet in, 0 or 2 out). Forwarding: UDP packets routed by ipv4_lpm.
+The Python engine gets the packets through process_packet in a tight loop; the C engine gets the
+same traffic, repeated, through its own batch loop (the one the C port loop calls: the packets
+never enter Python). Neither includes socket I/O. Figures per wall-clock and per CPU second of
+this process, and the same-run ratios `engine_c_over_python_agg` (C aggregation packets per
+CPU-second over the Python engine's) and `engine_c_agg_over_fwd` (the C engine's CPU per
+aggregation packet over its CPU per forwarded packet). When simple_switch_grpc is on PATH, the
+same entries and traffic go through BMv2 over pcap files (emulation/softswitch/bmv2diff.py) and its
+sustained rate is reported beside both. Set P4INA_JSON to benchmark another compiled p4ina.json.
 
 Control plane: CPU seconds to insert TERNARY_INSERTS entries one by one into a ternary table
 (tests/softswitch/programs/tables.json, its size raised to fit), the bulk load a controller does.
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.results import Figure, Figures
-from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary, bmv2diff
+from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary, bmv2diff, cbuild
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
@@ -32,8 +36,12 @@ LOG = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parent.parent
 # P4INA_JSON points the benchmark at another compiled p4ina.json (its .p4info.txtpb beside it).
 PROGRAM = Path(os.environ.get("P4INA_JSON", ROOT / "p4" / "build" / "p4ina.json"))
-AGG_PACKETS = 4000
+AGG_PACKETS = 4000  # the Python engine's share of the traffic
 FWD_PACKETS = 20000
+# the C engine's: one whole cycle of (slot, shadow, epoch), so repeating it is seamless, run C_REPEAT times
+C_AGG_PACKETS = 2 * 64 * 256 * 2
+C_FWD_PACKETS = 100_000
+C_REPEAT = 4
 CHILD_PORTS = (1, 2)
 HOST_MACS = {1: 0x020000000001, 2: 0x020000000002, 3: 0x020000000003}
 HOST_IPS = {1: 0x0A000101, 2: 0x0A000102, 3: 0x0A000201}
@@ -153,12 +161,21 @@ class Run:
     pps_cpu: float  # input packets per CPU second (less sensitive to other load on the machine)
     sent: int
     out_size: int  # length of an output packet
+    packets: int = 0  # input packets timed
 
 
-def time_softswitch(traffic: list[tuple[int, bytes]]) -> Run:
-    sw = SoftSwitch(name="bench")
+def _switch(engine: str) -> SoftSwitch:
+    sw = SoftSwitch(name=f"bench-{engine}", engine=engine)
     sw.load_program(PROGRAM.read_bytes())
+    if sw.engine != engine:
+        raise RuntimeError(f"{PROGRAM} runs on the {sw.engine} engine, not the {engine} one (see the log)")
     configure(sw)
+    return sw
+
+
+def time_python(traffic: list[tuple[int, bytes]]) -> Run:
+    """The Python engine, packet after packet through process_packet."""
+    sw = _switch("python")
     process = sw.process_packet
     sent = 0
     size = 0
@@ -171,7 +188,26 @@ def time_softswitch(traffic: list[tuple[int, bytes]]) -> Run:
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
     if sw.stats["errors"]:
         raise RuntimeError(f"embedded switch counted internal errors: {sw.stats}")
-    return Run(len(traffic) / elapsed, len(traffic) / cpu, sent, size)
+    return Run(len(traffic) / elapsed, len(traffic) / cpu, sent, size, len(traffic))
+
+
+def time_c(traffic: list[tuple[int, bytes]], repeat: int = C_REPEAT) -> Run:
+    """The C engine, the traffic `repeat` times through its batch loop (32 frames a batch, as the port loop)."""
+    sw = _switch("c")
+    rt = sw._runtime()
+    prepared = rt.prepare(traffic)  # type: ignore[attr-defined]
+    rt.run(prepared)  # type: ignore[attr-defined]  # warm: pages touched, branch predictors trained
+    sent = 0
+    cpu0, start = time.process_time(), time.perf_counter()
+    for _ in range(repeat):
+        outs, _ = rt.run(prepared)  # type: ignore[attr-defined]
+        sent += outs
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    if sw.stats["errors"]:
+        raise RuntimeError(f"embedded switch (C) counted internal errors: {sw.stats}")
+    out = sw.process_packet(*traffic[0])
+    n = len(traffic) * repeat
+    return Run(n / elapsed, n / cpu, sent, len(out[0][1]) if out else 0, n)
 
 
 def time_ternary_inserts(n: int = TERNARY_INSERTS) -> float:
@@ -201,32 +237,55 @@ def run() -> Figures:
     figures["softswitch_ternary_insert_10k_cpu_s"] = Figure(
         round(time_ternary_inserts(), 3), "CPU-s", f"{TERNARY_INSERTS} inserts into {TERNARY_TABLE}, one at a time"
     )
-    agg, fwd = agg_traffic(AGG_PACKETS), fwd_traffic(FWD_PACKETS)
-    ours = {"agg": time_softswitch(agg), "fwd": time_softswitch(fwd)}
+    c_agg, c_fwd = agg_traffic(C_AGG_PACKETS), fwd_traffic(C_FWD_PACKETS)
+    agg, fwd = c_agg[:AGG_PACKETS], c_fwd[:FWD_PACKETS]
+    traffic = {"agg": agg, "fwd": fwd}
     what = {"agg": f"p4ina.json, {AGG.num_lanes} x int32 lanes, fan-in 2", "fwd": "p4ina.json, IPv4 lpm forwarding"}
-    for kind, r in ours.items():
-        traffic = agg if kind == "agg" else fwd
-        note = f"{what[kind]}, {len(traffic)} in, {r.sent} out, load avg {load:.1f}"
-        figures[f"softswitch_{kind}_pps"] = Figure(round(r.pps, 1), "packets/s", note)
-        figures[f"softswitch_{kind}_pps_cpu"] = Figure(round(r.pps_cpu, 1), "packets/CPU-s", note)
+    runs: dict[str, dict[str, Run]] = {"python": {"agg": time_python(agg), "fwd": time_python(fwd)}}
+    if cbuild.toolchain() is not None:
+        runs["c"] = {"agg": time_c(c_agg), "fwd": time_c(c_fwd)}
+    else:
+        LOG.warning("no C compiler (cc) on PATH: the C engine's figures are skipped")
+    how = {"python": "Python engine, process_packet per packet", "c": f"C engine, its batch loop, traffic x{C_REPEAT}"}
+    for engine, by_kind in runs.items():
+        for kind, r in by_kind.items():
+            note = f"{what[kind]}; {how[engine]}; {r.packets} in, {r.sent} out, load avg {load:.1f}"
+            figures[f"engine_{engine}_{kind}_pps"] = Figure(round(r.pps, 1), "packets/s", note)
+            figures[f"engine_{engine}_{kind}_pps_cpu"] = Figure(round(r.pps_cpu, 1), "packets/CPU-s", note)
+    if "c" in runs:
+        c, py = runs["c"], runs["python"]
+        for kind in ("agg", "fwd"):
+            if c[kind].sent * py[kind].packets != py[kind].sent * c[kind].packets:
+                raise RuntimeError(f"{kind}: the engines sent different numbers of packets for the same traffic "
+                                   f"(C {c[kind].sent} of {c[kind].packets}, Python {py[kind].sent} of {py[kind].packets})")
+            figures[f"engine_c_over_python_{kind}"] = Figure(
+                round(c[kind].pps_cpu / py[kind].pps_cpu, 2), "ratio", f"C / Python engine, {kind} packets per CPU second"
+            )
+        figures["engine_c_agg_over_fwd"] = Figure(
+            round(c["fwd"].pps_cpu / c["agg"].pps_cpu, 2), "ratio",
+            "C engine: CPU per aggregation packet / CPU per forwarded packet (an ASIC: 1)",
+        )
+        figures["engine_python_agg_over_fwd"] = Figure(
+            round(py["fwd"].pps_cpu / py["agg"].pps_cpu, 2), "ratio",
+            "Python engine: CPU per aggregation packet / CPU per forwarded packet",
+        )
     if not (bmv2diff.available() and P4INFO.exists()):
         LOG.info("simple_switch_grpc or %s missing: BMv2 comparison skipped", P4INFO)
         return figures
-    for kind, r in ours.items():
-        traffic = agg if kind == "agg" else fwd
+    for kind, r in runs["python"].items():
         try:
-            b = time_bmv2(traffic, expect=r.sent, out_size=r.out_size)
+            b = time_bmv2(traffic[kind], expect=r.sent, out_size=r.out_size)
         except Exception as ex:  # the embedded figures stand on their own
             LOG.warning("BMv2 comparison (%s) failed: %s", kind, ex)
             continue
         note = f"simple_switch_grpc --log-level off, pcap ports, same entries and traffic; {b.sent} of {r.sent} out"
         figures[f"bmv2_{kind}_pps"] = Figure(round(b.pps, 1), "packets/s", note)
-        figures[f"softswitch_over_bmv2_{kind}"] = Figure(round(r.pps / b.pps, 2), "ratio", "embedded / BMv2, wall clock")
         if b.pps_cpu:
             figures[f"bmv2_{kind}_pps_cpu"] = Figure(round(b.pps_cpu, 1), "packets/CPU-s", note + ", all BMv2 threads")
-            figures[f"softswitch_over_bmv2_{kind}_cpu"] = Figure(
-                round(r.pps_cpu / b.pps_cpu, 2), "ratio", "embedded / BMv2, per CPU second"
-            )
+            for engine, by_kind in runs.items():
+                figures[f"engine_{engine}_over_bmv2_{kind}_cpu"] = Figure(
+                    round(by_kind[kind].pps_cpu / b.pps_cpu, 2), "ratio", f"{engine} engine / BMv2, per CPU second"
+                )
     return figures
 
 
@@ -241,12 +300,10 @@ def time_bmv2(traffic: list[tuple[int, bytes]], expect: int, out_size: int) -> R
     Taken on its output files from the first output packet to the last (start-up excluded) and
     converted to input packets with the embedded switch's output/input ratio for the same traffic.
     """
-    ref = SoftSwitch(name="bench-ref")
-    ref.load_program(PROGRAM.read_bytes())
-    configure(ref)
+    ref = _switch("python")
     res = bmv2diff.run(
         PROGRAM, P4INFO, traffic, configure=lambda client: client.copy_from(ref), ports=set(HOST_MACS),
-        expect=expect, quiet_for=3.0, record_size=16 + out_size,
+        expect=expect, quiet_for=3.0, record_size=16 + out_size, read_counters=False,
     )
     if res.first_output is None or res.last_output is None or res.counted_last <= res.counted_first:
         raise RuntimeError(f"simple_switch_grpc sent too little to time ({res.total} packets)")

@@ -195,19 +195,25 @@ def _delay_args(switch: P4Switch) -> list[str]:
 
 
 class EmbeddedSwitch(P4Switch):
-    """`python -m emulation.softswitch`; it picks a free gRPC port and writes it to a ready file."""
+    """`python -m emulation.softswitch`; it picks a free gRPC port and writes it to a ready file.
+
+    `engine` ("c" or "python") is passed as --engine; by default the switch runs the C engine where a
+    C compiler is present (its program is compiled once for all switches: the compile cache).
+    """
 
     backend = "embedded"
 
-    def __init__(self, name: str, **params: Any) -> None:
+    def __init__(self, name: str, engine: str | None = None, **params: Any) -> None:
         super().__init__(name, **params)
+        self.engine = engine
         self.ready_file = self.run_dir / f"switch-{name}.ready"
 
     def command(self) -> list[str]:
         self.ready_file.unlink(missing_ok=True)
+        engine = ["--engine", self.engine] if self.engine else []
         return [sys.executable, "-m", "emulation.softswitch", "--device-id", str(self.device_id),
                 *_port_args(self), *_delay_args(self), "--grpc-server-addr", "127.0.0.1:0",
-                "--ready-file", str(self.ready_file), "--log-level", self.log_level, "--no-p4"]
+                "--ready-file", str(self.ready_file), "--log-level", self.log_level, *engine, "--no-p4"]
 
     def is_ready(self) -> bool:
         if self.grpc_port is None:

@@ -404,7 +404,10 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
             done = subprocess.run([binary, "--version"], capture_output=True, text=True)
             backend["version"] = (done.stdout or done.stderr).strip()
     else:
-        backend["implementation"] = "emulation.softswitch (p4ina's embedded switch, Python)"
+        from emulation.softswitch.cengine import default_engine
+
+        backend["implementation"] = "emulation.softswitch (p4ina's embedded switch)"
+        backend["engine"] = default_engine()  # a program the C engine refuses still runs on Python (switch logs say)
     manifest = REPO / "p4" / "build" / "manifest.json"
     cpu_model = None
     try:

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 # python3-simgrid: the network model of `make simulate` (Python bindings only; no C++ API is used)
-PKGS=(mininet iproute2 iputils-ping ethtool procps python3-venv python3-dev python3-simgrid)
+# gcc, libc6-dev: the embedded switch's C engine compiles each program to a shared object at load
+PKGS=(mininet iproute2 iputils-ping ethtool procps python3-venv python3-dev python3-simgrid gcc libc6-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

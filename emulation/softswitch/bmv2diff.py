@@ -84,7 +84,7 @@ def _free_port() -> int:
 class P4RuntimeWriter:
     """Just enough of a P4Runtime client to push a pipeline, table entries and multicast groups."""
 
-    def __init__(self, addr: str, p4info_path: Path) -> None:
+    def __init__(self, addr: str, p4info_path: Path, ready_timeout: float = 15.0) -> None:
         import grpc
         from google.protobuf import text_format
         from p4.config.v1 import p4info_pb2
@@ -92,7 +92,7 @@ class P4RuntimeWriter:
 
         self.pb = p4runtime_pb2
         self.channel = grpc.insecure_channel(addr)
-        grpc.channel_ready_future(self.channel).result(timeout=15)
+        grpc.channel_ready_future(self.channel).result(timeout=ready_timeout)
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
         self.p4info = text_format.Parse(p4info_path.read_text(), p4info_pb2.P4Info())
         self.requests: queue.Queue[Any] = queue.Queue()
@@ -192,6 +192,20 @@ class P4RuntimeWriter:
             self.mc_group(grp, reps)
 
 
+def _settled_counters(client: P4RuntimeWriter, quiet: float = 0.6, limit: float = 20.0) -> dict[str, list[tuple[int, int]]]:
+    """The counters once they stop changing: packets after the last output (drops) may still be in BMv2's queues
+    when the expected outputs have all been written."""
+    last = client.counters()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = client.counters()
+        if now == last:
+            return now
+        last = now
+    raise RuntimeError(f"{BINARY}'s counters were still changing after {limit} s")
+
+
 @dataclass
 class PcapRun:
     outputs: dict[int, list[bytes]] = field(default_factory=dict)
@@ -217,11 +231,13 @@ def run(
     expect: int | None = None,
     quiet_for: float = 1.5,
     record_size: int | None = None,
+    read_counters: bool = True,
 ) -> PcapRun:
     """Feed traffic to simple_switch_grpc and collect what it sends, per port, in order.
 
     Stops when `expect` packets came out or nothing came out for `quiet_for` seconds.
     `record_size` (16 + packet length, when all outputs have one size) makes polling cheap.
+    `read_counters`: read every counter over P4Runtime once they settle (a benchmark needs none).
     """
     binary = shutil.which(BINARY)
     if binary is None:
@@ -246,7 +262,10 @@ def run(
             if configure is not None:
                 if p4info is None:
                     raise ValueError("configuring BMv2 needs the program's P4Info")
-                client = P4RuntimeWriter(addr, p4info)
+                # BMv2 parses the JSON given on its command line before its gRPC server listens (p4ina.json:
+                # 55 MB, over 15 s on a busy machine): as long to come up as the pcap wait
+                client = P4RuntimeWriter(addr, p4info, ready_timeout=max(15.0, float(wait)))
+                started = time.monotonic()  # its pcap wait runs from about now, after that parse
                 client.set_pipeline(program.read_bytes())
                 configure(client)
                 if time.monotonic() - started > wait - 0.3:
@@ -280,8 +299,8 @@ def run(
                     break
                 time.sleep(0.002)
             result.outputs = {p: read_pcap(o) for p, o in outs.items()}
-            if client is not None and client.p4info.counters:
-                result.counters = client.counters()
+            if read_counters and client is not None and client.p4info.counters:
+                result.counters = _settled_counters(client)
             return result
         finally:
             if client is not None:

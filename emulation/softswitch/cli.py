@@ -14,8 +14,9 @@ no packet): --pcap, --nanolog, --thrift-port, --notifications-addr, --debugger(-
 --use-files, --packet-in, --restore-state, another --drop-port, the TLS options, --dp-grpc-server-addr,
 --load-modules. P4Runtime is served on loopback only: BMv2's "all interfaces" (0.0.0.0, [::]) is
 served on 127.0.0.1, which the scripts connect to, with a warning; other addresses are refused.
---ready-file is ours: written (JSON: grpc_addr, grpc_port, device_id, pid) once the gRPC port
-listens, removed on exit. `start_switch` runs the same thing in-process for tests.
+--ready-file and --engine are ours: the ready file is written (JSON: grpc_addr, grpc_port,
+device_id, pid) once the gRPC port listens, removed on exit; --engine picks the C or the Python
+engine (default C where a compiler is present). `start_switch` runs the same thing in-process for tests.
 """
 
 from __future__ import annotations
@@ -87,15 +88,17 @@ def start_switch(
     name: str = "",
     cpu_port: int | None = None,
     priority_queues: int = 1,
+    engine: str = "auto",
     delays: PortDelays | None = None,
 ) -> RunningSwitch:
     """Start a switch, its P4Runtime server and its port I/O in this process.
 
     program_json, like BMv2's positional JSON, loads a program before any controller connects (the
-    controller still pushes a pipeline with its P4Info before writing entries).
+    controller still pushes a pipeline with its P4Info before writing entries). `engine`: "c",
+    "python" or "auto" (C where a compiler is present), see SoftSwitch.
     """
     name = name or f"device{device_id}"
-    switch = SoftSwitch(device_id=device_id, name=name, cpu_port=cpu_port, priority_queues=priority_queues)
+    switch = SoftSwitch(device_id=device_id, name=name, cpu_port=cpu_port, priority_queues=priority_queues, engine=engine)
     if program_json is not None:
         switch.load_program(program_json)
     server = P4RuntimeServer({device_id: switch}, grpc_addr)
@@ -126,6 +129,7 @@ class Options:
     cpu_port: int | None = None
     priority_queues: int = 1
     log_file: Path | None = None
+    engine: str = "c"
     delays: PortDelays = PortDelays()
 
 
@@ -176,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", type=Path, help="log to this file instead of stderr")
     p.add_argument("--pcap", nargs="?", const=".", metavar="DIR", help="accepted for BMv2 compatibility and ignored")
     p.add_argument("--ready-file", type=Path, help="write this file (JSON) once the gRPC port listens")
+    p.add_argument("--engine", choices=("c", "python"), default=None,
+                   help="how packets are executed: the program compiled to C (default where a C compiler is "
+                   "present; packets on ports never enter Python) or to Python. A program the C engine "
+                   "cannot run runs on the Python engine, with a log line saying why")
     for opt in _IGNORED_WITH_VALUE:
         p.add_argument(opt, help=argparse.SUPPRESS)
     for opt in _IGNORED_FLAGS:
@@ -241,9 +249,21 @@ def parse_options(argv: list[str]) -> Options:
     grpc_addr = _loopback(args.grpc_server_addr)
     return Options(
         args.device_id, ports, grpc_addr, args.log_level, args.json, args.ready_file,
-        cpu_port, args.priority_queues, args.log_file,
+        cpu_port, args.priority_queues, args.log_file, _engine(args.engine),
         PortDelays(egress=delays["--egress-delay"], ingress=delays["--ingress-delay"]),
     )
+
+
+def _engine(asked: str | None) -> str:
+    """The engine to run: as asked, else C where a compiler is present (a log line when there is none)."""
+    from emulation.softswitch import cbuild
+
+    if asked == "python":
+        return "python"
+    if cbuild.toolchain() is None:
+        LOG.warning("no C compiler (cc) on PATH: running the Python engine (install gcc for the C engine)")
+        return "python"
+    return "c"
 
 
 def _loopback(address: str) -> str:
@@ -312,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         running = start_switch(
             opts.device_id, opts.grpc_addr, opts.ports, program,
-            cpu_port=opts.cpu_port, priority_queues=opts.priority_queues, delays=opts.delays,
+            cpu_port=opts.cpu_port, priority_queues=opts.priority_queues, engine=opts.engine, delays=opts.delays,
         )
     except InterfaceError as ex:
         print(f"error: {ex.strerror}", file=sys.stderr)
@@ -330,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             except OSError as ex:
                 print(f"error: cannot write the ready file {opts.ready_file}: {ex.strerror}", file=sys.stderr)
                 return 1
-        LOG.info("device %d ready: P4Runtime on %s", opts.device_id, running.grpc_addr)
+        LOG.info("device %d ready: P4Runtime on %s (%s engine%s)", opts.device_id, running.grpc_addr, opts.engine,
+                 f", program on the {running.switch.engine} engine" if running.switch.engine else "")
         while not stop.wait(1.0):
             pass
     finally:

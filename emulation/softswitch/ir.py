@@ -599,6 +599,9 @@ class Table:
     base_next: int  # the node after an action not in next_by_action
     hit_next: int
     miss_next: int
+    # every action an entry, the default or a const entry of the table may run (an emitter that
+    # dispatches on the action number needs them all)
+    actions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -642,6 +645,13 @@ class Module:
     registers: tuple[tuple[int, int], ...]  # (size, width)
     counters: tuple[int, ...]  # sizes
     uses_exit: bool
+    # what each slot holds, for an emitter that stores slots in fixed-width types: a field's width
+    # and signedness (a validity bit: 1, unsigned); 0 for the hidden slots and stack indexes, which
+    # hold small integers of no declared width (lengths, counts, flags)
+    slot_widths: tuple[int, ...] = ()
+    slot_signed: tuple[bool, ...] = ()
+    # the slot of each standard_metadata field in lower.STANDARD_FIELDS order, ACCEPT (-1) when absent
+    std: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

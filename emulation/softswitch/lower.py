@@ -146,6 +146,7 @@ class Layout:
     first: dict[str, int] = field(default_factory=dict)
     union_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # header -> its union siblings
     stack_next: dict[str, int] = field(default_factory=dict)
+    stack_sizes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stack -> its element headers
     template: list[int] = field(default_factory=list)
     aliases: dict[str, tuple[str, str]] = field(default_factory=dict)
     EXIT: int = 0
@@ -201,6 +202,7 @@ def make_layout(prog: Program) -> Layout:
             lay.union_of[m] = tuple(x for x in u.headers if x != m)
     for s in prog.stacks:
         lay.stack_next[s.name] = len(tmpl)
+        lay.stack_sizes[s.name] = s.headers
         tmpl.append(0)
     lay.EXIT = len(tmpl)
     lay.LEN = len(tmpl) + 1
@@ -209,6 +211,20 @@ def make_layout(prog: Program) -> Layout:
     tmpl.extend([0, 0, 0, 0])
     lay.template = tmpl
     return lay
+
+
+def slot_types(lay: Layout) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    """Every slot's (width, signed), in slot order; width 0 for slots of no declared width (see ir.Module)."""
+    widths = [0] * len(lay.template)
+    signed = [False] * len(lay.template)
+    for key, slot in lay.slots.items():
+        w, s = lay.widths[key]
+        widths[slot], signed[slot] = w, s
+    for name, slot in lay.stack_next.items():  # 0..size: how many elements are extracted or pushed
+        size = len(lay.stack_sizes.get(name, ()))
+        widths[slot] = max(1, size.bit_length())
+    widths[lay.EXIT] = widths[lay.ZERO] = 1
+    return tuple(widths), tuple(signed)
 
 
 class _Unstructured(Exception):
@@ -975,10 +991,14 @@ class Lowering:
         lpm_index = next((i for i, k in enumerate(t.keys) if k.match_type == "lpm"), -1) if kind is ir.TableKind.LPM else -1
         if kind is ir.TableKind.LPM and lpm_index < 0:
             raise ValueError(f"table {t.name!r} has match type lpm but no lpm key")
+        runs = [self.action_of(aid) for aid in t.action_ids]
+        if t.default_action_id is not None:
+            runs.append(self.action_of(t.default_action_id))
+        runs.extend(self.action_of(e.action_id) for e in t.const_entries)
         self.tables.append(
             ir.Table(
                 kind, tuple(keys), lpm_index, direct_action, tuple(direct_params), direct_next,
-                tuple(by_action), t.uses_hit_miss, base, hit_next, miss_next,
+                tuple(by_action), t.uses_hit_miss, base, hit_next, miss_next, tuple(sorted(set(runs))),
             )
         )
         self.table_defs.append(t)
@@ -1201,6 +1221,7 @@ class Lowering:
         deparser = self.deparser()
         self.where = ""
         lay = self.lay
+        widths, signed = slot_types(lay)
         module = ir.Module(
             template=tuple(lay.template),
             exit_slot=lay.EXIT,
@@ -1217,6 +1238,9 @@ class Lowering:
             registers=tuple((r.size, r.width) for r in prog.registers),
             counters=tuple(c.size for c in prog.counters),
             uses_exit=self.uses_exit,
+            slot_widths=widths,
+            slot_signed=signed,
+            std=tuple(ir.ACCEPT if lay.std(n) is None else lay.std(n) for n in STANDARD_FIELDS),
         )
         names = ir.Names(
             actions=tuple(a.name for a in prog.actions),

@@ -388,7 +388,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             index = P4InfoIndex(config.p4info)
         except P4InfoMismatchError as ex:
             raise invalid(str(ex)) from ex
-        scratch = SoftSwitch(device_id=0, name="verify")
+        # the device's own engine: a program the C engine compiles here is in the cache for the commit
+        scratch = SoftSwitch(device_id=0, name="verify", engine=dev.switch.requested_engine)
         try:
             scratch.load_program(config.p4_device_config)
         except errors.ProgramLimitError as ex:
@@ -686,8 +687,11 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         for spec in specs:
             packets_too = spec.unit in (p4info_pb2.CounterSpec.PACKETS, p4info_pb2.CounterSpec.BOTH)
             bytes_too = spec.unit in (p4info_pb2.CounterSpec.BYTES, p4info_pb2.CounterSpec.BOTH)
-            for i in self._indices(spec.size, q.HasField("index"), q.index.index, f"counter {spec.name!r}"):
-                packets, bytes_ = dev.switch.counter_read(spec.name, i)
+            indices = self._indices(spec.size, q.HasField("index"), q.index.index, f"counter {spec.name!r}")
+            # one read of the whole array when it is all wanted: every cell from the same instant
+            cells = dev.switch.counter_read_all(spec.name) if len(indices) > 1 else None
+            for i in indices:
+                packets, bytes_ = cells[i] if cells is not None else dev.switch.counter_read(spec.name, i)
                 c = sink.add().counter_entry
                 c.counter_id = spec.id
                 c.index.index = i
@@ -699,11 +703,13 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def _read_registers(self, dev: _Device, index: P4InfoIndex, q: p4runtime_pb2.RegisterEntry, sink: "_ResponseSink") -> None:
         specs = list(index.registers.values()) if q.register_id == 0 else [index.register(q.register_id)]
         for spec in specs:
-            for i in self._indices(spec.size, q.HasField("index"), q.index.index, f"register {spec.name!r}"):
+            indices = self._indices(spec.size, q.HasField("index"), q.index.index, f"register {spec.name!r}")
+            cells = dev.switch.register_read_all(spec.name) if len(indices) > 1 else None
+            for i in indices:
                 r = sink.add().register_entry
                 r.register_id = spec.id
                 r.index.index = i
-                r.data.bitstring = encode_int(dev.switch.register_read(spec.name, i))
+                r.data.bitstring = encode_int(cells[i] if cells is not None else dev.switch.register_read(spec.name, i))
 
     def _read_pre(self, dev: _Device, q: p4runtime_pb2.PacketReplicationEngineEntry, sink: "_ResponseSink") -> None:
         which = q.WhichOneof("type")

@@ -272,7 +272,8 @@ class Emitter:
             em(ind + 1, "break")
         elif isinstance(s, ir.Advance):
             em(ind, f"_adv = {self.ex(s.nbytes, fn)}")
-            em(ind, "if L - o < _adv:")
+            # BMv2 takes the count as unsigned: a negative one runs past the end, as in the C engine
+            em(ind, "if _adv < 0 or L - o < _adv:")
             em(ind + 1, f"err = {_n(s.short_error)}")
             em(ind + 1, "break")
             em(ind, "o += _adv")

@@ -1,14 +1,17 @@
 """The embedded switch: executes p4c's BMv2 JSON for v1model with simple_switch semantics.
 
-`SoftSwitch` is the in-process API the P4Runtime server and the port I/O use (see
-notes/SOFTSWITCH_API.md). A program is compiled once to Python (codegen.py: lowered to an IR of
-numbers, then emitted); per packet the switch runs the generated parser, ingress, the replication
-engine, egress and deparser. Generated code runs with only the builtins it needs.
+`SoftSwitch` is the in-process API the P4Runtime server and the port I/O use. A program is lowered
+once to an IR of numbers (codegen.py) and emitted either as C (the C engine: cengine.py, compiled to
+a shared object; packets from ports never enter Python) or as Python (the Python engine, here:
+generated code runs with only the builtins it needs); per packet the switch runs the generated
+parser, ingress, the replication engine, egress and deparser. Both engines share the control plane
+(engine.py: tables, entry checks, lookup results).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -17,15 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulation.softswitch import codegen, compilecache, ir, program, pyemit
+from emulation.softswitch.engine import ActionCall, ActionInfo, ProgramAssertion, ProgramRuntime
 from emulation.softswitch.errors import (
     ConstDefaultActionError,
     InvalidEntryError,
     NoProgramError,
-    SoftSwitchError,
     UnknownObjectError,
 )
 from emulation.softswitch.pre import ReplicationEngine
-from emulation.softswitch.tables import Exact, KeySpec, Lpm, MatchKey, MatchTable, Range, Ternary
+from emulation.softswitch.tables import Exact, Lpm, MatchKey, MatchTable, Range, Ternary
 
 LOG = logging.getLogger(__name__)
 
@@ -43,16 +46,6 @@ __all__ = [
     "Ternary",
 ]
 
-# JSON const entries use BMv2 priorities (lower value wins); the API uses P4Runtime's (higher wins).
-CONST_PRIORITY_BASE = 1 << 24
-
-
-@dataclass(frozen=True)
-class ActionCall:
-    name: str
-    params: tuple[int, ...] = ()
-
-
 @dataclass(frozen=True)
 class TableEntry:
     key: tuple[MatchKey, ...]
@@ -65,13 +58,6 @@ class KeyFieldInfo:
     name: str
     match_type: str
     bitwidth: int
-
-
-@dataclass(frozen=True)
-class ActionInfo:
-    name: str
-    param_widths: tuple[int, ...]
-    param_names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -111,13 +97,6 @@ class ThrottledLog:
         self._next = now + self.interval
 
 
-class ProgramAssertion(Exception):
-    """An assert()/assume() in the P4 program failed (BMv2 aborts; we drop the packet).
-
-    Generated code raises it with a number; `_Runtime.assertion_message` gives the text.
-    """
-
-
 def _shl(a: int, b: int) -> int:
     # p4c masks every shift result to the destination width; cap absurd shift counts so a
     # packet cannot make us build a gigabyte integer.
@@ -146,44 +125,35 @@ def _rand(lo: int, hi: int) -> int:
     return random.randint(lo, hi) if lo <= hi else lo
 
 
-class _Runtime:
-    """Everything built from one program: generated functions, tables, registers, counters."""
+class PyRuntime(ProgramRuntime):
+    """The Python engine: the program's generated Python, its tables, registers and counters."""
 
-    def __init__(self, raw: bytes) -> None:
-        comp = compilecache.compiled(raw)
-        self.compiled = comp
-        self.prog, self.source, self.lay, self.names = comp.prog, comp.source, comp.layout, comp.names
-        module = comp.module
-        self.module = module
+    engine = "python"
+
+    def __init__(self, comp: codegen.Compiled) -> None:
+        super().__init__(comp)
+        self.source = comp.source
+        module = self.module
         # the generated module's globals: per switch, since they hold its state; builtins restricted
         # to what generated code calls, so even a bug in an emitter cannot reach the rest of Python
         ns: dict[str, Any] = {"__builtins__": dict(pyemit.BUILTINS)}
         ns.update(comp.constants)
         ns.update(_shl=_shl, _shr=_shr, _div=_div, _mod=_mod, _rand=_rand, ProgramAssertion=ProgramAssertion)
-        self.registers: dict[str, list[int]] = {}
-        for i, (name, (size, _)) in enumerate(zip(self.names.registers, module.registers)):
-            self.registers[name] = ns[f"R{i}"] = [0] * size
-        self.counters: dict[str, tuple[list[int], list[int]]] = {}
-        for i, (name, size) in enumerate(zip(self.names.counters, module.counters)):
+        self.registers: list[list[int]] = []
+        for i, (size, _) in enumerate(module.registers):
+            self.registers.append([0] * size)
+            ns[f"R{i}"] = self.registers[-1]
+        self.counters: list[tuple[list[int], list[int]]] = []
+        for i, size in enumerate(module.counters):
             pk, by = [0] * size, [0] * size
             ns[f"CP{i}"], ns[f"CB{i}"] = pk, by
-            self.counters[name] = (pk, by)
-        self.table_defs: dict[str, program.TableDef] = {}
-        self.table_index: dict[str, int] = {}
-        self.tables: dict[str, MatchTable] = {}
-        for i, t in enumerate(comp.table_defs):
-            specs = []
-            for k in t.keys:
-                w, _ = self.lay.width(k.header, k.field)
-                specs.append(KeySpec(k.name, k.match_type, w))
-            mt = MatchTable(t.name, t.match_type, tuple(specs), t.max_size, immutable=bool(t.const_entries))
+            self.counters.append((pk, by))
+        for name, mt in self.tables.items():
+            i = self.table_index[name]
             ns[f"EX_{i}"] = mt.exact
             ns[f"LPM_{i}"] = mt.lpm
             ns[f"DEF_{i}"] = mt.default
             ns[f"SCAN_{i}"] = mt.scan_lookup
-            self.tables[t.name] = mt
-            self.table_defs[t.name] = t
-            self.table_index[t.name] = i
         try:
             code = compile(self.source, "<softswitch-program>", "exec")
         except (SyntaxError, RecursionError, MemoryError) as ex:
@@ -195,110 +165,36 @@ class _Runtime:
         self.egress = ns["run_egress"]
         self.deparse = ns["deparse"]
         self.template = list(module.template)
-        self.actions_by_id = {a.id: a for a in self.prog.actions}
-        self.action_index = {aid: i for i, aid in enumerate(self.names.action_json_ids)}
-        self.action_infos: dict[str, ActionInfo] = {}
-        for a in self.prog.actions:
-            self.action_infos.setdefault(
-                a.name, ActionInfo(a.name, tuple(p.width for p in a.params), tuple(p.name for p in a.params))
-            )
-        self.std = {name: self.lay.std(name) for name in codegen.STANDARD_FIELDS}
-        # clocks cost a system call per packet: set them only where the program can see them
-        seen = comp.read_slots
-        self.clock = {
-            name: self.std[name] if self.std[name] in seen else None
-            for name in ("ingress_global_timestamp", "egress_global_timestamp", "enq_timestamp", "deq_timedelta")
-        }
-        if self.clock["deq_timedelta"] is not None and self.std["enq_timestamp"] is not None:
-            self.clock["enq_timestamp"] = self.std["enq_timestamp"]  # deq_timedelta is measured from it
-        if self.std["egress_spec"] is None or self.std["ingress_port"] is None:
-            raise program.UnsupportedProgramError("standard_metadata.egress_spec/ingress_port missing (v1model expected)")
-        for t in self.table_defs.values():
-            self._install_program_defaults(t)
-
-    def assertion_message(self, ex: ProgramAssertion) -> str:
-        k = ex.args[0] if ex.args else None
-        if type(k) is int and 0 <= k < len(self.names.messages):
-            return self.names.messages[k]
-        return "assertion failed"
-
-    # ---- table helpers -----------------------------------------------------------------------
-    def action_id_for(self, t: program.TableDef, name: str) -> int:
-        for i in t.action_ids:
-            if self.actions_by_id[i].name == name:
-                return i
-        raise InvalidEntryError(
-            f"action {name!r} is not an action of table {t.name!r} (has {self.table_action_names(t)})"
-        )
-
-    def table_action_names(self, t: program.TableDef) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.actions_by_id[i].name for i in t.action_ids))
-
-    def check_params(self, action_id: int, params: tuple[int, ...]) -> tuple[int, ...]:
-        a = self.actions_by_id[action_id]
-        params = tuple(params)
-        if len(params) != len(a.params):
-            raise InvalidEntryError(f"action {a.name!r} takes {len(a.params)} parameters, got {len(params)}")
-        for p, v in zip(a.params, params):
-            if not isinstance(v, int) or v < 0 or v >> p.width:
-                raise InvalidEntryError(f"action {a.name!r}: parameter {p.name!r} = {v!r} does not fit bit<{p.width}>")
-        return params
+        self.install_program_entries()
 
     def _node(self, n: int) -> Any:
         return None if n == ir.ACCEPT else self.ns[f"n_{n}"]
 
-    def result(self, t: program.TableDef, action_id: int, params: tuple[int, ...], hit: bool) -> tuple[Any, ...]:
-        """The lookup result generated code reads: (action function, its data, the next node)."""
-        ai = self.action_index[action_id]
-        tab = self.module.tables[self.table_index[t.name]]
-        if tab.hit_miss:
-            nxt = tab.hit_next if hit else tab.miss_next
-        else:
-            nxt = dict(tab.next_by_action).get(ai, tab.base_next)
-        return (self.ns[f"a_{ai}"], params, self._node(nxt))
+    def make_result(self, action: int, params: tuple[int, ...], next_node: int) -> tuple[Any, ...]:
+        fn = _no_action if action < 0 else self.ns[f"a_{action}"]
+        return (fn, params, self._node(next_node))
 
-    def install_program_default(self, t: program.TableDef) -> None:
-        """The default entry the JSON gives, or (none given) no action and the miss branch."""
-        mt = self.tables[t.name]
-        if t.default_action_id is not None:
-            try:
-                self.check_params(t.default_action_id, t.default_action_data)
-            except InvalidEntryError as ex:
-                raise ValueError(f"table {t.name!r}: default action in the JSON is invalid: {ex}") from ex
-            mt.default[0] = self.result(t, t.default_action_id, t.default_action_data, hit=False)
-            mt.default_call = ActionCall(self.actions_by_id[t.default_action_id].name, t.default_action_data)
-        else:
-            mt.default[0] = (_no_action, (), self._miss_next(t))
-            mt.default_call = ActionCall("NoAction", ())
+    # ---- registers and counters ------------------------------------------------------------------
+    def register_read(self, reg: int, index: int) -> int:
+        return self.registers[reg][index]
 
-    def _install_program_defaults(self, t: program.TableDef) -> None:
-        self.install_program_default(t)
-        mt = self.tables[t.name]
-        specs = mt.keys
-        for e in t.const_entries:
-            key: list[MatchKey] = []
-            for (kind, a, b), spec in zip(e.key, specs):
-                # p4c writes const entries as the program spells them (value bits outside a ternary
-                # mask or beyond an lpm prefix included); BMv2 masks them, and so does this switch
-                # (entries written over P4Runtime must still be canonical)
-                if kind == "ternary":
-                    key.append(Ternary(a & b, b))
-                elif kind == "lpm":
-                    w = spec.width
-                    key.append(Lpm(a & (((1 << b) - 1) << (w - b) if 0 < b <= w else 0), b))
-                else:
-                    key.append(Exact(a) if kind == "exact" else Range(a, b))
-            prio = CONST_PRIORITY_BASE - e.priority if t.match_type in ("ternary", "range") else 0
-            try:
-                params = self.check_params(e.action_id, e.action_data)
-                call = ActionCall(self.actions_by_id[e.action_id].name, params)
-                mt.insert(tuple(key), prio, call, self.result(t, e.action_id, params, hit=True), const=True)
-            except (SoftSwitchError, KeyError) as ex:
-                raise ValueError(f"table {t.name!r}: const entry {e} is invalid: {ex}") from ex
+    def register_write(self, reg: int, index: int, value: int) -> None:
+        self.registers[reg][index] = value
 
-    def _miss_next(self, t: program.TableDef) -> Any:
-        tab = self.module.tables[self.table_index[t.name]]
-        return self._node(tab.miss_next if tab.hit_miss else tab.base_next)
+    def register_read_all(self, reg: int) -> list[int]:
+        return list(self.registers[reg])
+
+    def counter_read(self, counter: int, index: int) -> tuple[int, int]:
+        pk, by = self.counters[counter]
+        return pk[index], by[index]
+
+    def counter_write(self, counter: int, index: int, packets: int, bytes_: int) -> None:
+        pk, by = self.counters[counter]
+        pk[index], by[index] = packets, bytes_
+
+    def counter_read_all(self, counter: int) -> list[tuple[int, int]]:
+        pk, by = self.counters[counter]
+        return list(zip(pk, by))
 
     # ---- packets -----------------------------------------------------------------------------
     def process(
@@ -394,49 +290,107 @@ class _Runtime:
         return self.deparse(F, payload)
 
 
-class SoftSwitch:
-    """One embedded switch; thread-safe (one lock for packets and control-plane calls)."""
+# the name the tests and earlier code know the Python engine's runtime by
+_Runtime = PyRuntime
 
-    def __init__(self, device_id: int = 0, name: str = "", priority_queues: int = 1, cpu_port: int | None = None) -> None:
+
+ENGINES = ("auto", "c", "python")
+STAT_NAMES = ("rx", "tx", "dropped", "errors", "assertions", "packet_in", "packet_out")
+
+
+class SoftSwitch:
+    """One embedded switch; thread-safe (one lock for control-plane calls and packets handed in from Python).
+
+    `engine` picks how packets are executed: "c" (the program compiled to C, loaded as a shared
+    object; packets on ports never enter Python), "python" (the program compiled to Python), or
+    "auto" (C where a compiler is present). A program the C engine cannot run (the log line says
+    what, by name) runs on the Python engine.
+    """
+
+    def __init__(self, device_id: int = 0, name: str = "", priority_queues: int = 1, cpu_port: int | None = None,
+                 engine: str = "auto") -> None:
         if not 1 <= priority_queues <= 8:
             raise ValueError(f"priority_queues must be 1..8 (v1model's priority is 3 bits), got {priority_queues}")
         if cpu_port is not None and not 0 < cpu_port < codegen.DROP_PORT:
             raise ValueError(f"the CPU port must be 1..{codegen.DROP_PORT - 1}, got {cpu_port}")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         self.device_id = device_id
         self.name = name or f"softswitch-{device_id}"
         self.priority_queues = priority_queues
+        self.requested_engine = engine
         # the CPU port, as simple_switch_grpc's --cpu-port: packets sent to it go to `on_packet_in`
         # (the P4Runtime server's packet-in), and packet_out() injects packets on it
         self.cpu_port = cpu_port
         self.on_packet_in: Callable[[bytes], None] | None = None
         # sends a packet produced outside the port loop (a packet-out's outputs); set by PortIO
         self.transmit: Callable[[int, bytes], None] | None = None
+        # called (without the lock) after a program was loaded: PortIO moves its loop to the new engine
+        self.on_program_change: list[Callable[[], None]] = []
         self._lock = threading.RLock()
-        self._rt: _Runtime | None = None
+        self._rt: ProgramRuntime | None = None
         self._json: bytes | None = None
         self._pre = ReplicationEngine()
         self._t0 = time.monotonic()
         # errors: interpreter bugs; assertions: the program's assert()/assume() failed (BMv2 would abort)
         # packet_in / packet_out: packets to and from the controller through the CPU port
-        self.stats: dict[str, int] = {
-            "rx": 0, "tx": 0, "dropped": 0, "errors": 0, "assertions": 0, "packet_in": 0, "packet_out": 0,
-        }
+        # (the C engine counts its packets itself: `stats` adds its counts, and those of programs replaced)
+        self._stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
+        self._retired: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         self._packet_in_log = ThrottledLog(LOG, logging.ERROR)
         self._error_log = ThrottledLog(LOG, logging.ERROR)
         self._assert_log = ThrottledLog(LOG, logging.WARNING)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Packets seen, sent and dropped, by either engine (a snapshot)."""
+        out = dict(self._stats)
+        rt = self._rt
+        engine_stats = rt.packet_stats() if rt is not None and hasattr(rt, "packet_stats") else None
+        for k in STAT_NAMES:
+            out[k] += self._retired[k] + (engine_stats.get(k, 0) if engine_stats else 0)
+        return out
 
     # ---- program -----------------------------------------------------------------------------
     def load_program(self, bmv2_json: str | bytes) -> None:
         raw = bmv2_json.encode() if isinstance(bmv2_json, str) else bytes(bmv2_json)
         try:
-            rt = _Runtime(raw)  # compile outside the lock: packets keep flowing on the old program
+            rt = self._build_runtime(raw)  # compile outside the lock: packets keep flowing on the old program
         except (KeyError, TypeError, IndexError, AttributeError) as ex:
             raise ValueError(f"malformed BMv2 JSON: {type(ex).__name__}: {ex}") from ex
         with self._lock:
+            old = self._rt
             self._rt = rt
             self._json = raw
             self._pre.clear()
-        LOG.info("%s: loaded program (%d tables, %d actions)", self.name, len(rt.tables), len(rt.action_infos))
+        for listener in list(self.on_program_change):
+            listener()
+        if old is not None:
+            self._retire(old)
+        LOG.info("%s: loaded program (%d tables, %d actions) on the %s engine", self.name, len(rt.tables),
+                 len(rt.action_infos), rt.engine)
+
+    def _build_runtime(self, raw: bytes) -> ProgramRuntime:
+        comp = compilecache.compiled(raw)
+        want = self.requested_engine
+        if want == "auto":  # P4INA_SOFTSWITCH_ENGINE=c|python says what "auto" means (tests run the suite on either)
+            want = os.environ.get("P4INA_SOFTSWITCH_ENGINE", "auto")
+        if want != "python":
+            from emulation.softswitch import cengine  # the C engine needs a compiler; imported on demand
+
+            rt = cengine.runtime_or_none(comp, self, required=want == "c")
+            if rt is not None:
+                return rt
+        return PyRuntime(comp)
+
+    def _retire(self, old: ProgramRuntime) -> None:
+        """Keep a replaced program's packet counts and release what its engine holds."""
+        stats = old.packet_stats() if hasattr(old, "packet_stats") else None
+        with self._lock:
+            if stats:
+                for k in STAT_NAMES:
+                    self._retired[k] += stats.get(k, 0)
+        old.close()
 
     @property
     def program_loaded(self) -> bool:
@@ -447,16 +401,22 @@ class SoftSwitch:
         return self._json
 
     @property
+    def engine(self) -> str | None:
+        """The engine running the current program ("c" or "python"), None before a program is loaded."""
+        rt = self._rt
+        return rt.engine if rt is not None else None
+
+    @property
     def generated_source(self) -> str | None:
-        """The Python the program was compiled to (for debugging)."""
+        """The code the program was compiled to (Python or C, for debugging)."""
         return self._rt.source if self._rt else None
 
-    def _runtime(self) -> _Runtime:
+    def _runtime(self) -> ProgramRuntime:
         if self._rt is None:
             raise NoProgramError(f"{self.name}: no P4 program loaded")
         return self._rt
 
-    def _table(self, name: str) -> tuple[_Runtime, program.TableDef, MatchTable]:
+    def _table(self, name: str) -> tuple[ProgramRuntime, program.TableDef, MatchTable]:
         rt = self._runtime()
         if name not in rt.tables:
             raise UnknownObjectError(f"no table {name!r} in the loaded program")
@@ -516,8 +476,7 @@ class SoftSwitch:
                 raise ConstDefaultActionError(f"table {table!r}: the program declares its default action const")
             aid = rt.action_id_for(t, action.name)
             params = rt.check_params(aid, action.params)
-            mt.default[0] = rt.result(t, aid, params, hit=False)
-            mt.default_call = ActionCall(action.name, params)
+            mt.set_default(rt.result(t, aid, params, hit=False), ActionCall(action.name, params))
 
     def table_get_default(self, table: str) -> ActionCall:
         with self._lock:
@@ -532,67 +491,83 @@ class SoftSwitch:
     # ---- counters and registers ----------------------------------------------------------------
     def counters(self) -> dict[str, int]:
         with self._lock:
-            return {name: len(pk) for name, (pk, _) in self._runtime().counters.items()}
+            rt = self._runtime()
+            return {name: size for name, size in zip(rt.names.counters, rt.module.counters)}
 
-    def _counter(self, name: str, index: int) -> tuple[list[int], list[int]]:
+    def _counter(self, name: str, index: int | None) -> tuple[ProgramRuntime, int]:
         rt = self._runtime()
-        if name not in rt.counters:
+        k = rt.counter_index.get(name)
+        if k is None:
             raise UnknownObjectError(f"no counter {name!r} in the loaded program")
-        pk, by = rt.counters[name]
-        if not isinstance(index, int) or not 0 <= index < len(pk):
-            raise InvalidEntryError(f"counter {name!r}: index {index!r} outside 0..{len(pk) - 1}")
-        return pk, by
+        size = rt.module.counters[k]
+        if index is not None and (not isinstance(index, int) or not 0 <= index < size):
+            raise InvalidEntryError(f"counter {name!r}: index {index!r} outside 0..{size - 1}")
+        return rt, k
 
     def counter_read(self, name: str, index: int) -> tuple[int, int]:
         with self._lock:
-            pk, by = self._counter(name, index)
-            return pk[index], by[index]
+            rt, k = self._counter(name, index)
+            return rt.counter_read(k, index)
+
+    def counter_read_all(self, name: str) -> list[tuple[int, int]]:
+        """Every cell of a counter, all read at one instant."""
+        with self._lock:
+            rt, k = self._counter(name, None)
+            return rt.counter_read_all(k)
 
     def counter_write(self, name: str, index: int, packets: int, bytes_: int) -> None:
         with self._lock:
-            pk, by = self._counter(name, index)
+            rt, k = self._counter(name, index)
             for what, v in (("packets", packets), ("bytes", bytes_)):
                 if not isinstance(v, int) or not 0 <= v < 1 << 64:
                     raise InvalidEntryError(f"counter {name!r}: {what} value {v!r} is not a 64-bit unsigned integer")
-            pk[index], by[index] = packets, bytes_
+            rt.counter_write(k, index, packets, bytes_)
 
     def registers(self) -> dict[str, tuple[int, int]]:
         with self._lock:
             rt = self._runtime()
             return {r.name: (r.size, r.width) for r in rt.prog.registers}
 
-    def _register(self, name: str, index: int) -> tuple[list[int], int]:
+    def _register(self, name: str, index: int | None) -> tuple[ProgramRuntime, int, int]:
         rt = self._runtime()
-        if name not in rt.registers:
+        k = rt.register_index.get(name)
+        if k is None:
             raise UnknownObjectError(f"no register {name!r} in the loaded program")
-        cells = rt.registers[name]
-        if not isinstance(index, int) or not 0 <= index < len(cells):
-            raise InvalidEntryError(f"register {name!r}: index {index!r} outside 0..{len(cells) - 1}")
-        width = next(r.width for r in rt.prog.registers if r.name == name)
-        return cells, width
+        size, width = rt.module.registers[k]
+        if index is not None and (not isinstance(index, int) or not 0 <= index < size):
+            raise InvalidEntryError(f"register {name!r}: index {index!r} outside 0..{size - 1}")
+        return rt, k, width
 
     def register_read(self, name: str, index: int) -> int:
         with self._lock:
-            cells, _ = self._register(name, index)
-            return cells[index]
+            rt, k, _ = self._register(name, index)
+            return rt.register_read(k, index)
+
+    def register_read_all(self, name: str) -> list[int]:
+        """Every cell of a register, all read at one instant."""
+        with self._lock:
+            rt, k, _ = self._register(name, None)
+            return rt.register_read_all(k)
 
     def register_write(self, name: str, index: int, value: int) -> None:
         with self._lock:
-            cells, width = self._register(name, index)
+            rt, k, width = self._register(name, index)
             if not isinstance(value, int) or value < 0 or value >> width:
                 raise InvalidEntryError(f"register {name!r}: value {value!r} does not fit bit<{width}>")
-            cells[index] = value
+            rt.register_write(k, index, value)
 
     # ---- multicast -----------------------------------------------------------------------------
     def mc_group_set(self, group_id: int, replicas: list[tuple[int, int]]) -> None:
         with self._lock:
-            self._runtime()
+            rt = self._runtime()
             self._pre.set(group_id, replicas)
+            rt.mc_set(group_id, self._pre.groups[group_id])
 
     def mc_group_delete(self, group_id: int) -> None:
         with self._lock:
-            self._runtime()
+            rt = self._runtime()
             self._pre.delete(group_id)
+            rt.mc_delete(group_id)
 
     def mc_groups(self) -> dict[int, list[tuple[int, int]]]:
         with self._lock:
@@ -603,20 +578,23 @@ class SoftSwitch:
     def process_packet(self, ingress_port: int, data: bytes) -> list[tuple[int, bytes]]:
         """One packet in, the packets out; never raises because of packet content."""
         with self._lock:
-            stats = self.stats
-            stats["rx"] += 1
             rt = self._rt
             if rt is None:
-                stats["dropped"] += 1
+                self._stats["rx"] += 1
+                self._stats["dropped"] += 1
                 return []
+            if rt.engine == "c":
+                return self._process_c(rt, int(ingress_port), bytes(data))
+            stats = self._stats
+            stats["rx"] += 1
             try:
                 out, drops = rt.process(int(ingress_port), bytes(data), self._t0, self._pre.groups, self.priority_queues)
             except ProgramAssertion as ex:
                 stats["assertions"] += 1
                 stats["dropped"] += 1
                 self._assert_log.report(
-                    "%s: %s (a %d-byte packet from port %s; dropped)", self.name, rt.assertion_message(ex),
-                    len(data), ingress_port,
+                    "%s: %s (a %d-byte packet from port %s; dropped)", self.name,
+                    rt.assertion_message(ex.args[0] if ex.args else None), len(data), ingress_port,
                 )
                 return []
             except Exception as ex:  # noqa: BLE001 - one bad packet must not take the switch down
@@ -634,20 +612,45 @@ class SoftSwitch:
             stats["tx"] += len(out)
             return out
 
-    def _punt(self, out: list[tuple[int, bytes]], cpu: int) -> list[tuple[int, bytes]]:
+    def _process_c(self, rt: Any, port: int, data: bytes) -> list[tuple[int, bytes]]:
+        """The C engine counts the packet itself; here only what it reports is logged, and punts handed over."""
+        out, status, msg = rt.process(port, data)
+        if status == 1:
+            self._assert_log.report(
+                "%s: %s (a %d-byte packet from port %s; dropped)", self.name, rt.assertion_message(msg), len(data), port,
+            )
+        elif status:
+            self._error_log.report(
+                "%s: internal error in the C engine processing a %d-byte packet from port %s; dropped",
+                self.name, len(data), port,
+            )
+        cpu = self.cpu_port
+        if cpu is not None and out and any(p == cpu for p, _ in out):
+            out = self._punt(out, cpu, count=False)
+        return out
+
+    def _punt(self, out: list[tuple[int, bytes]], cpu: int, count: bool = True) -> list[tuple[int, bytes]]:
         """Hand the packets for the CPU port to the packet-in handler (BMv2's transmit to PI); keep the rest."""
         handler = self.on_packet_in
         for port, data in out:
             if port != cpu:
                 continue
-            self.stats["packet_in"] += 1
+            if count:
+                self._stats["packet_in"] += 1
             if handler is None:
                 continue
-            try:
-                handler(data)
-            except Exception as ex:  # noqa: BLE001 - a failing controller connection must not stop the data plane
-                self._packet_in_log.report("%s: packet-in failed: %r", self.name, ex, exc=ex)
+            self.deliver_packet_in(data)
         return [(p, d) for p, d in out if p != cpu]
+
+    def deliver_packet_in(self, data: bytes) -> None:
+        """A packet for the CPU port to the packet-in handler (also called by the C port loop's punt thread)."""
+        handler = self.on_packet_in
+        if handler is None:
+            return
+        try:
+            handler(data)
+        except Exception as ex:  # noqa: BLE001 - a failing controller connection must not stop the data plane
+            self._packet_in_log.report("%s: packet-in failed: %r", self.name, ex, exc=ex)
 
     def packet_out(self, data: bytes) -> list[tuple[int, bytes]]:
         """A packet from the controller (its packet_out header already prepended) into ingress on the CPU port.
@@ -657,7 +660,7 @@ class SoftSwitch:
         if self.cpu_port is None:
             raise NoProgramError(f"{self.name}: no CPU port (start with --cpu-port) for packet-out")
         with self._lock:
-            self.stats["packet_out"] += 1
+            self._stats["packet_out"] += 1
         out = self.process_packet(self.cpu_port, data)
         send = self.transmit
         if send is not None:

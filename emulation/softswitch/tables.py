@@ -1,8 +1,13 @@
 """Match tables: entry storage for the control plane plus the lookup structures the generated code reads.
 
-A lookup result is a tuple (action_function, params, next_node) built once when the entry
-is installed, so the per-packet path is a dict lookup (exact), a dict lookup per installed
-prefix length (lpm), or a scan in priority order (ternary, range).
+A lookup result is built once when the entry is installed (Python engine: a tuple (action_function,
+params, next_node); C engine: (action number, params, next node number)), so the per-packet path is
+a dict lookup (exact), a dict lookup per installed prefix length (lpm), or a scan in priority order
+(ternary, range).
+
+The C engine keeps its own copy of the lookup structures: a `TableMirror` receives every change as
+one call, each of which the C side applies atomically (a modify replaces a result in place; it is
+never a delete followed by an insert), so a packet there sees either the old entry or the new one.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import bisect
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from emulation.softswitch.errors import (
     EntryExistsError,
@@ -53,6 +58,20 @@ MatchKey = Exact | Lpm | Ternary | Range
 _KIND = {"exact": Exact, "lpm": Lpm, "ternary": Ternary, "range": Range}
 
 
+class TableMirror(Protocol):
+    """Receives a table's changes, one call per change (the C engine's copy of the lookup structures)."""
+
+    def exact_put(self, parts: tuple[int, ...], result: Result) -> None: ...
+    def exact_del(self, parts: tuple[int, ...]) -> None: ...
+    def lpm_put(self, plen: int, parts: tuple[int, ...], result: Result) -> None: ...
+    def lpm_del(self, plen: int, parts: tuple[int, ...]) -> None: ...
+    def scan_insert(self, at: int, row: tuple[tuple[int, int], ...], result: Result) -> None: ...
+    def scan_delete(self, at: int) -> None: ...
+    def scan_set(self, at: int, result: Result) -> None: ...
+    def clear(self) -> None: ...
+    def set_default(self, result: Result) -> None: ...
+
+
 @dataclass(frozen=True)
 class KeySpec:
     name: str
@@ -86,6 +105,21 @@ class MatchTable:
         self._lpm_width = keys[self._lpm_index].width if self._lpm_index >= 0 else 0
         self._needs_priority = kind in ("ternary", "range")
         self._range_flags = tuple(k.match_type == "range" for k in keys)
+        self.mirror: TableMirror | None = None
+
+    @property
+    def lpm_width(self) -> int:
+        return self._lpm_width
+
+    @property
+    def range_flags(self) -> tuple[bool, ...]:
+        return self._range_flags
+
+    def set_default(self, result: Result, call: Any) -> None:
+        if self.mirror is not None:
+            self.mirror.set_default(result)
+        self.default[0] = result
+        self.default_call = call
 
     # ---- validation -------------------------------------------------------------------------
     def canonical(self, key: tuple[MatchKey, ...], priority: int) -> tuple:
@@ -145,8 +179,8 @@ class MatchTable:
             raise EntryExistsError(f"table {self.name!r}: an entry with this key{_prio(priority)} exists")
         if len(self.entries) >= self.max_size:
             raise TableFullError(f"table {self.name!r} is full ({self.max_size} entries)")
+        self._add(ident, result)  # first: a mirror that fails leaves no entry behind
         self.entries[ident] = (key, priority, call, result)
-        self._add(ident, result)
 
     def modify(self, key: tuple[MatchKey, ...], priority: int, call: Any, result: Result) -> None:
         if self.immutable:
@@ -154,13 +188,23 @@ class MatchTable:
         ident = self.canonical(key, priority)
         if ident not in self.entries:
             raise EntryNotFoundError(f"table {self.name!r}: no entry with this key{_prio(priority)}")
-        self.entries[ident] = (key, priority, call, result)
-        if self.kind in ("exact", "lpm"):
-            self._remove(ident)
-            self._add(ident, result)
+        # in place, one change: the entry is never absent between the old result and the new one
+        parts, _ = ident
+        if self.kind == "exact":
+            if self.mirror is not None:
+                self.mirror.exact_put(parts, result)
+            self.exact[parts[0] if len(parts) == 1 else parts] = result
+        elif self.kind == "lpm":
+            plen, k, flat = self._lpm_key(parts)
+            if self.mirror is not None:
+                self.mirror.lpm_put(plen, flat, result)
+            self._lpm_by_len[plen][k] = result
         else:  # same key and priority: the row keeps its place, only its result changes
             i = self._scan_index(ident)
+            if self.mirror is not None:
+                self.mirror.scan_set(i, result)
             self.scan[i] = (self.scan[i][0], result)
+        self.entries[ident] = (key, priority, call, result)
 
     def delete(self, key: tuple[MatchKey, ...], priority: int) -> None:
         if self.immutable:
@@ -174,6 +218,8 @@ class MatchTable:
     def clear(self) -> None:
         if self.immutable:
             raise InvalidEntryError(f"table {self.name!r} has const entries in the program; it cannot be changed")
+        if self.mirror is not None:
+            self.mirror.clear()
         self.entries.clear()
         self.exact.clear()
         self.lpm.clear()
@@ -185,38 +231,37 @@ class MatchTable:
         self._scan_order.clear()
         self._scan_key.clear()
 
-    def rebuild(self, make_result: Any) -> None:
-        """Recompute every result (after the program's nodes were re-created)."""
-        old = list(self.entries.items())
-        self.entries.clear()
-        self.exact.clear()
-        self.lpm.clear()
-        self._lpm_by_len.clear()
-        self._clear_scan()
-        for ident, (key, prio, call, _) in old:
-            result = make_result(call)
-            self.entries[ident] = (key, prio, call, result)
-            self._add(ident, result)
-
     # ---- lookup structures --------------------------------------------------------------------
+    def _lpm_key(self, parts: tuple) -> tuple[int, Any, tuple[int, ...]]:
+        """(prefix length, the dict key, the flat key: every part a value) of an lpm table's entry."""
+        i = self._lpm_index
+        value, plen = parts[i]
+        flat = parts[:i] + (value,) + parts[i + 1 :]
+        return plen, flat[0] if len(flat) == 1 else flat, flat
+
     def _add(self, ident: tuple, result: Result) -> None:
         parts, priority = ident
         if self.kind == "exact":
+            if self.mirror is not None:
+                self.mirror.exact_put(parts, result)
             self.exact[parts[0] if len(parts) == 1 else parts] = result
         elif self.kind == "lpm":
-            i = self._lpm_index
-            value, plen = parts[i]
+            plen, k, flat = self._lpm_key(parts)
+            if self.mirror is not None:
+                self.mirror.lpm_put(plen, flat, result)
             d = self._lpm_by_len.get(plen)
             if d is None:
                 d = self._lpm_by_len[plen] = {}
                 self._rebuild_lpm_list()
-            k = parts[:i] + (value,) + parts[i + 1 :]
-            d[k[0] if len(k) == 1 else k] = result
+            d[k] = result
         else:
             order = (-priority, next(self._installed))
             i = bisect.bisect_right(self._scan_order, order)
+            row = self._matcher(parts)
+            if self.mirror is not None:
+                self.mirror.scan_insert(i, row, result)
             self._scan_order.insert(i, order)
-            self.scan.insert(i, (self._matcher(parts), result))
+            self.scan.insert(i, (row, result))
             self._scan_key[ident] = order
 
     def _scan_index(self, ident: tuple) -> int:
@@ -225,18 +270,22 @@ class MatchTable:
     def _remove(self, ident: tuple) -> None:
         parts, priority = ident
         if self.kind == "exact":
+            if self.mirror is not None:
+                self.mirror.exact_del(parts)
             self.exact.pop(parts[0] if len(parts) == 1 else parts, None)
         elif self.kind == "lpm":
-            i = self._lpm_index
-            value, plen = parts[i]
+            plen, k, flat = self._lpm_key(parts)
+            if self.mirror is not None:
+                self.mirror.lpm_del(plen, flat)
             d = self._lpm_by_len.get(plen, {})
-            k = parts[:i] + (value,) + parts[i + 1 :]
-            d.pop(k[0] if len(k) == 1 else k, None)
+            d.pop(k, None)
             if not d:
                 self._lpm_by_len.pop(plen, None)
                 self._rebuild_lpm_list()
         else:
             i = self._scan_index(ident)
+            if self.mirror is not None:
+                self.mirror.scan_delete(i)
             del self._scan_order[i]
             del self.scan[i]
             del self._scan_key[ident]

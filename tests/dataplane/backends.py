@@ -84,11 +84,12 @@ class Dut:
 class EmbeddedDut(Dut):
     name = "embedded"
 
-    def __init__(self) -> None:
+    def __init__(self, engine: str = "auto") -> None:
         super().__init__()
         from emulation.softswitch.cli import start_switch
 
-        self._running = start_switch(DEVICE_ID, grpc_addr="127.0.0.1:0")
+        self.engine = engine
+        self._running = start_switch(DEVICE_ID, grpc_addr="127.0.0.1:0", engine=engine)
         self.switch = self._running.switch
         self.client = SwitchClient("dut", f"127.0.0.1:{self._running.grpc_port}", DEVICE_ID).connect()
         self._out: list[tuple[int, bytes]] = []
@@ -196,9 +197,18 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> 
 
 @contextlib.contextmanager
 def open_dut(kind: str) -> Iterator[Dut]:
-    dut: Dut = EmbeddedDut() if kind == "embedded" else Bmv2Dut()
+    """"embedded" (its default engine: C where a compiler is present), "embedded-c", "embedded-python" or "bmv2"."""
+    if kind.startswith("embedded"):
+        engine = kind.partition("-")[2] or "auto"
+        dut: Dut = EmbeddedDut(engine)
+    elif kind == "bmv2":
+        dut = Bmv2Dut()
+    else:
+        raise ValueError(f"no switch back end {kind!r}")
     try:
         dut.push_pipeline()
+        if isinstance(dut, EmbeddedDut) and engine != "auto" and dut.switch.engine != engine:
+            raise AssertionError(f"p4ina.json ran on the {dut.switch.engine} engine, not the {engine} one")
         yield dut
     finally:
         dut.close()

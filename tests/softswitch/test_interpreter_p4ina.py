@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry
 from wireformat import AGG
 
+pytestmark = pytest.mark.usefixtures("each_engine")  # every case on the C and the Python engine
+
 PROGRAM = Path(__import__("os").environ.get("P4INA_JSON", Path(__file__).resolve().parents[2] / "p4" / "build" / "p4ina.json"))
 C = AGG.constants()
 CHILD_PORTS = (1, 2)
@@ -84,7 +86,7 @@ def root() -> SoftSwitch:
 
 
 @pytest.fixture(scope="module")
-def shared_root() -> SoftSwitch:
+def shared_root(each_engine: str) -> SoftSwitch:
     return configured_root()
 
 

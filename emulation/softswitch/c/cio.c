@@ -1,0 +1,394 @@
+/* The C engine's port loop: AF_PACKET sockets, epoll, recvmmsg/sendmmsg, one thread per switch.
+ *
+ * Compiled once (cbuild.py caches it like a program) and independent of any program: Python opens
+ * the sockets (in the right network namespace) and hands over their descriptors; a program is
+ * attached as a batch function and its switch, and replaced by another without stopping the loop
+ * (cio_attach waits for the batch in flight, so the old switch can be freed when it returns).
+ *
+ * Per wake-up the loop reads up to CIO_BATCH frames per recvmmsg call from a ready socket, with
+ * MSG_TRUNC so a frame longer than the buffer is seen at its real length and dropped and counted
+ * (never handed on cut short); frames the kernel loops back from our own sends (PACKET_OUTGOING)
+ * are skipped. The batch goes to the program under its lock once; the outputs are sent in order,
+ * consecutive frames for one port by one sendmmsg call. Sends block (back-pressure, no drops).
+ * Frames for the CPU port go to a queue that Python drains (packet-in over P4Runtime).
+ */
+#include <errno.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CIO_EXPORT __attribute__((visibility("default")))
+#define CIO_MAX_PORTS 512
+#define CIO_BATCH 32
+#define CIO_ROUNDS 2 /* batches read from one socket before looking at the others */
+#define CIO_PUNT_CAP 1024
+#define CIO_WAKE UINT32_MAX
+
+struct cio_port {
+    int port, fd, ifindex, active;
+    char name[IF_NAMESIZE];
+    uint64_t rx, tx, tx_errors, oversized; /* atomics (__atomic builtins) */
+};
+
+struct cio_punt {
+    uint8_t *data;
+    uint32_t len;
+};
+
+struct cio {
+    struct cio_port ports[CIO_MAX_PORTS];
+    int nports;
+    int by_port[CIO_MAX_PORTS];
+    int epfd, wakefd, puntfd;
+    pthread_t thread;
+    int started, stop;
+    pthread_mutex_t attach_lock; /* held while a batch is processed */
+    rt_batch_fn fn;
+    void *sw;
+    uint32_t max_frame;
+    int cpu_port;
+    uint8_t *rxbuf;
+    struct mmsghdr rmsg[CIO_BATCH];
+    struct iovec riov[CIO_BATCH];
+    struct sockaddr_ll raddr[CIO_BATCH];
+    struct rt_frame frames[CIO_BATCH];
+    struct rt_outs outs;
+    struct mmsghdr smsg[CIO_BATCH];
+    struct iovec siov[CIO_BATCH];
+    uint64_t tx_no_port, punt_dropped, batches, frames_in;
+    pthread_mutex_t punt_lock;
+    struct cio_punt punt[CIO_PUNT_CAP];
+    uint32_t punt_head, punt_n;
+};
+
+static void cio_add(uint64_t *p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static uint64_t cio_get(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+CIO_EXPORT int cio_abi(void) { return RT_ABI; }
+
+CIO_EXPORT struct cio *cio_new(uint32_t max_frame, int cpu_port)
+{
+    struct cio *io = (struct cio *)calloc(1, sizeof(*io));
+    int i;
+    if (!io) return NULL;
+    io->max_frame = max_frame ? max_frame : 65536;
+    io->cpu_port = cpu_port;
+    io->epfd = io->wakefd = io->puntfd = -1;
+    for (i = 0; i < CIO_MAX_PORTS; i++) io->by_port[i] = -1;
+    io->rxbuf = (uint8_t *)malloc((size_t)io->max_frame * CIO_BATCH);
+    io->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    io->puntfd = eventfd(0, EFD_CLOEXEC);
+    if (!io->rxbuf || io->wakefd < 0 || io->puntfd < 0 || pthread_mutex_init(&io->attach_lock, NULL) ||
+        pthread_mutex_init(&io->punt_lock, NULL)) {
+        if (io->wakefd >= 0) close(io->wakefd);
+        if (io->puntfd >= 0) close(io->puntfd);
+        free(io->rxbuf);
+        free(io);
+        return NULL;
+    }
+    return io;
+}
+
+CIO_EXPORT int cio_add_port(struct cio *io, int port, int fd, int ifindex, const char *name)
+{
+    struct cio_port *p;
+    if (io->started || io->nports >= CIO_MAX_PORTS || port < 0 || port >= CIO_MAX_PORTS || io->by_port[port] >= 0) return -1;
+    p = &io->ports[io->nports];
+    memset(p, 0, sizeof(*p));
+    p->port = port;
+    p->fd = fd;
+    p->ifindex = ifindex;
+    p->active = 1;
+    strncpy(p->name, name, IF_NAMESIZE - 1);
+    io->by_port[port] = io->nports++;
+    return 0;
+}
+
+/* switch programs (fn NULL: none; frames are then dropped): returns when no batch uses the old one */
+CIO_EXPORT void cio_attach(struct cio *io, rt_batch_fn fn, void *sw)
+{
+    pthread_mutex_lock(&io->attach_lock);
+    io->fn = fn;
+    io->sw = sw;
+    pthread_mutex_unlock(&io->attach_lock);
+}
+
+/* an interface that went down stays (it may come back up); one that vanished is closed for good */
+static void cio_check_gone(struct cio *io, struct cio_port *p)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    strncpy(ifr.ifr_name, p->name, IF_NAMESIZE - 1);
+    if (ioctl(p->fd, SIOCGIFINDEX, &ifr) == 0 && ifr.ifr_ifindex == p->ifindex) return;
+    if (__atomic_exchange_n(&p->active, 0, __ATOMIC_RELAXED)) epoll_ctl(io->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+}
+
+static int cio_gone_errno(int e) { return e == ENETDOWN || e == ENODEV || e == ENXIO; }
+
+static void cio_punt_push(struct cio *io, const uint8_t *data, uint32_t len)
+{
+    uint8_t *copy;
+    uint64_t one = 1;
+    pthread_mutex_lock(&io->punt_lock);
+    if (io->punt_n == CIO_PUNT_CAP || !(copy = (uint8_t *)malloc(len ? len : 1))) {
+        pthread_mutex_unlock(&io->punt_lock);
+        cio_add(&io->punt_dropped, 1);
+        return;
+    }
+    memcpy(copy, data, len);
+    io->punt[(io->punt_head + io->punt_n) % CIO_PUNT_CAP] = (struct cio_punt){copy, len};
+    io->punt_n++;
+    pthread_mutex_unlock(&io->punt_lock);
+    if (write(io->puntfd, &one, sizeof(one)) < 0) { /* the reader is woken by the queued count anyway */ }
+}
+
+/* send outputs [from, to), all for port p, with as few sendmmsg calls as they allow */
+static void cio_send_run(struct cio *io, struct cio_port *p, uint32_t from, uint32_t to)
+{
+    while (from < to) {
+        uint32_t n = to - from < CIO_BATCH ? to - from : CIO_BATCH, j;
+        int sent;
+        for (j = 0; j < n; j++) {
+            const struct rt_outdesc *d = &io->outs.d[from + j];
+            io->siov[j].iov_base = io->outs.buf + d->off;
+            io->siov[j].iov_len = d->len;
+            memset(&io->smsg[j], 0, sizeof(io->smsg[j]));
+            io->smsg[j].msg_hdr.msg_iov = &io->siov[j];
+            io->smsg[j].msg_hdr.msg_iovlen = 1;
+        }
+        sent = sendmmsg(p->fd, io->smsg, n, 0);
+        if (sent < 0) {
+            if (errno == EINTR) continue;
+            cio_add(&p->tx_errors, 1);
+            if (cio_gone_errno(errno)) cio_check_gone(io, p);
+            from += 1; /* that frame is lost; the rest are tried again */
+            continue;
+        }
+        cio_add(&p->tx, (uint64_t)sent);
+        from += (uint32_t)sent;
+        if ((uint32_t)sent < n && sent == 0) from += 1;
+    }
+}
+
+static void cio_process(struct cio *io, uint32_t nf)
+{
+    uint32_t i, run;
+    io->outs.n = 0;
+    io->outs.used = 0;
+    pthread_mutex_lock(&io->attach_lock);
+    if (io->fn) io->fn(io->sw, io->frames, nf, &io->outs);
+    pthread_mutex_unlock(&io->attach_lock);
+    io->batches++;
+    io->frames_in += nf;
+    for (i = 0; i < io->outs.n; i = run) {
+        int port = io->outs.d[i].port, idx;
+        run = i + 1;
+        if (io->cpu_port >= 0 && port == io->cpu_port) {
+            cio_punt_push(io, io->outs.buf + io->outs.d[i].off, io->outs.d[i].len);
+            continue;
+        }
+        while (run < io->outs.n && io->outs.d[run].port == port) run++;
+        idx = port >= 0 && port < CIO_MAX_PORTS ? io->by_port[port] : -1;
+        if (idx < 0 || !__atomic_load_n(&io->ports[idx].active, __ATOMIC_RELAXED)) {
+            cio_add(&io->tx_no_port, run - i);
+            continue;
+        }
+        cio_send_run(io, &io->ports[idx], i, run);
+    }
+}
+
+static void cio_drain(struct cio *io, struct cio_port *p)
+{
+    int round;
+    for (round = 0; round < CIO_ROUNDS; round++) {
+        int k, j;
+        uint32_t nf = 0;
+        for (j = 0; j < CIO_BATCH; j++) {
+            io->riov[j].iov_base = io->rxbuf + (size_t)j * io->max_frame;
+            io->riov[j].iov_len = io->max_frame;
+            memset(&io->rmsg[j], 0, sizeof(io->rmsg[j]));
+            io->rmsg[j].msg_hdr.msg_iov = &io->riov[j];
+            io->rmsg[j].msg_hdr.msg_iovlen = 1;
+            io->rmsg[j].msg_hdr.msg_name = &io->raddr[j];
+            io->rmsg[j].msg_hdr.msg_namelen = sizeof(io->raddr[j]);
+        }
+        k = recvmmsg(p->fd, io->rmsg, CIO_BATCH, MSG_DONTWAIT | MSG_TRUNC, NULL);
+        if (k < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && cio_gone_errno(errno)) cio_check_gone(io, p);
+            return;
+        }
+        for (j = 0; j < k; j++) {
+            uint32_t len = io->rmsg[j].msg_len; /* MSG_TRUNC: the frame's real length */
+            if (io->raddr[j].sll_pkttype == PACKET_OUTGOING) continue;
+            if (len > io->max_frame) {
+                cio_add(&p->oversized, 1);
+                continue;
+            }
+            io->frames[nf].data = io->rxbuf + (size_t)j * io->max_frame;
+            io->frames[nf].len = len;
+            io->frames[nf].port = p->port;
+            nf++;
+        }
+        cio_add(&p->rx, nf);
+        if (nf) cio_process(io, nf);
+        if (k < CIO_BATCH) return;
+    }
+}
+
+static void *cio_loop(void *arg)
+{
+    struct cio *io = (struct cio *)arg;
+    struct epoll_event ev[64];
+    while (!__atomic_load_n(&io->stop, __ATOMIC_ACQUIRE)) {
+        int n = epoll_wait(io->epfd, ev, 64, -1), i;
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        for (i = 0; i < n; i++) {
+            uint32_t idx = ev[i].data.u32;
+            if (idx == CIO_WAKE) {
+                uint64_t v;
+                if (read(io->wakefd, &v, sizeof(v)) < 0) { /* nonblocking: already drained */ }
+                continue;
+            }
+            if (idx < (uint32_t)io->nports && __atomic_load_n(&io->ports[idx].active, __ATOMIC_RELAXED))
+                cio_drain(io, &io->ports[idx]);
+        }
+    }
+    return NULL;
+}
+
+CIO_EXPORT int cio_start(struct cio *io)
+{
+    struct epoll_event ev;
+    int i;
+    if (io->started) return -1;
+    io->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (io->epfd < 0) return -errno;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN;
+    ev.data.u32 = CIO_WAKE;
+    if (epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->wakefd, &ev)) return -errno;
+    for (i = 0; i < io->nports; i++) {
+        ev.data.u32 = (uint32_t)i;
+        if (epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->ports[i].fd, &ev)) return -errno;
+    }
+    if (pthread_create(&io->thread, NULL, cio_loop, io)) return -EAGAIN;
+    io->started = 1;
+    return 0;
+}
+
+CIO_EXPORT void cio_stop(struct cio *io)
+{
+    uint64_t one = 1;
+    if (!io->started) return;
+    __atomic_store_n(&io->stop, 1, __ATOMIC_RELEASE);
+    if (write(io->wakefd, &one, sizeof(one)) < 0) { /* a full counter wakes the loop too */ }
+    pthread_join(io->thread, NULL);
+    io->started = 0;
+    if (write(io->puntfd, &one, sizeof(one)) < 0) { /* wakes a punt reader, which then sees the stop */ }
+}
+
+CIO_EXPORT void cio_free(struct cio *io)
+{
+    uint32_t i;
+    if (!io) return;
+    cio_stop(io);
+    if (io->epfd >= 0) close(io->epfd);
+    close(io->wakefd);
+    close(io->puntfd);
+    for (i = 0; i < io->punt_n; i++) free(io->punt[(io->punt_head + i) % CIO_PUNT_CAP].data);
+    free(io->rxbuf);
+    free(io->outs.buf);
+    free(io->outs.d);
+    pthread_mutex_destroy(&io->attach_lock);
+    pthread_mutex_destroy(&io->punt_lock);
+    free(io);
+}
+
+/* rx, tx, tx_errors, oversized, active */
+CIO_EXPORT int cio_port_stats(struct cio *io, int port, uint64_t *out)
+{
+    struct cio_port *p;
+    if (port < 0 || port >= CIO_MAX_PORTS || io->by_port[port] < 0) return -1;
+    p = &io->ports[io->by_port[port]];
+    out[0] = cio_get(&p->rx);
+    out[1] = cio_get(&p->tx);
+    out[2] = cio_get(&p->tx_errors);
+    out[3] = cio_get(&p->oversized);
+    out[4] = (uint64_t)__atomic_load_n(&p->active, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* tx_no_port, punt_dropped, batches, frames */
+CIO_EXPORT void cio_stats(struct cio *io, uint64_t *out)
+{
+    out[0] = cio_get(&io->tx_no_port);
+    out[1] = cio_get(&io->punt_dropped);
+    out[2] = __atomic_load_n(&io->batches, __ATOMIC_RELAXED);
+    out[3] = __atomic_load_n(&io->frames_in, __ATOMIC_RELAXED);
+}
+
+/* a frame from another thread (a controller's packet-out); 0, or -1 when the port has no interface */
+CIO_EXPORT int cio_send(struct cio *io, int port, const uint8_t *data, uint32_t len)
+{
+    struct cio_port *p;
+    if (port < 0 || port >= CIO_MAX_PORTS || io->by_port[port] < 0) {
+        cio_add(&io->tx_no_port, 1);
+        return -1;
+    }
+    p = &io->ports[io->by_port[port]];
+    if (!__atomic_load_n(&p->active, __ATOMIC_RELAXED)) {
+        cio_add(&io->tx_no_port, 1);
+        return -1;
+    }
+    if (send(p->fd, data, len, 0) < 0) {
+        cio_add(&p->tx_errors, 1);
+        if (cio_gone_errno(errno)) cio_check_gone(io, p);
+        return -2;
+    }
+    cio_add(&p->tx, 1);
+    return 0;
+}
+
+CIO_EXPORT int cio_punt_fd(struct cio *io) { return io->puntfd; }
+
+/* the oldest frame for the CPU port copied into buf: its length, -1 when none (-2: buf too small) */
+CIO_EXPORT int64_t cio_punt_pop(struct cio *io, uint8_t *buf, uint32_t cap)
+{
+    struct cio_punt e;
+    pthread_mutex_lock(&io->punt_lock);
+    if (!io->punt_n) {
+        pthread_mutex_unlock(&io->punt_lock);
+        return -1;
+    }
+    e = io->punt[io->punt_head];
+    if (e.len > cap) {
+        pthread_mutex_unlock(&io->punt_lock);
+        return -2;
+    }
+    io->punt_head = (io->punt_head + 1) % CIO_PUNT_CAP;
+    io->punt_n--;
+    pthread_mutex_unlock(&io->punt_lock);
+    memcpy(buf, e.data, e.len);
+    free(e.data);
+    return (int64_t)e.len;
+}
+
+/* CPU time of the loop's thread so far (ns), -1 before it started */
+CIO_EXPORT int64_t cio_thread_cpu_ns(struct cio *io)
+{
+    clockid_t cid;
+    struct timespec ts;
+    if (!io->started || pthread_getcpuclockid(io->thread, &cid) || clock_gettime(cid, &ts)) return -1;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
