@@ -8,6 +8,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import grpc
+from p4.v1 import p4runtime_pb2
+
 from controller.client import DEFAULT_TIMEOUT, SwitchClient, SwitchError
 from controller.p4info import P4Schema
 from controller.topology import Topology
@@ -53,6 +56,37 @@ class Fabric:
             with self._lock:
                 self._clients[name] = cl
             return cl
+
+    def forget(self, name: str) -> None:
+        """Close and drop a switch's session (a dead switch: its broken channel is not reused)."""
+        with self._lock:
+            cl = self._clients.pop(name, None)
+        if cl is not None:
+            cl.close()
+
+    def unreachable(self, switches: Iterable[str], timeout: float = 2.0) -> set[str]:
+        """The switches whose P4Runtime server does not answer a pipeline read within `timeout` seconds."""
+        def probe(name: str) -> bool:
+            with self._lock:
+                cl = self._clients.get(name)
+            addr = self.topo.switch(name).grpc_addr
+            if cl is None:
+                if not addr:
+                    return False
+                try:
+                    SwitchClient(name, addr, self.topo.switch(name).device_id, self.election_id, timeout).connect().close()
+                    return True
+                except SwitchError:
+                    return False
+            try:
+                cl.stub.GetForwardingPipelineConfig(
+                    p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=cl.device_id), timeout=timeout)
+                return True
+            except grpc.RpcError:
+                return False
+
+        alive, _ = self.run(probe, switches)
+        return {name for name, ok in alive.items() if not ok} | (set(switches) - set(alive))
 
     def connect(self, switches: Iterable[str] | None = None) -> None:
         """Open every session now, in parallel (before a long operation keeps the switches busy)."""
