@@ -97,11 +97,12 @@ class Controller:
         names = list(switches) if switches is not None else [s.name for s in self.topo.switches]
         return self.fabric.unreachable(names, timeout)
 
-    def fail_over(self, job_id: int, failed: Iterable[str]) -> JobPlan:
-        """Re-plan and re-install a job around failed switches (installer.fail_over); routes avoid them too."""
+    def fail_over(self, job_id: int, failed: Iterable[str], reroute: bool = True) -> JobPlan:
+        """Re-plan and re-install a job around failed switches (installer.fail_over); routes avoid them too
+        (unless reroute=False: then call install_routes() once the job runs again)."""
         self._need_schema()
         try:
-            return I.fail_over(self.fabric, self.state, job_id, failed)
+            return I.fail_over(self.fabric, self.state, job_id, failed, reroute)
         finally:
             self._save()
 

@@ -326,13 +326,14 @@ def remove_job(fabric: Fabric, state: State, job_id: int) -> JobPlan:
     return plan
 
 
-def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str]) -> JobPlan:
+def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], reroute: bool = True) -> JobPlan:
     """A switch of a job's tree died: mark it failed, take the job off the live switches of its old tree,
     re-route around the failed switches and install the job again on a tree without them (new tokens on every
     switch, so the cells the interrupted all-reduce used start afresh).
 
     Raises HostsCutOffError (a member's edge switch failed) or JobDoesNotFitError (no tree left) after the old
-    job is gone; the caller falls back to the host ring then.
+    job is gone; the caller falls back to the host ring then. `reroute=False` leaves the routes to the caller
+    (aggregation packets do not use them, so a waiting job can go first and `install_routes` follow).
     """
     old = state.jobs.get(job_id)
     if old is None:
@@ -354,7 +355,7 @@ def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str]) 
     del state.jobs[job_id]
     for name in state.failed:
         fabric.forget(name)
-    if state.routes:
+    if state.routes and reroute:
         install_routes(fabric, state)
     return install_job(fabric, state, old.spec)
 

@@ -77,7 +77,12 @@ class FaultsConfig:
     sdc_flips: int = 20  # bit flips to land in live rounds
     sdc_loss: float = 0.01  # loss while flipping: a lost contribution holds its round open long enough to flip into
     failure_size_factor: int = 4  # the interrupted all-reduce is this many times `size` (so the kill lands mid-way)
-    failure_timeout_s: float = 1.5  # no result for this long (and >= 2 timeouts): a switch is suspected
+    # no result for this long (and >= 2 timeouts): a switch is suspected; None: failure_rtos timer floors, at
+    # least failure_min_s (long enough that loss alone rarely stalls every slot that long; a false alarm only
+    # costs a redo of the missing chunks on the same tree)
+    failure_timeout_s: float | None = None
+    failure_rtos: float = 10.0
+    failure_min_s: float = 0.5
     rto_floor_rtts: float = 3.0  # the timer's floor: this many of the largest measured smoothed round trip
     backend: str = "embedded"
     results_root: Path = Path("results")
@@ -88,7 +93,7 @@ class FaultsConfig:
             raise FaultsError(f"hosts {self.hosts}: need at least 2")
         if any(not 0 < r < 1 for r in self.loss_rates):
             raise FaultsError(f"loss rates {self.loss_rates}: fractions in (0, 1)")
-        if self.reps < 1 or self.sdc_flips < 0 or self.failure_timeout_s <= 0:
+        if self.reps < 1 or self.sdc_flips < 0 or (self.failure_timeout_s is not None and self.failure_timeout_s <= 0):
             raise FaultsError("reps >= 1, sdc_flips >= 0 and failure_timeout_s > 0, please")
 
     def label(self) -> str:
@@ -159,7 +164,9 @@ class FaultsRun:
         self.steps: list[Step] = []
         self.failover_events: list[dict[str, Any]] = []
         self.problems: list[str] = []
+        self.reroute_pending = False
         self.tmo = runner.tmo
+        self.failure_timeout_s = cfg.failure_timeout_s or 1.5  # until the timer floor is measured
 
     # -- jobs ----------------------------------------------------------------------------------
     def install(self, timeout_s: float, min_timeout_s: float) -> None:
@@ -167,7 +174,7 @@ class FaultsRun:
             self.ctl.remove_job(JOB_ID)
         self.plan = self.ctl.install_job(JOB_ID, self.hosts, "none", slots=self.cfg.slots)
         self.installs += 1
-        self.job = _job_dict(self.plan, self.installs, timeout_s, min_timeout_s, self.cfg.failure_timeout_s)
+        self.job = _job_dict(self.plan, self.installs, timeout_s, min_timeout_s, self.failure_timeout_s)
         LOG.info("job %d: root %s, %d switches", JOB_ID, self.plan.root, len(self.plan.switches))
 
     def decide(self, tag: str, values: list[Any]) -> Any:
@@ -185,11 +192,14 @@ class FaultsRun:
             event["verdict"] = "false alarm: every switch answers; same tree"
             return {"job": self.job, "failed": []}
         try:
-            self.plan = self.ctl.fail_over(JOB_ID, failed)
+            # the job first, the routes (which aggregation packets do not use) after the step: the workers wait
+            self.plan = self.ctl.fail_over(JOB_ID, failed, reroute=False)
+            self.reroute_pending = True
         except HostsCutOffError as ex:
             event["verdict"] = str(ex)
             return {"error": str(ex), "failed": sorted(failed)}
         except JobDoesNotFitError as ex:
+            self.ctl.install_routes()  # the ring needs routes around the failed switch
             event["verdict"] = f"ring: {ex}"
             return {"fallback": "ring", "failed": sorted(failed), "reason": str(ex)}
         except RemoveError as ex:
@@ -197,7 +207,7 @@ class FaultsRun:
             return {"error": str(ex), "failed": sorted(failed)}
         self.installs += 1
         self.job = {**self.job, **_job_dict(self.plan, self.installs, self.job["timeout_s"], self.job["min_timeout_s"],
-                                            self.cfg.failure_timeout_s)}
+                                            self.failure_timeout_s)}
         event.update(verdict=f"re-planned: root {self.plan.root}", root=self.plan.root, t_installed=clock.now(),
                      replan_s=clock.now() - t0, tree=[sp.switch for sp in self.plan.switches])
         LOG.warning("switch(es) %s failed: job %d re-planned on root %s in %.2f s", sorted(failed), JOB_ID,
@@ -217,6 +227,12 @@ class FaultsRun:
     def collect(self, step: int, phase: str) -> Step:
         assert self.server is not None
         reports = self.server.step_reports(step, 300.0, alive=self.runner._alive)  # noqa: SLF001
+        if self.reroute_pending:
+            t0 = clock.now()
+            self.ctl.install_routes()
+            self.reroute_pending = False
+            if self.failover_events:
+                self.failover_events[-1]["reroute_s"] = clock.now() - t0
         with self.runner._lock:  # noqa: SLF001
             snap = self.runner._snaps.pop(f"step-{step}", None)  # noqa: SLF001
         s = Step(step, phase, reports, len(self.hosts), snap.t if snap else None)
@@ -244,9 +260,11 @@ class FaultsRun:
         rtts = [float(r["srtt_s"]) for s in warm for r in s.reports.values() if r.get("srtt_s")]
         srtt = max(rtts) if rtts else self.tmo["inc"]
         floor = max(self.cfg.rto_floor_rtts * srtt, 0.005)
+        self.failure_timeout_s = self.cfg.failure_timeout_s or max(self.cfg.failure_min_s, self.cfg.failure_rtos * floor)
         self.install(timeout_s=2 * floor, min_timeout_s=floor)  # fresh tokens, epochs from 1, the derived timer
         base = [self.run("lossless") for _ in range(self.cfg.reps)]
         return {"rto_floor_s": floor, "max_srtt_s": srtt, "fixed_floor_s": self.tmo["inc"],
+                "failure_timeout_s": self.failure_timeout_s,
                 "latency_s": statistics.median(s.latency_s for s in base), "exact": all(s.exact for s in base),
                 "retransmissions": sum(s.total("retransmissions") for s in base)}
 
@@ -373,14 +391,15 @@ class FaultsRun:
             "victim": victim, "tier": self.ctl.topo.switch(victim).tier, "old_root": old_root,
             "new_root": self.plan.root, "killed_after_s": t_kill - released,
             "recovery_s": recovery, "exact": s.exact, "errors": s.errors[:5],
-            "detect_bound_s": self.cfg.failure_timeout_s + 2 * self.job["min_timeout_s"],
+            "failure_timeout_s": self.failure_timeout_s,
+            "detect_bound_s": self.failure_timeout_s + 2 * self.job["min_timeout_s"],
             "detected_s": (max(detected) - t_kill) if detected else None,
             "first_detected_s": (min(detected) - t_kill) if detected else None,
             "replan_s": decision.get("replan_s"), "verdict": decision.get("verdict"),
             "redone_chunks": max((int(f["redo"]) for f in events), default=0),
             "chunks": max((int(f["chunks"]) for f in events), default=0),
             "elements": size, "lossless_allreduce_s": reference.latency_s,
-            "goal_s": self.cfg.failure_timeout_s + reference.latency_s,
+            "goal_s": self.failure_timeout_s + reference.latency_s,
             "later_exact": all(a.exact for a in after), "later_on_new_tree": all(
                 not any(r.get("failovers") for r in a.reports.values()) for a in after),
             "later_latency_s": statistics.median(a.latency_s for a in after) if all(a.reports for a in after) else None,

@@ -109,7 +109,8 @@ class IncJob:
     # Failure detection: no result for any outstanding chunk for this long, after at least
     # failure_timeouts consecutive retransmission timeouts, raises SwitchFailureSuspected (None: only
     # max_retries ends the wait). The bound a caller states: detected within failure_timeout_s of the
-    # last result that arrived (so within failure_timeout_s plus one round trip of the failure).
+    # last result that arrived (so within failure_timeout_s plus one round trip of the failure); the
+    # timer's backoff is capped at failure_timeout_s / failure_timeouts so that the timeouts do happen.
     failure_timeout_s: float | None = None
     failure_timeouts: int = 2
     first_epoch: int = 1
@@ -155,8 +156,10 @@ class IncWorker:
         self.last_stats: AllreduceStats | None = None
         self.last_plan: qz.FixedPoint | None = None
         self._decoder = ResultDecoder()
-        self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s),
-                                max_s=max(job.max_timeout_s, job.timeout_s))
+        max_s = max(job.max_timeout_s, job.timeout_s)
+        if job.failure_timeout_s is not None:  # backed-off timers must still expire failure_timeouts times in time
+            max_s = max(min(max_s, job.failure_timeout_s / job.failure_timeouts), job.timeout_s, job.min_timeout_s)
+        self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s), max_s=max_s)
 
     @property
     def epoch(self) -> int:
