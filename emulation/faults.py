@@ -165,6 +165,9 @@ class FaultsRun:
         self.failover_events: list[dict[str, Any]] = []
         self.problems: list[str] = []
         self.reroute_pending = False
+        self.stall_questions = 0
+        self._probe: tuple[float, set[str]] | None = None
+        self._probe_lock = threading.Lock()
         self.tmo = runner.tmo
         self.failure_timeout_s = cfg.failure_timeout_s or 1.5  # until the timer floor is measured
 
@@ -177,6 +180,23 @@ class FaultsRun:
         self.job = _job_dict(self.plan, self.installs, timeout_s, min_timeout_s, self.failure_timeout_s)
         LOG.info("job %d: root %s, %d switches", JOB_ID, self.plan.root, len(self.plan.switches))
 
+    def dead_switches(self, max_age_s: float = 0.1) -> set[str]:
+        """The switches of the job's tree whose P4Runtime does not answer (one probe serves every rank asking)."""
+        assert self.plan is not None
+        with self._probe_lock:
+            now = clock.now()
+            if self._probe is None or now - self._probe[0] > max_age_s:
+                self._probe = (clock.now(), self.ctl.unreachable([sp.switch for sp in self.plan.switches], timeout=1.0))
+            return set(self._probe[1])
+
+    def ask(self, topic: str, rank: int, value: Any) -> Any:
+        """A worker saw no result for failure_timeout_s: is its tree alive (a loss burst) or is a switch dead?"""
+        if topic != "stall":
+            return None
+        self.stall_questions += 1
+        failed = self.dead_switches()
+        return {"alive": not failed, "failed": sorted(failed)}
+
     def decide(self, tag: str, values: list[Any]) -> Any:
         """The agents' switch-failure barrier: find the dead switch, re-plan around it, hand out the new job."""
         if not tag.startswith("failover-"):
@@ -186,7 +206,7 @@ class FaultsRun:
         event: dict[str, Any] = {"tag": tag, "t_reported": t0, "ranks": len(values),
                                  "stalled_s": max(float(v["stalled_s"]) for v in values)}
         self.failover_events.append(event)
-        failed = self.ctl.unreachable([sp.switch for sp in self.plan.switches], timeout=1.0)
+        failed = self.dead_switches()
         event["failed"] = sorted(failed)
         if not failed:  # a false alarm (long loss bursts): redo the missing chunks on the same tree, new epoch
             event["verdict"] = "false alarm: every switch answers; same tree"
@@ -237,6 +257,9 @@ class FaultsRun:
             snap = self.runner._snaps.pop(f"step-{step}", None)  # noqa: SLF001
         s = Step(step, phase, reports, len(self.hosts), snap.t if snap else None)
         self.steps.append(s)
+        if len(reports) < len(self.hosts):  # an agent is gone or stuck: nothing after this step can be measured
+            raise FaultsError(f"step {step} ({phase}): only ranks {sorted(reports)} of {len(self.hosts)} reported; "
+                              f"agent logs in {self.runner.log_dir}")
         if s.errors:
             LOG.warning("step %d (%s): %s", step, phase, "; ".join(s.errors[:3]))
         return s
@@ -280,7 +303,7 @@ class FaultsRun:
                     "retransmissions": sum(s.total("retransmissions") for s in steps),
                     "packets_sent": sum(s.total("packets_sent") for s in steps),
                     "latency_s": lat, "latency_over_lossless": lat / lossless_s if lat else None,
-                    "false_alarms": sum(len(r.get("failovers", [])) for s in steps for r in s.reports.values()),
+                    "false_alarms": sum(int(r.get("false_alarms", 0)) for s in steps for r in s.reports.values()),
                     "errors": [e for s in steps for e in s.errors][:5]}
         finally:
             self.net.set_loss(0.0)
@@ -497,7 +520,7 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                 ctl.install_routes()
                 runner = R.Runner(exp, net, ctl, log_dir, sock_dir)
                 run = FaultsRun(cfg, net, ctl, runner, hosts)
-                runner.decide = run.decide
+                runner.decide, runner.ask = run.decide, run.ask
                 run.install(runner.tmo["inc"], runner.tmo["inc"])
                 try:
                     with runner.agents(hosts, "faults") as server:

@@ -197,6 +197,9 @@ class Agent:
         rto = getattr(worker, "rto", None)
         if rto is not None:
             report["srtt_s"], report["rto_s"] = rto.srtt, rto.rto
+        if hasattr(worker, "false_alarms"):
+            worker.on_stall = None
+            report["false_alarms"] = worker.false_alarms
         if cmd.get("checker") == self.cfg.rank:
             used = method("ring") if report.get("fallback") == "ring" else m
             report.update(self._check(used, result, kind, size, seed, iteration, worker))
@@ -211,7 +214,14 @@ class Agent:
         from hosts.inc_worker import SwitchFailureSuspected
 
         partial, redo = None, None
+
+        def alive(stalled_s: float, missing: int, chunks: int) -> bool:
+            answer = self.client.ask("stall", {"job_id": cmd["job"]["job_id"], "stalled_s": stalled_s,
+                                               "missing": missing, "chunks": chunks})
+            return isinstance(answer, dict) and answer.get("alive") is True
+
         while True:
+            worker.on_stall = alive
             try:
                 if partial is None:
                     return worker.allreduce(x), worker
@@ -235,6 +245,7 @@ class Agent:
                     ring = self._host_method(method("ring"), cmd)
                     return ring.allreduce(x, call=step), ring
                 cmd = {**cmd, "job": decision["job"]}
+                worker.on_stall = None
                 worker = self._inc_worker(cmd)
 
     def _check(self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int,

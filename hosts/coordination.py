@@ -170,9 +170,11 @@ class CoordinatorServer:
 
     def __init__(self, address: str, size: int, timeout_s: float = 300.0,
                  on_release: Callable[[str], None] | None = None,
-                 decide: Callable[[str, list[Any]], Any] | None = None) -> None:
+                 decide: Callable[[str, list[Any]], Any] | None = None,
+                 ask: Callable[[str, int, Any], Any] | None = None) -> None:
         self.size = size
         self.timeout_s = timeout_s
+        self.ask = ask  # one rank's question, answered at once (no barrier): e.g. "is my job's tree alive?"
         self._hub = _LocalHub(size, on_release, decide)
         self.reports: dict[int, dict[str, Any]] = {}
         self._reports_cond = threading.Condition()
@@ -214,6 +216,13 @@ class CoordinatorServer:
             member = LocalGroup(self._hub, rank, self.timeout_s)
             values, released, decision = member.decided_exchange(str(msg["tag"]), msg.get("value"))
             return {"values": values, "released": released, "decision": decision}
+        if msg["op"] == "ask":
+            try:
+                answer = self.ask(str(msg["topic"]), rank, msg.get("value")) if self.ask is not None else None
+            except Exception as ex:  # the rank gets the reason
+                LOG.exception("answering %s failed", msg["topic"])
+                answer = {"error": f"{type(ex).__name__}: {ex}"}
+            return {"answer": answer}
         if msg["op"] == "next":
             return {"command": self._next_command(int(msg.get("after", -1)), float(msg.get("wait", self.timeout_s)))}
         if msg["op"] == "step_report":
@@ -320,6 +329,10 @@ class CoordinatorClient:
         """timed_exchange(), and what the server's `decide` hook answered (the runner's verdict, e.g. a new job)."""
         reply = self._call({"op": "exchange", "tag": tag, "value": value})
         return list(reply["values"]), float(reply["released"]), reply.get("decision")
+
+    def ask(self, topic: str, value: Any = None) -> Any:
+        """One question to the runner, answered without waiting for the other ranks (None: nobody answers it)."""
+        return self._call({"op": "ask", "topic": topic, "value": value})["answer"]
 
     def barrier(self, tag: str) -> None:
         self.exchange(tag, None)

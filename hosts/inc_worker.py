@@ -23,6 +23,7 @@ import dataclasses
 import heapq
 import logging
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -156,6 +157,10 @@ class IncWorker:
         self.last_stats: AllreduceStats | None = None
         self.last_plan: qz.FixedPoint | None = None
         self._decoder = ResultDecoder()
+        # Asked before SwitchFailureSuspected is raised: (stalled_s, missing chunks, chunks) -> True if the tree is
+        # known to be alive (a long loss burst, not a failure): then the worker keeps waiting on the same rounds.
+        self.on_stall: Callable[[float, int, int], bool] | None = None
+        self.false_alarms = 0
         max_s = max(job.max_timeout_s, job.timeout_s)
         if job.failure_timeout_s is not None:  # backed-off timers must still expire failure_timeouts times in time
             max_s = max(min(max_s, job.failure_timeout_s / job.failure_timeouts), job.timeout_s, job.min_timeout_s)
@@ -172,6 +177,7 @@ class IncWorker:
 
         Raises SwitchFailureSuspected (with what already arrived) when the job's switches stop answering."""
         t_start = clock.now()
+        self.false_alarms = 0
         x = np.asarray(tensor, dtype=np.float32)
         blocks = self._blocks(x)
         n = len(blocks)
@@ -329,7 +335,12 @@ class IncWorker:
         while done < n_chunks:
             now = clock.now()
             if failure_s is not None and now - last_progress >= failure_s and expired_since >= job.failure_timeouts:
-                raise stalled(now)
+                if self.on_stall is None or not self.on_stall(now - last_progress, n_chunks - done, n_chunks):
+                    raise stalled(now)
+                self.false_alarms += 1
+                LOG.info("job %d rank %d: no result for %.2f s but the tree is alive; waiting on", job.job_id,
+                         job.rank, now - last_progress)
+                last_progress, expired_since = clock.now(), 0
             while deadlines:
                 due, rid, nth = deadlines[0]
                 slot = rid - n_chunks if rid >= n_chunks else rid % window
