@@ -149,3 +149,19 @@ def test_a_barrier_the_server_decides_gives_every_rank_the_same_verdict(tmp_path
         finally:
             for c in clients:
                 c.close()
+
+
+def test_ask_is_answered_at_once_without_the_other_ranks(tmp_path: Path) -> None:
+    with CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", 3, timeout_s=10,
+                           ask=lambda topic, rank, value: {"topic": topic, "rank": rank, "value": value}) as server:
+        client = CoordinatorClient(server.address, 1, 3)
+        try:
+            assert client.ask("stall", 5) == {"topic": "stall", "rank": 1, "value": 5}
+        finally:
+            client.close()
+    with CoordinatorServer(f"unix:{tmp_path / 'd.sock'}", 2, timeout_s=10) as server:
+        client = CoordinatorClient(server.address, 0, 2)
+        try:
+            assert client.ask("stall") is None  # nobody answers: the worker treats its tree as dead
+        finally:
+            client.close()

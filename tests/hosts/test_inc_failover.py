@@ -97,3 +97,24 @@ def test_resume_refuses_a_redo_set_that_leaves_a_chunk_out() -> None:
                       AllreduceStats("inc", 0, 0.0, 0, 0, 0, 0, 0))
     with pytest.raises(ValueError, match="cover every missing chunk"):
         w.resume(np.ones(n * L, np.float32), partial, np.array([False, True, False]))
+
+
+def test_a_loss_burst_on_a_live_tree_is_a_false_alarm_and_the_allreduce_goes_on() -> None:
+    switch = FakeSwitch(job_id=JOB, n_workers=N, slot_count=SLOTS)
+    burst = {"on": True}
+    switch.drop = lambda *_: burst["on"]
+    asked: list[tuple[float, int, int]] = []
+
+    def alive(stalled_s: float, missing: int, chunks: int) -> bool:
+        asked.append((stalled_s, missing, chunks))
+        burst["on"] = False  # the burst ends; the runner found every switch answering
+        return True
+
+    ws = workers(switch)
+    for w in ws:
+        w.on_stall = alive
+    inputs = [np.full(10 * L, r + 1, np.float32) for r in range(N)]
+    out = in_threads(lambda r: ws[r].allreduce(inputs[r]))
+    assert all(isinstance(o, np.ndarray) and (o == sum(range(1, N + 1))).all() for o in out), out
+    assert asked and all(s >= FAILURE_S and m == c == 10 for s, m, c in asked)
+    assert sum(w.false_alarms for w in ws) == len(asked)
