@@ -126,13 +126,13 @@ class Step:
 
     @property
     def latency_s(self) -> float:
-        return max(float(r["latency_s"]) for r in self.reports.values() if "latency_s" in r)
+        return max((float(r["latency_s"]) for r in self.reports.values() if "latency_s" in r), default=float("nan"))
 
     def total(self, key: str) -> int:
         return sum(int(r.get(key, 0)) for r in self.reports.values())
 
     def t_done(self) -> float:
-        return max(float(r["t_done"]) for r in self.reports.values() if "t_done" in r)
+        return max((float(r["t_done"]) for r in self.reports.values() if "t_done" in r), default=float("nan"))
 
 
 @dataclass
@@ -316,6 +316,7 @@ class FaultsRun:
         before = {sw: c.packets.get("corrupt", 0) for sw, c in self.ctl.counters(JOB_ID).items()}
         rng = random.Random(self.cfg.seed)
         landed: list[dict[str, Any]] = []
+        flipped: set[tuple[str, int, int]] = set()  # (switch, cell, epoch): one flip per round, so none cancel
         attempts = 0
         stop = threading.Event()
         plan = self.plan
@@ -342,7 +343,7 @@ class FaultsRun:
 
                 try:
                     first = live()
-                    if first is None:
+                    if first is None or (sp.switch, cell, first[1]) in flipped:
                         continue
                     attempts += 1
                     lane = f"{AGG_PREFIX}lane_{rng.randrange(AGG.num_lanes):03d}"
@@ -351,6 +352,7 @@ class FaultsRun:
                     write_register(cl, schema, lane, cell, value ^ (1 << bit))
                     after = live()
                     # the same round still open after the write, with nothing added in between: the flip is in it
+                    flipped.add((sp.switch, cell, first[1]))
                     if same_round(first, after):
                         landed.append({"switch": sp.switch, "cell": cell, "register": lane, "bit": bit})
                 except Exception:  # noqa: BLE001 - a read racing the switch; try another cell
@@ -407,7 +409,7 @@ class FaultsRun:
         detected = [float(f["detected_at"]) for f in events]
         after = [self.run("after-failure") for _ in range(2)]
         recovery = s.t_done() - t_kill if s.reports and not s.errors else None
-        if not events:
+        if not [e for e in self.failover_events if e.get("t_reported", 0) >= t_kill]:
             self.problems.append(f"the kill of {victim} came after step {step} had finished: nothing to recover")
         decision = next((e for e in self.failover_events if e.get("t_reported", 0) >= t_kill), {})
         return {

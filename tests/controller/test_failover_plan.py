@@ -69,3 +69,16 @@ def test_failed_switches_survive_the_state_file(tmp_path) -> None:  # type: igno
     st.failed = {"a3", "c1"}
     st.save()
     assert State.load(tmp_path / "s.json").failed == {"a3", "c1"}
+
+
+def test_a_switch_whose_p4runtime_refuses_connections_is_unreachable() -> None:
+    import socket
+
+    from controller.fabric import Fabric
+
+    with socket.socket() as s:  # a port nobody listens on: a killed switch process
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    topo = leaf_spine(2, 1, 1).with_grpc({"s1": f"127.0.0.1:{port}"})
+    with Fabric(topo, None) as fabric:
+        assert fabric.unreachable(["s1", "l1"], timeout=1.0) == {"s1"}  # l1 has no address: not probed, not dead
