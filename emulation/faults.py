@@ -77,11 +77,12 @@ class FaultsConfig:
     sdc_flips: int = 20  # bit flips to land in live rounds
     sdc_loss: float = 0.01  # loss while flipping: a lost contribution holds its round open long enough to flip into
     failure_size_factor: int = 4  # the interrupted all-reduce is this many times `size` (so the kill lands mid-way)
-    # no result for this long (and >= 2 timeouts): a switch is suspected; None: failure_rtos timer floors, at
+    # no result for this long (and >= 2 timeouts): a switch is suspected; None: failure_rtos timer floors (a
+    # window of slots in flight returns results many times per round trip, so silence for 3 floors is loud), at
     # least failure_min_s (long enough that loss alone rarely stalls every slot that long; a false alarm only
     # costs a redo of the missing chunks on the same tree)
     failure_timeout_s: float | None = None
-    failure_rtos: float = 10.0
+    failure_rtos: float = 3.0
     failure_min_s: float = 0.5
     rto_floor_rtts: float = 3.0  # the timer's floor: this many of the largest measured smoothed round trip
     backend: str = "embedded"
@@ -180,13 +181,15 @@ class FaultsRun:
         self.job = _job_dict(self.plan, self.installs, timeout_s, min_timeout_s, self.failure_timeout_s)
         LOG.info("job %d: root %s, %d switches", JOB_ID, self.plan.root, len(self.plan.switches))
 
-    def dead_switches(self, max_age_s: float = 0.1) -> set[str]:
-        """The switches of the job's tree whose P4Runtime does not answer (one probe serves every rank asking)."""
+    def dead_switches(self, max_age_s: float = 0.5) -> set[str]:
+        """The switches of the job's tree whose P4Runtime refuses connections. One probe serves every rank that
+        asked while it ran (or up to max_age_s before), so sixteen stalled ranks cost one probe, not sixteen."""
         assert self.plan is not None
+        asked = clock.now()
         with self._probe_lock:
-            now = clock.now()
-            if self._probe is None or now - self._probe[0] > max_age_s:
-                self._probe = (clock.now(), self.ctl.unreachable([sp.switch for sp in self.plan.switches], timeout=1.0))
+            if self._probe is None or self._probe[0] < asked - max_age_s:
+                found = self.ctl.unreachable([sp.switch for sp in self.plan.switches], timeout=1.0)
+                self._probe = (clock.now(), found)
             return set(self._probe[1])
 
     def ask(self, topic: str, rank: int, value: Any) -> Any:
