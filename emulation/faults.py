@@ -79,8 +79,8 @@ class FaultsConfig:
     failure_size_factor: int = 4  # the interrupted all-reduce is this many times `size` (so the kill lands mid-way)
     # no result for this long (and >= 2 timeouts): a switch is suspected; None: failure_rtos timer floors (a
     # window of slots in flight returns results many times per round trip, so silence for 3 floors is loud), at
-    # least failure_min_s (long enough that loss alone rarely stalls every slot that long; a false alarm only
-    # costs a redo of the missing chunks on the same tree)
+    # least failure_min_s (loss alone rarely stalls every slot that long; a false alarm costs one P4Runtime probe:
+    # the tree answers, the worker waits on)
     failure_timeout_s: float | None = None
     failure_rtos: float = 3.0
     failure_min_s: float = 0.5
