@@ -8,6 +8,12 @@ shuffled order per repetition, timed the same way. Prints a table with the
 speed-ups, what bounded each point (the wire, the chain of hops, or the CPUs)
 and whether each sum met its accuracy target, and writes a results folder
 (raw.csv, summary.json, plots). Needs root.
+
+`--experiment train` asks the question after that: does a model trained
+through the fabric converge like one trained with an exact all-reduce? It
+trains a small MLP on scikit-learn's digits, data-parallel over the hosts,
+once per method, and compares every method's loss curve and final accuracy
+with an exact float64 run (emulation.training).
 """
 
 from __future__ import annotations
@@ -32,8 +38,10 @@ from emulation.experiment import (
     Sample,
 )
 from hosts.methods import METHODS
+from hosts.training import ACCURACY_TOLERANCE_PP, TrainConfig, TrainingError
 from emulation.nodes import BACKENDS, default_backend
 from emulation.shaping import LinkShape, LinkShapeError
+from emulation.training import DEFAULT_TRAIN_HOSTS, SEGMENT, TrainingConfig
 
 LOG = logging.getLogger("emulation")
 
@@ -65,8 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     topo = ap.add_mutually_exclusive_group()
     topo.add_argument("--k", type=int, help="fat-tree arity (default 4: 16 hosts, 20 switches)")
     topo.add_argument("--topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON (instead of --k)")
-    ap.add_argument("--hosts", type=int_list, default=DEFAULT_HOST_COUNTS,
-                    help=f"host counts to sweep, comma-separated (default {','.join(map(str, DEFAULT_HOST_COUNTS))})")
+    ap.add_argument("--experiment", choices=("allreduce", "train"), default="allreduce",
+                    help="allreduce (default): latency of every method per host count and size; train: data-parallel "
+                         "training of an MLP on the digits through the fabric, every method against an exact run")
+    ap.add_argument("--hosts", type=int_list, default=None,
+                    help=f"host counts to sweep, comma-separated (default {','.join(map(str, DEFAULT_HOST_COUNTS))}; "
+                         f"train: {','.join(map(str, DEFAULT_TRAIN_HOSTS))})")
     ap.add_argument("--sizes", type=size_list, default=DEFAULT_SIZES,
                     help="all-reduce sizes in float32 elements, K/M suffixes allowed (default 1K,16K,256K)")
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"any of {','.join(METHODS)}")
@@ -82,6 +94,20 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--slots", type=int, default=128, help="in-network window: aggregation slots per job (default 128)")
     ap.add_argument("--input", default="normal", help="worker input kind (hosts.workload.KINDS)")
     ap.add_argument("--seed", type=int, default=0)
+    tr = ap.add_argument_group("training (--experiment train)")
+    tr.add_argument("--steps", type=int, default=TrainConfig.steps, help=f"training steps (default {TrainConfig.steps})")
+    tr.add_argument("--batch", type=int, default=TrainConfig.batch,
+                    help=f"global minibatch, split evenly over the hosts (default {TrainConfig.batch})")
+    tr.add_argument("--lr", type=float, default=TrainConfig.lr, help=f"learning rate (default {TrainConfig.lr:g})")
+    tr.add_argument("--momentum", type=float, default=TrainConfig.momentum, help=f"SGD momentum (default {TrainConfig.momentum:g})")
+    tr.add_argument("--hidden", type=int_list, default=TrainConfig.hidden,
+                    help=f"hidden layer widths, comma-separated (default {','.join(map(str, TrainConfig.hidden))})")
+    tr.add_argument("--eval-every", type=int, default=TrainConfig.eval_every,
+                    help=f"test accuracy after every this many steps (default {TrainConfig.eval_every})")
+    tr.add_argument("--segment", type=int, default=SEGMENT, help=f"steps per agent command (default {SEGMENT})")
+    tr.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE_PP,
+                    help=f"final accuracy must be within this many percentage points of the exact run's "
+                         f"(default {ACCURACY_TOLERANCE_PP:g}: about two binomial standard errors on the test split)")
     ap.add_argument("--out", type=Path, default=Path("results"), help="parent of the results folder (default results/)")
     ap.add_argument("--name", default="", help="extra label for the results folder")
     ap.add_argument("--experiment", choices=("sweep", "faults"), default="sweep",
@@ -101,9 +127,17 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     shape = LinkShape(bw_mbps=args.bw or None, delay_ms=args.delay or None, loss_pct=args.loss or None)
     return ExperimentConfig(
-        topology=topology, host_counts=args.hosts, sizes=args.sizes, methods=methods, reps=args.reps,
+        topology=topology, host_counts=args.hosts or DEFAULT_HOST_COUNTS, sizes=args.sizes, methods=methods, reps=args.reps,
         warmup=args.warmup, backend=default_backend() if args.switch == "auto" else args.switch, shape=shape, slots=args.slots,
         input_kind=args.input, seed=args.seed, results_root=args.out, name=args.name)
+
+
+def training_config_from_args(args: argparse.Namespace) -> TrainingConfig:
+    """--experiment train: the fabric options as for the sweep (sizes and repetitions do not apply), the model's own."""
+    fabric = config_from_args(args).with_(host_counts=args.hosts or DEFAULT_TRAIN_HOSTS, name=args.name or "train")
+    train = TrainConfig(hidden=args.hidden, steps=args.steps, batch=args.batch, lr=args.lr, momentum=args.momentum,
+                        seed=args.seed, eval_every=args.eval_every)
+    return TrainingConfig.make(fabric, train, segment=args.segment, tolerance_pp=args.tolerance)
 
 
 class Progress:
@@ -192,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.experiment == "train":
+        return main_train(args)
     try:
         config = config_from_args(args)
     except (ConfigError, LinkShapeError) as ex:
@@ -233,6 +269,68 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=1))
     else:
         print(report.table(summary))
+        print(f"\nresults: {result.out_dir}  ({result.duration_s:.0f} s, of which {result.startup_s or 0:.0f} s start-up)")
+    return 0 if summary["ok"] else 1
+
+
+def main_train(args: argparse.Namespace) -> int:
+    """--experiment train: the exact run here, every method's training through the fabric, the table and the folder."""
+    try:
+        config = training_config_from_args(args)
+    except (ConfigError, LinkShapeError, TrainingError) as ex:
+        print(f"python -m emulation: error: {ex}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("python -m emulation: needs root (Mininet); run it with sudo or as root", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+
+    from controller.client import SwitchError
+    from controller.fabric import FabricError
+    from controller.installer import InstallError
+    from emulation import training
+    from emulation.network import NetworkError
+    from emulation.nodes import SwitchStartError
+    from emulation.runner import ExperimentError
+    from emulation.training_runner import run_training, total_steps
+
+    bar: Any = None
+    if not args.no_progress and not args.json:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total_steps(config), unit="step", file=sys.stderr, dynamic_ncols=True)
+
+    def progress(what: str, steps: int) -> None:
+        if bar is not None:
+            bar.set_description(what)
+            bar.update(steps)
+        else:
+            LOG.info("%s", what)
+
+    fab, tr = config.fabric, config.train
+    print(f"p4ina train: {fab.topology} on the {fab.backend} switch, hosts {list(fab.host_counts)}, methods "
+          f"{list(fab.methods)}, {tr.steps} steps of {config.elements} parameters, links {fab.shape.bw_mbps or 'unshaped'} "
+          "Mbit/s", file=sys.stderr)
+    try:
+        result = run_training(config, progress=progress)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        print("interrupted: the network was torn down; partial results (if any) are in the results folder", file=sys.stderr)
+        return 130
+    except (ExperimentError, ConfigError, NetworkError, SwitchStartError, InstallError, FabricError, SwitchError,
+            TrainingError) as ex:
+        if bar is not None:
+            bar.close()
+        print(f"python -m emulation: error: {ex}", file=sys.stderr)
+        return 1
+    if bar is not None:
+        bar.close()
+    summary = training.summarize(result)
+    if args.json:
+        print(json.dumps(training._clean(summary), indent=1))
+    else:
+        print(training.table(summary))
         print(f"\nresults: {result.out_dir}  ({result.duration_s:.0f} s, of which {result.startup_s or 0:.0f} s start-up)")
     return 0 if summary["ok"] else 1
 

@@ -79,6 +79,7 @@ class EmulatedNetwork:
         self._procs: list[subprocess.Popen[Any]] = []
         self._stopped = False
         self._bpf_loss = False
+        self._switch_delay = False
         self._loss_sinks: list[str] = []
         self._runtime_loss = False  # set_loss made its sinks and filters
         self._link_names: list[str] = []
@@ -90,13 +91,17 @@ class EmulatedNetwork:
             raise NetworkError("the emulation needs root (Mininet creates namespaces and links)")
         t0 = time.monotonic()
         self._bpf_loss = False
+        self._switch_delay = False
         if self.config.shape.delay_ms or self.config.shape.loss_pct:
             why = netem_missing()
             if why and self.config.shape.delay_ms:
-                raise NetworkError(f"link delay needs tc's netem qdisc, which this kernel lacks ({why}); "
-                                   "run without --delay, or on a kernel with sch_netem")
+                if self.config.backend != "embedded":
+                    raise NetworkError(f"link delay needs tc's netem qdisc, which this kernel lacks ({why}), or the "
+                                       "embedded switch's delay stage: run with --switch embedded, or without --delay")
+                # Without netem, the embedded switches hold frames for the links' delay (softswitch.delayline).
+                self._switch_delay = True
             # Without netem, loss comes from a tc BPF filter on both ends of every link instead.
-            self._bpf_loss = bool(why)
+            self._bpf_loss = bool(why) and bool(self.config.shape.loss_pct)
         self.config.run_dir.mkdir(parents=True, exist_ok=True)
         self.tag = cleanup.new_tag()
         self.record = cleanup.RunRecord(self.tag, cleanup.this_process(), str(self.config.run_dir))
@@ -113,6 +118,8 @@ class EmulatedNetwork:
         assert self.record is not None
         cls = SWITCH_CLASSES[self.config.backend]
         opts = {"run_dir": str(self.config.run_dir), "tag": self.tag, "log_level": self.config.switch_log_level}
+        if self._switch_delay:
+            opts["delay_ms"] = float(self.config.shape.delay_ms or 0.0)
         # Mininet reports tc's harmless HTB quantum warnings as errors; its real failures raise or show in our checks.
         setLogLevel(os.environ.get("P4INA_MININET_LOG", "critical"))
         tag = self.tag
@@ -162,7 +169,7 @@ class EmulatedNetwork:
         shape = self.config.shape
         shaping = shape.shaping()
         netem: list[str] = []
-        if shape.delay_ms:
+        if shape.delay_ms and not self._switch_delay:
             netem += ["delay", f"{shape.delay_ms}ms"]
         if shape.loss_pct and not self._bpf_loss:
             netem += ["loss", f"{shape.loss_pct}%"]

@@ -115,8 +115,9 @@ class P4Switch(Switch):
     backend = ""
 
     def __init__(self, name: str, device_id: int = 1, run_dir: str = "/tmp", tag: str = "00",
-                 log_level: str = "warn", **params: Any) -> None:
+                 log_level: str = "warn", delay_ms: float = 0.0, **params: Any) -> None:
         self.device_id = device_id
+        self.delay_ms = delay_ms  # links' propagation delay, held in the switch (emulation.softswitch.delayline)
         self.run_dir = Path(run_dir)
         self.tag = tag
         self.log_level = log_level
@@ -176,6 +177,23 @@ def _port_args(switch: P4Switch) -> list[str]:
     return args
 
 
+def _delay_args(switch: P4Switch) -> list[str]:
+    """A link's delay once per direction: the switch holds what it sends on every port, and what it receives
+    on a port whose other end is a host (hosts have no delay stage)."""
+    if not switch.delay_ms:
+        return []
+    args: list[str] = []
+    for intf, port in sorted(switch.ports.items(), key=lambda kv: kv[1]):
+        if port <= 0:
+            continue
+        args += ["--egress-delay", f"{port}={switch.delay_ms:g}"]
+        link = getattr(intf, "link", None)
+        peer = None if link is None else (link.intf2 if link.intf1 is intf else link.intf1).node
+        if not isinstance(peer, Switch):
+            args += ["--ingress-delay", f"{port}={switch.delay_ms:g}"]
+    return args
+
+
 class EmbeddedSwitch(P4Switch):
     """`python -m emulation.softswitch`; it picks a free gRPC port and writes it to a ready file."""
 
@@ -188,8 +206,8 @@ class EmbeddedSwitch(P4Switch):
     def command(self) -> list[str]:
         self.ready_file.unlink(missing_ok=True)
         return [sys.executable, "-m", "emulation.softswitch", "--device-id", str(self.device_id),
-                *_port_args(self), "--grpc-server-addr", "127.0.0.1:0", "--ready-file", str(self.ready_file),
-                "--log-level", self.log_level, "--no-p4"]
+                *_port_args(self), *_delay_args(self), "--grpc-server-addr", "127.0.0.1:0",
+                "--ready-file", str(self.ready_file), "--log-level", self.log_level, "--no-p4"]
 
     def is_ready(self) -> bool:
         if self.grpc_port is None:

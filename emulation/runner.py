@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -433,6 +434,29 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def emulated_fabric(config: ExperimentConfig, model: Topology, out: Path, log_dir: Path, result: Any,
+                    t0: float) -> Iterator[tuple[EmulatedNetwork, Controller, Path]]:
+    """The network up, the program pushed, routes installed; yields (net, controller, socket dir); all torn down after.
+
+    Shared by every experiment on the fabric (this sweep, emulation.training_runner's training). `result` gets
+    startup_s (from t0, network and pipeline) and environment["shaping"] as soon as they are known.
+    """
+    net_cfg = NetworkConfig(run_dir=log_dir, backend=config.backend, shape=config.shape)
+    with _short_tmpdir() as sock_dir, EmulatedNetwork(model, net_cfg) as net:
+        result.startup_s = net.startup_s
+        topo = net.topology
+        topo.save(out / "topology.json")
+        with Controller(topo, state=State(out / "controller-state.json")) as ctl:
+            t1 = clock.now()
+            _push_pipeline(ctl)
+            ctl.install_routes()
+            LOG.info("pipeline and routes installed in %.1f s", clock.now() - t1)
+            result.startup_s = clock.now() - t0
+            result.environment["shaping"] = net.shaping_report()
+            yield net, ctl, sock_dir
+
+
 def run_experiment(config: ExperimentConfig, *, out_dir: Path | None = None, progress: ProgressFn | None = None,
                    write: bool = True) -> ExperimentResult:
     """Start the network, run the sweep, tear everything down; write the results folder if `write`."""
@@ -447,22 +471,11 @@ def run_experiment(config: ExperimentConfig, *, out_dir: Path | None = None, pro
     result = ExperimentResult(config, out_dir=out, environment=environment(config))
     result.environment["worker_timeouts_s"] = timeouts(config)
     t0 = clock.now()
-    net_cfg = NetworkConfig(run_dir=log_dir, backend=config.backend, shape=config.shape)
     runner: Runner | None = None
     try:
-        with _short_tmpdir() as sock_dir, EmulatedNetwork(model, net_cfg) as net:
-            result.startup_s = net.startup_s
-            topo = net.topology
-            topo.save(out / "topology.json")
-            with Controller(topo, state=State(out / "controller-state.json")) as ctl:
-                t1 = clock.now()
-                _push_pipeline(ctl)
-                ctl.install_routes()
-                LOG.info("pipeline and routes installed in %.1f s", clock.now() - t1)
-                result.startup_s = clock.now() - t0
-                result.environment["shaping"] = net.shaping_report()
-                runner = Runner(config, net, ctl, log_dir, sock_dir)
-                runner.sweep(result.samples, progress)
+        with emulated_fabric(config, model, out, log_dir, result, t0) as (net, ctl, sock_dir):
+            runner = Runner(config, net, ctl, log_dir, sock_dir)
+            runner.sweep(result.samples, progress)
     finally:
         result.duration_s = clock.now() - t0
         if runner is not None:

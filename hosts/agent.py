@@ -15,6 +15,11 @@ interleave methods in any order without starting processes in between. A step:
 
 While it waits for a command or a barrier it keeps answering its host
 methods' sockets (a neighbour may still need an acknowledgement).
+
+A "train" command (op "train") runs a segment of data-parallel training steps
+instead (hosts.training): the agent keeps the run's model replica between
+segments and all-reduces each step's gradient with the same worker a
+measurement step of that method would use.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from hosts import clock, workload
-from hosts.coordination import CoordinatorClient, result_digest
+from hosts.coordination import CoordinatorClient, result_digest, same_size
 from hosts.methods import Method, method
 from hosts.packets import Endpoint
 
@@ -78,6 +83,7 @@ class Agent:
         self._workers: dict[tuple[Any, ...], Any] = {}
         self._transport: Any = transport
         self._endpoint = endpoint
+        self._replicas: dict[str, Any] = {}  # training run -> hosts.training.Replica, kept between segments
 
     # -- waiting without going deaf --------------------------------------------------------------
     def _serviced(self, fn: Callable[[], T]) -> T:
@@ -262,6 +268,41 @@ class Agent:
         acc["check_s"] = clock.now() - t0
         return acc
 
+    # -- training ----------------------------------------------------------------------------------
+    def run_train(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """One segment of a training run: `count` steps of hosts.training.run_segment over this method's worker."""
+        from hosts.training import Replica, TrainConfig, run_segment
+
+        m, run, count = method(cmd["method"]), str(cmd["run"]), int(cmd["count"])
+        worker = self._worker(m, cmd)
+        replica = self._replicas.get(run)
+        at = replica.step if replica is not None else 0
+        if int(cmd.get("first", at + 1)) != at + 1:
+            raise StepError(f"run {run}: segment starts at step {cmd['first']}, this replica is at {at}")
+        if replica is None:
+            replica = self._replicas[run] = Replica(TrainConfig.from_dict(cmd["train"]), self.cfg.rank, self.cfg.workers)
+
+        def allreduce(grad: np.ndarray) -> tuple[np.ndarray, Any]:
+            # host methods number their calls; the agent's measurement steps pass the runner's step, training
+            # goes on from the worker's own last call (the same on every rank: they all made the same calls)
+            result = worker.allreduce(grad) if m.in_network else worker.allreduce(grad, call=worker.last_call + 1)
+            return result, worker.last_stats
+
+        def barrier(tag: str, size: int) -> float:
+            values, released = self._serviced(lambda: self.client.timed_exchange(tag, [size]))
+            same_size(values, tag)
+            return released
+
+        last = bool(cmd.get("last"))
+        try:
+            records, snaps, end = run_segment(replica, count, allreduce, barrier, f"train-{run}",
+                                              snapshots=cmd.get("checker") == self.cfg.rank, end_barrier=last)
+        finally:
+            if last:
+                self._replicas.pop(run, None)
+        return {"step": int(cmd["step"]), "op": "train", "method": m.name, "rank": self.cfg.rank, "run": run,
+                "records": records, "snapshots": snaps, "t_end_release": end}
+
     def serve(self) -> int:
         """Take steps until the runner says stop; returns the number of steps run."""
         last, done = -1, 0
@@ -273,7 +314,7 @@ class Agent:
             if cmd.get("op") == "quit":
                 return done
             try:
-                report = self.run_step(cmd)
+                report = self.run_train(cmd) if cmd.get("op") == "train" else self.run_step(cmd)
             except Exception as ex:  # the step failed here; the runner decides what happens next
                 LOG.exception("step %d (%s) failed", last, cmd.get("method"))
                 report = {"step": last, "rank": self.cfg.rank, "method": cmd.get("method"),

@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "fattree[:radix=R,tiers=T,oversub=O], rail[:...], dragonfly+[:radix=R]")
     ap.add_argument("--gpus", type=_list(int), help="GPUs per job, comma-separated (default: all hosts of a controller topology)")
     ap.add_argument("--sizes", type=_list(parse_bytes), default=(64 << 10, 1 << 20, 256 << 20), help="all-reduce sizes in bytes (K/M/G), default 64K,1M,256M")
-    ap.add_argument("--methods", type=_list(str), default=("ring", "hier-rail", "dbtree", "inc-int32", "hier-inc", "adaptive"),
+    ap.add_argument("--methods", type=_list(str), default=("ring", "hier-rail", "tree", "inc-int32", "hier-inc", "adaptive"),
                     help=f"methods, comma-separated, from {', '.join(METHODS)}")
     ap.add_argument("--preset", default=None, help=f"{', '.join(PRESETS)}, or a preset JSON (e.g. a calibration.json); default h100 for the scale "
                     "topologies, emulation for the controller's")

@@ -10,8 +10,9 @@ written here from the preset's numbers only:
 - double binary tree (unpipelined, N = 2^k ranks on one switch): a parent receives from two children at
   once, so every level but the root's moves S/2 at B/2, the root's at B, up and back down:
   T = 2 log2(N) alpha + (2 log2(N) - 1) S/B;
-- in-network: one round trip of the tree plus the contributions at line rate:
-  T = alpha + L_up + L_down + F_down/B + P F_up/B (P packets of F_up bytes up, F_down down).
+- in-network: one round trip of the tree plus the contributions at line rate, each of the W slots in use
+  opening with an exponent round (F_e, header only):
+  T = alpha + L_up + L_down + F_down/B + (W F_e + P F_up)/B (P packets of F_up bytes up, F_down down).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from simulation.engine import Engine
 from simulation.model import Evaluation, Scenario
-from simulation.params import NDR, Preset, agg_elements, agg_frame
+from simulation.params import EXPONENT_FRAME, NDR, Preset, agg_elements, agg_frame
 
 
 @dataclass(frozen=True)
@@ -72,15 +73,16 @@ def checks(preset: Preset = NDR, engine: Engine | None = None) -> list[Check]:
     n = 32
     k = int(math.log2(n))
     alpha = p.step_overhead + _edge_latency(p, 1)
-    t = _model(Scenario(topology="fattree:radix=64", gpus=n, methods=("dbtree",), sizes=(size,)), p, engine)
+    t = _model(Scenario(topology="fattree:radix=64", gpus=n, methods=("tree",), sizes=(size,)), p, engine)
     out.append(Check(f"double binary tree, {n} GPUs, {size >> 20} MiB", t, 2 * k * alpha + (2 * k - 1) * 2 * p.wire_bytes(size / 2) / p.nic_bw))
     # in-network on a 3-tier fat-tree: up GPU-leaf-spine-core (3 switches entered), down core-spine-leaf-GPU (2)
     n, size = 64, 1 << 22
     packets = math.ceil(size / 4 / agg_elements())
+    slots = min(p.inc_slots, packets)  # every slot opens with one exponent round (header-only frames)
     f_up, f_dn = agg_frame("int32"), agg_frame("int32")
     up = 3 * (p.cable_latency + p.switch_latency)
     down = 3 * p.cable_latency + 2 * p.switch_latency
     t = _model(Scenario(topology="fattree:radix=8", gpus=n, methods=("inc-int32",), sizes=(size,)), p, engine)
     out.append(Check(f"in-network, {n} GPUs on a 3-tier fat-tree, {size >> 20} MiB", t,
-                     p.step_overhead + up + down + f_dn / p.nic_bw + packets * f_up / p.nic_bw))
+                     p.step_overhead + up + down + f_dn / p.nic_bw + (slots * EXPONENT_FRAME + packets * f_up) / p.nic_bw))
     return out

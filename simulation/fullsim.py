@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from simulation.engine import EngineError, _raise_stack, simgrid_available
-from simulation.methods import double_binary_tree
+from simulation.methods import LANES, canonical, double_binary_tree
 from simulation.model import Evaluation, Scenario
-from simulation.params import Preset, agg_elements, agg_frame
+from simulation.params import IncFrames, Preset, agg_elements
 
 LOG = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
         if p.pipeline_chunk < seg:
             raise ValueError("the full ring simulation moves whole segments: give the preset pipeline_chunk >= S/N")
         return plat.spec({"name": "ring", "order": topo, "steps": 2 * (n - 1), "bytes": p.wire_bytes(seg)})
-    if method == "dbtree":
+    if method == "tree":
         plat = _Platform(ev, p.step_overhead)
         t1, t2 = double_binary_tree(n)
         for t in (t1, t2):
@@ -82,7 +82,7 @@ def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
         half = size / 2
         chunk = min(float(p.pipeline_chunk), half)
         chunks = math.ceil(half / chunk)
-        return plat.spec({"name": "dbtree", "ranks": topo, "trees": [t1, t2], "chunks": chunks, "bytes": p.wire_bytes(chunk)})
+        return plat.spec({"name": "tree", "ranks": topo, "trees": [t1, t2], "chunks": chunks, "bytes": p.wire_bytes(chunk)})
     if method.startswith("inc-"):
         tree = next(t for t in ev.trees["inc"] if t.job == job.index)
         plat = _Platform(ev, p.step_overhead)
@@ -90,14 +90,15 @@ def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
             plat.route(c, par, adjacent=True)
             plat.route(par, c, adjacent=True)
         packets = math.ceil(size / 4 / agg_elements())
-        lanes = {"inc-int32": "int32", "inc-int16": "int16", "inc-int8": "int8"}[method]
+        frames = IncFrames.of(LANES[method], len(tree.gpus))
         spec = plat.spec({"name": "inc", "root": tree.root, "parent": [[c, q] for c, q in tree.parent.items()],
-                          "gpus": list(tree.gpus), "packets": packets, "up": agg_frame("int32"), "down": agg_frame(lanes),
+                          "gpus": list(tree.gpus), "packets": packets, "up": frames.host_up, "up_switch": frames.switch_up,
+                          "down": frames.down, "exponent": frames.exponent, "exp_rounds": min(tree.window, packets),
                           "window": tree.window})
         # a switch adds its aggregation latency to every packet it sends on (up from an inner switch, down from any)
         spec["extra_latency"] = {str(sw): p.switch_agg_latency for sw in tree.children}
         return spec
-    raise ValueError(f"no full simulation for {method!r} (have ring, dbtree, inc-*)")
+    raise ValueError(f"no full simulation for {method!r} (have ring, tree, inc-*)")
 
 
 def run_spec(spec: dict[str, Any], timeout: float = 900.0) -> float:
@@ -118,6 +119,7 @@ def run_spec(spec: dict[str, Any], timeout: float = 900.0) -> float:
 
 def compare(scenario: Scenario, method: str, size: int, preset: Preset | None = None) -> tuple[float, float]:
     """(phase-model time, full-simulation time) of `method` for the scenario's first job."""
+    method = canonical(method)
     ev = Evaluation(scenario.__class__(**{**scenario.to_dict(), "methods": (method,), "sizes": (size,)}), preset)
     ev.build()
     ev.solve()
@@ -219,7 +221,7 @@ def _main(src: str, dst: str) -> int:
             actor = sg.Actor.create(f"rank{i}", hosts[order[i]], rank, i)
             mbox(f"r{order[i]}").set_receiver(actor)
 
-    elif algo["name"] == "dbtree":
+    elif algo["name"] == "tree":
         ranks, chunks, size = algo["ranks"], algo["chunks"], int(algo["bytes"])
         expected[0] = 2 * len(ranks)
         for t, parent in enumerate(algo["trees"]):
@@ -263,37 +265,47 @@ def _main(src: str, dst: str) -> int:
             edge(c, q)
             edge(q, c)
         packets, up_b, dn_b, window, root = algo["packets"], int(algo["up"]), int(algo["down"]), algo["window"], algo["root"]
+        up_s, exp_b, n_exp = int(algo.get("up_switch", up_b)), int(algo.get("exponent", 0)), int(algo.get("exp_rounds", 0))
+        total = packets + n_exp  # packet k < n_exp: slot k's exponent round; then the data packets
         expected[0] = len(algo["gpus"])
+
+        def size(k: int, data: int) -> int:
+            return exp_b if k < n_exp else data
 
         def switch_up(sw: int) -> None:
             count: dict[int, int] = {}
             need = len(kids[sw])
-            for _ in range(packets * need):
+            for _ in range(total * need):
                 k = mbox(f"u{sw}").get()
                 count[k] = count.get(k, 0) + 1
                 if count[k] == need:
                     if sw == root:
                         for c in kids[sw]:
-                            edge(sw, c).push(k, dn_b, f"d{c}")
+                            edge(sw, c).push(k, size(k, dn_b), f"d{c}")
                     else:
-                        edge(sw, parent[sw]).push(k, up_b, f"u{parent[sw]}")
+                        edge(sw, parent[sw]).push(k, size(k, up_s), f"u{parent[sw]}")
 
         def switch_down(sw: int) -> None:
-            for _ in range(packets):
+            for _ in range(total):
                 k = mbox(f"d{sw}").get()
                 for c in kids[sw]:
-                    edge(sw, c).push(k, dn_b, f"d{c}")
+                    edge(sw, c).push(k, size(k, dn_b), f"d{c}")
 
-        def gpu_send(g: int, credit: Any) -> None:
+        # packet j may leave once its slot's previous round is back: packet j - lag (the exponent rounds fill
+        # the slots first, so lag = their number; without them, the window)
+        lag = n_exp if n_exp else window
+
+        def gpu_send(g: int, back: list[Any]) -> None:
             sg.this_actor.sleep_for(spec["alpha"])  # the collective's software start-up, once
-            for k in range(packets):
-                credit.acquire()
-                edge(g, parent[g]).push(k, up_b, f"u{parent[g]}")
+            for k in range(total):
+                if k >= lag:
+                    back[k - lag].acquire()
+                edge(g, parent[g]).push(k, size(k, up_b), f"u{parent[g]}")
 
-        def gpu_recv(g: int, credit: Any) -> None:
-            for _ in range(packets):
-                mbox(f"d{g}").get()
-                credit.release()
+        def gpu_recv(g: int, back: list[Any]) -> None:
+            for _ in range(total):
+                k = mbox(f"d{g}").get()
+                back[k].release()
             finished()
 
         for sw in kids:
@@ -303,9 +315,9 @@ def _main(src: str, dst: str) -> int:
                 b = sg.Actor.create(f"down{sw}", hosts[sw], switch_down, sw)
                 mbox(f"d{sw}").set_receiver(b)
         for g in algo["gpus"]:
-            credit = sg.Semaphore(window)
-            sg.Actor.create(f"send{g}", hosts[g], gpu_send, g, credit)
-            r = sg.Actor.create(f"recv{g}", hosts[g], gpu_recv, g, credit)
+            back = [sg.Semaphore(0) for _ in range(total)]
+            sg.Actor.create(f"send{g}", hosts[g], gpu_send, g, back)
+            r = sg.Actor.create(f"recv{g}", hosts[g], gpu_recv, g, back)
             mbox(f"d{g}").set_receiver(r)
     else:
         raise SystemExit(f"unknown algorithm {algo['name']!r}")

@@ -10,19 +10,30 @@ those rates, the paths' latencies and the preset's per-step, per-packet and
 per-byte costs.  Nothing here depends on the topology: a method runs on any
 fabric.
 
-Methods (bytes S of float32 gradient per GPU):
-- ring: reduce-scatter + all-gather over the ranks in topology order, 2(N-1) steps of S/N;
-- ring-addr: the same in address order (the order the scheduler gave the GPUs): what reordering buys;
-- ring-bf16: the ring on bf16 gradients (S/2 on the wire), as NCCL all-reduces bf16;
-- hier: reduce inside each server (NVLink) or edge switch, a ring of one leader per group, broadcast back;
-- hier-rail: reduce-scatter inside the group, one ring per GPU index (rail) among the groups, all-gather;
-- dbtree: NCCL's double binary tree, each tree carrying S/2, reduce and broadcast pipelined in chunks;
+Methods (bytes S of float32 gradient per GPU).  The emulation's methods keep their names and
+semantics (hosts/methods.py): inc-int32, inc-int16, inc-int8, ring, ring-bf16, hier, tree.
+- ring: reduce-scatter + all-gather over the ranks in topology order, 2(N-1) steps of S/N, pipelined by chunk;
+- ring-bf16: the same ring moving bfloat16 (S/2 on the wire), as NCCL all-reduces bf16 gradients;
+- hier: the emulation's hierarchy (hosts/hier.py): every member sends its whole tensor to its group's leader
+  (the group is the server, over NVLink, or else the edge switch), the leaders run the ring, each leader
+  sends the result back to its members; the three stages are pipelined chunk by chunk, so they overlap;
+- tree: NCCL's double binary tree as hosts/tree.py builds it (the second tree the first shifted by one
+  position), each tree carrying S/2, reduce and broadcast pipelined in chunks;
+- inc-int32 / inc-int16 / inc-int8: in-network aggregation on the planner's tree with wire format v2
+  (params.IncFrames): hosts send int32/int16/int8 lanes, the switches sum in int32, inner switches send
+  partial sums up as int16 when the job's sum fits (else int32), the root narrows the sum back to the
+  method's lanes, and every slot opens with one exponent round (header-only frames up and down) before its
+  data rounds; switches aggregate at line rate unless the preset gives them a per-packet cost, and the
+  window is the job's aggregation slots.
+Simulation-only methods (no emulation counterpart):
+- ring-addr: the ring in address order (the order the scheduler gave the GPUs): what reordering buys;
+- hier-rail: reduce-scatter inside the group, one ring per GPU index (rail) among the groups, all-gather
+  (NCCL on rail-optimised clusters);
 - rd: recursive doubling (MPI's small-message all-reduce), log2 N exchanges of S (power-of-two jobs);
-- inc-int32 / inc-int16 / inc-int8: in-network aggregation on the job's tree, int32 contributions,
-  results narrowed by the switches to the named lanes; switches aggregate at line rate unless the preset
-  gives them a per-packet cost, and the window is the job's aggregation slots;
-- hier-inc: NVLink reduce-scatter, one in-network tree per GPU index carrying S/g, NVLink all-gather;
+- hier-inc: NVLink reduce-scatter, one in-network tree (int32 lanes) per GPU index carrying S/g, NVLink
+  all-gather (SHARP with NVLink);
 - adaptive: per message size, the fastest of the methods the model evaluated (an offload tuner).
+"dbtree", this layer's earlier name for `tree`, is still accepted.
 """
 
 from __future__ import annotations
@@ -33,16 +44,33 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hosts import tree as host_tree
+from hosts.agent import HOST_METHOD_PORTS, RING_BASE_PORT
 from simulation.fabric import Fabric
-from simulation.params import Preset, agg_elements, agg_frame
+from simulation.params import IncFrames, Preset, agg_elements
 from simulation.placement import Job
 from simulation.trees import AggTree
 
-HOST_METHODS = ("ring", "ring-addr", "ring-bf16", "hier", "hier-rail", "dbtree", "rd")
+EMULATION_METHODS = ("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16", "hier", "tree")  # hosts/methods.py
+HOST_METHODS = ("ring", "ring-addr", "ring-bf16", "hier", "hier-rail", "tree", "rd")
 INC_METHODS = ("inc-int32", "inc-int16", "inc-int8", "hier-inc")
 METHODS = HOST_METHODS + INC_METHODS + ("adaptive",)
-RESULT_LANES = {"inc-int32": "int32", "inc-int16": "int16", "inc-int8": "int8", "hier-inc": "int32"}
+ALIASES = {"dbtree": "tree"}
+LANES = {"inc-int32": "int32", "inc-int16": "int16", "inc-int8": "int8", "hier-inc": "int32"}  # both ways
+RESULT_LANES = LANES
 TREE_FLOWS_PER_HOST = 4  # a double-binary-tree rank sends (and receives) on up to 4 tree edges at once
+
+
+def flow_port(flowset: str) -> int:
+    """The UDP port the emulation's host method behind a flow set uses (hosts.agent): the ECMP hash's salt."""
+    family, wire = ("ring", "bfloat16") if flowset == "ring-bf16" else (flowset.split("-")[0].rstrip("0123456789"), "float32")
+    offset = HOST_METHOD_PORTS.get((family if family in ("ring", "hier", "tree") else "ring", wire), 0)
+    return RING_BASE_PORT + offset
+
+
+def canonical(method: str) -> str:
+    """The method's name in this layer ('dbtree' -> 'tree')."""
+    return ALIASES.get(method, method)
 
 
 class MethodError(ValueError):
@@ -79,7 +107,7 @@ class FlowTable:
 class Phase:
     """One phase of a method for one job; `flows` index its flow set."""
 
-    kind: str  # "ring" | "tree" | "inc"
+    kind: str  # "ring" | "tree" | "inc" | "pipe"
     flowset: str
     flows: tuple[int, int]
     steps: int  # ring: dependent steps; inc: unused (the tree knows its depth)
@@ -90,6 +118,9 @@ class Phase:
     levels: tuple[tuple[str, tuple[int, int], str, tuple[int, int]], ...] = ()  # tree: (up set, span, down set, span), deepest first
     down: tuple[int, int] | None = None  # inc: the down flows (flows = the up flows)
     tree: AggTree | None = None
+    # pipe: stages that run at once, chunk by chunk: (flow set, span, share of S per step, steps, nvlink, reduce),
+    # in the order a chunk passes them (hier: members -> leader, the leaders' ring, leader -> members)
+    stages: tuple[tuple[str, tuple[int, int], float, int, bool, bool], ...] = ()
 
 
 @dataclass
@@ -131,17 +162,10 @@ def binary_tree(n: int) -> list[int]:
 
 
 def double_binary_tree(n: int) -> tuple[list[int], list[int]]:
-    """Two trees over positions 0..n-1, the second mirrored (even n) or shifted by one (odd n), so that the
-    leaves of one are the inner nodes of the other (NCCL 2.4)."""
-    t1 = binary_tree(n)
-    if n % 2 == 0:
-        m = [n - 1 - p for p in range(n)]
-    else:
-        m = [(p + 1) % n for p in range(n)]
-    t2 = [-1] * n
-    for p, q in enumerate(t1):
-        t2[m[p]] = m[q] if q >= 0 else -1
-    return t1, t2
+    """The emulation's two trees over positions 0..n-1 (hosts.tree.double_binary_tree: the in-order tree and
+    the same shifted by one position), so that the inner nodes of one are leaves of the other (NCCL 2.4);
+    parent arrays with -1 at the root."""
+    return tuple([int(q) for q in t.parent] for t in host_tree.double_binary_tree(n))  # type: ignore[return-value]
 
 
 def node_depths(parent: Sequence[int]) -> list[int]:
@@ -179,6 +203,7 @@ def groups_of(fabric: Fabric, ranks: Sequence[int]) -> list[list[int]]:
 def plan_method(method: str, fabric: Fabric, job: Job, tables: dict[str, FlowTable],
                 trees: dict[str, list[AggTree]] | None = None) -> Plan:
     """The phases of `method` for `job`, its flows registered in `tables` (shared by jobs and methods)."""
+    method = canonical(method)
 
     def table(key: str) -> FlowTable:
         return tables.setdefault(key, FlowTable(key))
@@ -189,11 +214,25 @@ def plan_method(method: str, fabric: Fabric, job: Job, tables: dict[str, FlowTab
     phases: list[Phase] = []
     if method in ("ring", "ring-addr", "ring-bf16"):
         ranks = list(job.gpus) if method == "ring-addr" else topo
-        key = "ring-addr" if method == "ring-addr" else "ring"
+        key = method  # ring and ring-bf16 use different UDP ports in the emulation: their ECMP paths may differ
         span = table(key).add(j, key, ring_pairs(ranks))
         share = 1.0 / n / (2 if method == "ring-bf16" else 1)
         phases = [Phase("ring", key, span, n - 1, share, reduce=True), Phase("ring", key, span, n - 1, share)]
-    elif method in ("hier", "hier-rail"):
+    elif method == "hier":
+        groups = groups_of(fabric, topo)
+        nv = bool((fabric.nvswitch >= 0).any())
+        leaders = [grp[0] for grp in groups]
+        m = len(groups)
+        stages: list[tuple[str, tuple[int, int], float, int, bool, bool]] = []
+        gather = [(x, grp[0]) for grp in groups for x in grp[1:]]
+        if gather:
+            stages.append(("hier-gather", table("hier-gather").add(j, "gather", gather), 1.0, 1, nv, True))
+        if m > 1:
+            stages.append(("hier-leader", table("hier-leader").add(j, "leader", ring_pairs(leaders)), 1.0 / m, 2 * (m - 1), False, True))
+        if gather:
+            stages.append(("hier-scatter", table("hier-scatter").add(j, "scatter", [(b, a) for a, b in gather]), 1.0, 1, nv, False))
+        phases = [Phase("pipe", "hier", (0, 0), 0, 1.0, stages=tuple(stages))]
+    elif method == "hier-rail":
         groups = groups_of(fabric, topo)
         g = max(len(x) for x in groups)
         m = len(groups)
@@ -203,29 +242,15 @@ def plan_method(method: str, fabric: Fabric, job: Job, tables: dict[str, FlowTab
         seg_in = tuple(len(grp) for grp in groups if len(grp) > 1)
         if g > 1:
             phases.append(Phase("ring", "hier-intra", span_in, g - 1, 1.0 / g, nvlink=nv, reduce=True, segments=seg_in))
-        if method == "hier-rail":
-            members = [[grp[i] for grp in groups if len(grp) > i] for i in range(g)]
-            span = table("hier-rail").add(j, "rail", [p for mem in members for p in ring_pairs(mem)])
-            seg = tuple(len(mem) for mem in members if len(mem) > 1)
-            if m > 1:
-                phases.append(Phase("ring", "hier-rail", span, m - 1, 1.0 / (g * m), reduce=True, segments=seg))
-                phases.append(Phase("ring", "hier-rail", span, m - 1, 1.0 / (g * m), segments=seg))
-        else:
-            gather = [(x, grp[0]) for grp in groups for x in grp[1:]]
-            scatter = [(grp[0], x) for grp in groups for x in grp[1:]]
-            if g > 1:
-                phases.append(Phase("ring", "hier-gather", table("hier-gather").add(j, "gather", gather), 1, 1.0 / g, nvlink=nv,
-                                    segments=(1,) * len(gather)))
-            if m > 1:
-                span = table("hier-leader").add(j, "leader", ring_pairs([grp[0] for grp in groups]))
-                phases.append(Phase("ring", "hier-leader", span, m - 1, 1.0 / m, reduce=True))
-                phases.append(Phase("ring", "hier-leader", span, m - 1, 1.0 / m))
-            if g > 1:
-                phases.append(Phase("ring", "hier-scatter", table("hier-scatter").add(j, "scatter", scatter), 1, 1.0 / g, nvlink=nv,
-                                    segments=(1,) * len(scatter)))
+        members = [[grp[i] for grp in groups if len(grp) > i] for i in range(g)]
+        span = table("hier-rail").add(j, "rail", [p for mem in members for p in ring_pairs(mem)])
+        seg = tuple(len(mem) for mem in members if len(mem) > 1)
+        if m > 1:
+            phases.append(Phase("ring", "hier-rail", span, m - 1, 1.0 / (g * m), reduce=True, segments=seg))
+            phases.append(Phase("ring", "hier-rail", span, m - 1, 1.0 / (g * m), segments=seg))
         if g > 1:
             phases.append(Phase("ring", "hier-intra", span_in, g - 1, 1.0 / g, nvlink=nv, segments=seg_in))
-    elif method == "dbtree":
+    elif method == "tree":
         t1, t2 = double_binary_tree(n)
         pairs = []
         by_level: dict[int, list[tuple[int, int]]] = {}
@@ -236,12 +261,12 @@ def plan_method(method: str, fabric: Fabric, job: Job, tables: dict[str, FlowTab
                     pairs.append((topo[a], topo[b]))
                     pairs.append((topo[b], topo[a]))
                     by_level.setdefault(depth[a], []).append((topo[a], topo[b]))
-        span = table("dbtree").add(j, "dbtree", pairs)
+        span = table("tree").add(j, "tree", pairs)
         levels = []
         for lvl in sorted(by_level, reverse=True):  # the critical path: deepest level first, up, then back down
-            up, dn = f"dbtree-u{lvl}", f"dbtree-d{lvl}"
+            up, dn = f"tree-u{lvl}", f"tree-d{lvl}"
             levels.append((up, table(up).add(j, up, by_level[lvl]), dn, table(dn).add(j, dn, [(b, a) for a, b in by_level[lvl]])))
-        phases = [Phase("tree", "dbtree", span, len(levels), 0.5, reduce=True, levels=tuple(levels))]
+        phases = [Phase("tree", "tree", span, len(levels), 0.5, reduce=True, levels=tuple(levels))]
     elif method == "rd":
         if n & (n - 1):
             raise MethodError(f"rd (recursive doubling) needs a power-of-two job, not {n} GPUs")
@@ -288,21 +313,15 @@ class Edges:
     latency: np.ndarray  # s, the path's latency
     hops: np.ndarray  # switches on the path
     flows: int  # flows of the whole set (all jobs), for shared-CPU emulators
+    link_rate: np.ndarray | None = None  # bytes/s of the slowest link on the path (None: the flow's rate)
 
 
-def _host_cap(p: Preset, flows_per_host: int) -> float:
-    """Highest rate a host's per-packet cost allows one flow, in wire bytes/s."""
-    if p.host_packet_cost <= 0:
-        return math.inf
-    return p.wire_bytes(p.mtu_payload) / (2 * flows_per_host * p.host_packet_cost)
-
-
-def _emulator_cap(p: Preset, flows: int, hops: float) -> float:
-    """On an emulator every host and switch shares `emulator_cores`: the CPU per frame bounds the pace."""
-    if p.emulator_cores <= 0:
-        return math.inf
-    cpu = flows * (2 * p.host_packet_cost + hops * p.switch_forward_cost)
-    return math.inf if cpu <= 0 else p.wire_bytes(p.mtu_payload) * p.emulator_cores / cpu
+def _frame_cpu(p: Preset, flows: int, hops: float, flows_per_host: int) -> float:
+    """Seconds of CPU that bound a flow's pace per frame: its host sending and receiving (for every flow the
+    host runs at once) and, on an emulator, every host and switch of the flow set sharing the cores."""
+    host = 2 * flows_per_host * p.host_packet_cost
+    emu = flows * (2 * p.host_packet_cost + hops * p.switch_forward_cost) / p.emulator_cores if p.emulator_cores > 0 else 0.0
+    return max(host, emu)
 
 
 class _Cost:
@@ -310,20 +329,25 @@ class _Cost:
 
     def __init__(self, p: Preset, e: Edges, nvlink: bool, reduce: bool, per_host: int) -> None:
         self.p = p
-        cap = min(_host_cap(p, per_host), _emulator_cap(p, e.flows, float(e.hops.max())))
-        self.rate = np.minimum(e.rate, cap)
-        self.alpha = (p.nvlink_step_overhead if nvlink else p.step_overhead) + e.latency + e.hops * p.switch_forward_cost
+        self.rate = e.rate
+        self.cpu = _frame_cpu(p, e.flows, float(e.hops.max()) if len(e.hops) else 0.0, per_host)
+        # a step's latency: the software on both ends, the path, the switches forwarding on the way
+        self.alpha = ((p.nvlink_step_overhead if nvlink else p.step_overhead) + 2 * p.host_packet_cost + e.latency
+                      + e.hops * p.switch_forward_cost)
         self.byte = p.host_byte_cost if reduce else 0.0
 
-    def first(self, x: float) -> np.ndarray:  # the wire, then the host's pass over the data
-        return self.p.wire_bytes(x) / self.rate + x * self.byte
+    def first(self, x: float) -> np.ndarray:  # the wire (or the CPU's turn), then the host's pass over the data
+        # on a shaped link whose token bucket is full (the first use of a link in the all-reduce), a chunk
+        # within the bucket's credit passes at once; the bandwidth bounds charge the credit once per link
+        wire = np.maximum(self.p.wire_bytes(x, self.rate) - self.p.link_burst_bytes, 0.0)
+        return np.maximum(wire / self.rate, self.p.frames(x) * self.cpu) + x * self.byte
 
-    def stream(self, x: float, rate: float) -> float:  # many chunks back to back: wire and host overlap
-        return max(self.p.wire_bytes(x) / rate, x * self.byte)
+    def stream(self, x: float, rate: float) -> float:  # many chunks back to back: wire, CPU and host overlap
+        return max(float(self.p.wire_bytes(x, rate)) / rate, self.p.frames(x) * self.cpu, x * self.byte)
 
 
 def ring_phase_time(p: Preset, steps: int, data: float, e: Edges, segments: Sequence[int] | None, nvlink: bool,
-                    reduce: bool, first_phase: bool = False) -> float:
+                    reduce: bool, credit_bytes: float = 0.0) -> float:
     """`steps` dependent steps of `data` bytes on every edge of one or more rings, chunks pipelined.
 
     A step of a rank waits for its left neighbour's previous step, so the latency chain runs around the
@@ -341,8 +365,9 @@ def ring_phase_time(p: Preset, steps: int, data: float, e: Edges, segments: Sequ
     slow = float(c.rate.min())
     latency_bound = steps * chain + c.stream(data, slow) - c.stream(chunk, slow)
     bandwidth_bound = steps * c.stream(data, slow) + float(c.alpha.max())
-    credit = _burst_credit(p, steps * p.wire_bytes(data), slow) if first_phase else 0.0
-    return max(latency_bound, bandwidth_bound) - credit
+    # a shaped link's credit left from earlier phases of the all-reduce (the ring's edges carry one flow each)
+    credit = min(credit_bytes, steps * float(p.wire_bytes(data, slow))) / slow
+    return max(latency_bound - credit, bandwidth_bound - credit, steps * float(c.alpha.mean()))
 
 
 def _burst_credit(p: Preset, wire: float, rate: float) -> float:
@@ -350,9 +375,76 @@ def _burst_credit(p: Preset, wire: float, rate: float) -> float:
     return min(p.link_burst_bytes, wire) / rate if p.link_burst_bytes > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a pipelined phase: the job's flows of it as the network layer rates them, and its steps."""
+
+    edges: Edges
+    data: float  # bytes per step and flow
+    steps: int
+    nvlink: bool
+    reduce: bool
+
+
+def pipe_phase_time(p: Preset, stages: Sequence[Stage], busiest_s: float, busiest_bytes: float, busiest_rate: float,
+                    cpu_s: float, first_phase: bool = False) -> float:
+    """Stages that run at once, chunk by chunk (hier: members -> leader, the leaders' ring, leader -> members).
+
+    A chunk passes the stages one after the other (a stage of several steps is a chain around its ring, as in
+    ring_phase_time), so the first chunk's trip fills the pipeline; after that the busiest link sets the pace:
+    `busiest_s` is its bytes over its rate with every stage's flows on it (flows of one stage carry different
+    amounts than another's, e.g. a leader's down-link carries its members' tensors and a ring's share, so the
+    bound is the link's total, not a fair share of it).  `cpu_s` is the busiest host's (or the emulator's)
+    per-packet work.  On shaped links the busiest link's credit passes at once.
+    """
+    if not stages or busiest_s <= 0:
+        return 0.0
+    fill = 0.0
+    chunk_busiest = 0.0
+    alpha = 0.0
+    for st in stages:
+        if st.data <= 0 or len(st.edges.rate) == 0:
+            continue
+        c = _Cost(p, st.edges, st.nvlink, st.reduce, 1)
+        chunk = min(float(p.pipeline_chunk), st.data)
+        step = c.alpha + c.first(chunk)
+        fill += st.steps * float(step.mean()) if st.steps > 1 else float(step.max())
+        chunk_busiest = max(chunk_busiest, float(p.wire_bytes(chunk, busiest_rate)) / busiest_rate)
+        alpha = max(alpha, float(c.alpha.max()))
+    latency_bound = fill + max(0.0, busiest_s - chunk_busiest)
+    bandwidth_bound = busiest_s + alpha
+    credit = _burst_credit(p, busiest_bytes, busiest_rate) if first_phase else 0.0
+    return max(latency_bound, bandwidth_bound, cpu_s) - credit
+
+
+def hier_shared_time(member: float, ring: float, members: int, rate: float) -> float:
+    """hier where a leader's link carries both its members' contributions and the leaders' ring (no NVLink).
+
+    `member`: wire bytes of one member's tensor; `ring`: the ring's wire bytes per leader link (2(L-1)/L of
+    a tensor); `members`: members per leader (g - 1); `rate`: the leader's link rate.  While the members
+    send, the leader's down-link is shared fairly between them and the ring coming in; the ring also
+    shares the leader's up-link with the results it sends its members, and those exist only as fast as the
+    ring completes them, so the ring runs at most rate / (1 + members x member / ring) (it never outruns the
+    members' contributions).  Once the members are done, the ring has the down-link to itself but is still
+    held by its up-link.  Neither link is busy all the time, so this is above the busiest link's bytes over
+    its rate, most where the ring is long (hosts/hier.py: the price of the hierarchy on a network whose edge
+    links are no faster than the rest).
+    """
+    if members <= 0 or ring <= 0:
+        return (members * member + ring) / rate
+    up_cap = rate / (1 + members * member / ring)
+    ring_a = min(rate / (members + 1), up_cap)
+    member_a = (rate - ring_a) / members
+    ring_a = min(ring_a, ring / member * member_a)  # the ring waits for the group sums
+    t_a = member / member_a
+    left = max(0.0, ring - ring_a * t_a)
+    return t_a + left / min(rate, up_cap)
+
+
 def tree_phase_time(p: Preset, data: float, all_active: Edges, levels: Sequence[tuple[Edges, Edges]], reduce: bool) -> float:
     """A pipelined tree: the first chunk climbs the levels and comes back down (each level at the rates its
-    flows get on their own), then the remaining chunks follow at the pace of every flow active at once."""
+    flows get on their own), then the remaining chunks follow at the pace of every flow active at once
+    (on shaped links, less what the busiest link's credit passes at once)."""
     if data <= 0 or not levels:
         return 0.0
     chunk = min(float(p.pipeline_chunk), data)
@@ -363,45 +455,98 @@ def tree_phase_time(p: Preset, data: float, all_active: Edges, levels: Sequence[
             fill += float((c.alpha + c.first(chunk)).max())
     steady = _Cost(p, all_active, False, reduce, TREE_FLOWS_PER_HOST)
     slow = float(steady.rate.min())
-    return fill + steady.stream(data, slow) - steady.stream(chunk, slow)
+    stream = steady.stream(data, slow)
+    latency_bound = fill + stream - steady.stream(chunk, slow)
+    # the slowest flow's link carries link_rate / slow such flows: its credit serves all of them
+    link = float(all_active.link_rate[int(np.argmin(steady.rate))]) if all_active.link_rate is not None else slow
+    credit = _burst_credit(p, float(p.wire_bytes(data, slow)) * link / slow, link)
+    bandwidth_bound = stream + float(steady.alpha.max()) - credit
+    return max(latency_bound, bandwidth_bound)
 
 
 @dataclass(frozen=True)
 class TreeMeasure:
-    """An aggregation tree's flows: the slowest up and down rates, the deepest paths' latencies."""
+    """An aggregation tree's flows: the slowest rates per kind of edge, the deepest paths' latencies."""
 
-    rate_up: float
-    rate_down: float
+    rate_host_up: float  # host -> its switch (contributions)
+    rate_switch_up: float  # switch -> parent switch (partial sums); inf when every member is under the root
+    rate_down: float  # every edge down (results)
     latency_up: float
     latency_down: float
 
+    @property
+    def rate_up(self) -> float:
+        return min(self.rate_host_up, self.rate_switch_up)
 
-def inc_phase_time(p: Preset, tree: AggTree, elements: float, result: str, m: TreeMeasure) -> float:
-    """One in-network all-reduce: the first packet's round trip, then one packet per period.
 
-    The period is the slowest of: the busiest up or down link, a host handling a contribution and a result,
-    the busiest switch (fan-in contributions plus the result it forwards), and on an emulator all hosts and
-    switches sharing the cores.  The window (`tree.window` slots) allows that many packets per round trip.
+def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames, m: TreeMeasure) -> float:
+    """One in-network all-reduce (wire format v2): every slot's exponent round, then its data rounds.
+
+    The job's window (`tree.window` slots) holds that many packets in flight.  Each slot opens with one
+    exponent round (header-only frames up and down), then carries data rounds, one chunk of `lanes`
+    elements each, a round starting when the previous round's result is back.  The time is the longer of
+
+    - the window: the busiest slot's rounds, each the longer of a packet's round trip and the window's
+      packets at the period (the slowest of each kind of link with its own frames, a host handling a
+      contribution and a result, the busiest switch, an emulator's shared cores), and
+    - the busiest resource: every exponent and data packet's work on it (contributions on host links,
+      partial sums between switches, results down; hosts; switches; an emulator's cores), then the rest
+      of the last packet's round trip.
+
+    On shaped links the token bucket's credit lets the first bytes of the bottleneck pass at once.
     """
     if elements <= 0:
         return 0.0
     lanes = agg_elements()
     packets = math.ceil(elements / lanes)
-    f_up, f_dn = agg_frame("int32"), agg_frame(result)
-    payload = min(lanes, elements) * 4  # float32 bytes of gradient a (full) packet carries: what a host converts
-    host = 2 * (p.host_packet_cost + payload * p.host_byte_cost)
-    per_switch = [(len(ch) + (0 if sw == tree.root else 1)) for sw, ch in tree.children.items()]
-    switch = max(per_switch) * p.switch_packet_cost
-    depth = tree.depth
-    # a packet's round trip (what the window must cover): the hosts, the links, every switch on the way
-    rtt = (host + m.latency_up + m.latency_down + (2 * depth - 1) * (p.switch_packet_cost + p.switch_agg_latency)
-           + f_up / m.rate_up + f_dn / m.rate_down)
-    emu = 0.0
-    if p.emulator_cores > 0:
-        emu = (len(tree.gpus) * 2 * p.host_packet_cost + sum(per_switch) * p.switch_packet_cost) / p.emulator_cores
-    period = max(f_up / m.rate_up, f_dn / m.rate_down, host, switch, emu)
     w = max(1, tree.window)
-    rounds = math.ceil(packets / w) - 1  # full windows that must come back before the last one can go
-    last = packets - rounds * w
-    credit = _burst_credit(p, (packets - 1) * f_up, m.rate_up)
-    return p.step_overhead + rounds * max(rtt, w * period) + rtt + (last - 1) * period - credit
+    slots = min(w, packets) if p.exponent_rounds else 0
+    inner = math.isfinite(m.rate_switch_up)
+    payload = min(lanes, elements) * 4  # float32 bytes of gradient a (full) packet carries: what a host converts
+    host_d = 2 * (p.host_packet_cost + payload * p.host_byte_cost)
+    host_e = 2 * p.host_packet_cost
+    per_switch = [(len(ch) + (0 if sw == tree.root else 1)) for sw, ch in tree.children.items()]
+    switch_e = max(per_switch) * p.switch_packet_cost  # an exponent round: headers only
+    lane_work = min(lanes, elements) * p.switch_lane_cost  # a data packet's lanes, read, added and written
+    switch_d = max(per_switch) * (p.switch_packet_cost + lane_work)
+    depth = tree.depth
+    emu_e = emu_d = 0.0
+    if p.emulator_cores > 0:
+        hosts_cpu = len(tree.gpus) * 2 * p.host_packet_cost
+        emu_e = (hosts_cpu + sum(per_switch) * p.switch_packet_cost) / p.emulator_cores
+        emu_d = (hosts_cpu + sum(per_switch) * (p.switch_packet_cost + lane_work)) / p.emulator_cores
+    links_d = {"host-up": frames.host_up / m.rate_host_up, "down": frames.down / m.rate_down}
+    if inner:
+        links_d["switch-up"] = frames.switch_up / m.rate_switch_up
+    slowest = min(m.rate_host_up, m.rate_switch_up, m.rate_down)
+    period_d = max(*links_d.values(), host_d, switch_d, emu_d)
+    # a packet's round trip (what the window must cover): the hosts, the links, every switch on the way;
+    # serialization paid once each way (cut-through; a shaped link passes a lone packet on its credit)
+    hops_e = (2 * depth - 1) * (p.switch_packet_cost + p.switch_agg_latency)
+    hops_d = hops_e + (2 * depth - 1) * lane_work
+
+    def ser(frame: int, rate: float) -> float:  # a lone packet: within a full token bucket it passes at once
+        return max(frame - p.link_burst_bytes, 0.0) / rate
+
+    rtt_d = host_d + m.latency_up + m.latency_down + hops_d + ser(frames.host_up, m.rate_host_up) + ser(frames.down, m.rate_down)
+    rtt_e = host_e + m.latency_up + m.latency_down + hops_e + 2 * ser(frames.exponent, slowest)
+    rounds = math.ceil(packets / w)  # data rounds of the busiest slot
+    last = packets - (rounds - 1) * w  # packets of the last data round
+    # the resources: every exponent and data packet passes each of them; the busiest sets the pace
+    rate = {"host-up": m.rate_host_up, "down": m.rate_down, "switch-up": m.rate_switch_up}
+    size = {"host-up": frames.host_up, "down": frames.down, "switch-up": frames.switch_up}
+    busy = {k: slots * frames.exponent / rate[k] + packets * size[k] / rate[k] for k in links_d}
+    cpu = {"hosts": slots * host_e + packets * host_d, "switch": slots * switch_e + packets * switch_d,
+           "emulator": slots * emu_e + packets * emu_d}
+    busiest = max(busy, key=busy.__getitem__)
+    credit = min(p.link_burst_bytes, slots * frames.exponent + (packets - 1) * size[busiest]) / rate[busiest]
+    # the busiest resource, and the part of the last packet's round trip it already counts
+    work = {"link": (busy[busiest] - credit, ser(size[busiest], rate[busiest])), "hosts": (cpu["hosts"], host_d),
+            "switch": (cpu["switch"], min(switch_d, hops_d)), "emulator": (cpu["emulator"], 0.0)}
+    resources, counted = max(work.values())
+    # the window: every round of the busiest slot is a round trip (its packets at the period; the first
+    # ones on the bottleneck's credit)
+    lead = max((last - 1) * period_d - credit, (last - 1) * max(host_d, switch_d, emu_d), 0.0)
+    chain = (rtt_e if slots else 0.0) + (rounds - 1) * max(rtt_d, w * period_d) + rtt_d + lead
+    # the last packet, once through the bottleneck, still has the rest of its round trip to go
+    return p.step_overhead + max(chain, resources + rtt_d - counted)

@@ -25,10 +25,10 @@ from simulation import topologies
 from simulation.engine import Engine, FlowSet
 from simulation.fabric import Fabric, FabricError
 from simulation.methods import (
-    METHODS, RESULT_LANES, Edges, FlowTable, MethodError, Phase, Plan, TreeMeasure, groups_of, inc_phase_time,
-    plan_method, ring_phase_time, tree_phase_time,
+    LANES, METHODS, Edges, FlowTable, MethodError, Phase, Plan, Stage, TreeMeasure, canonical, flow_port, groups_of, hier_shared_time, inc_phase_time,
+    pipe_phase_time, plan_method, ring_phase_time, tree_phase_time,
 )
-from simulation.params import Preset, get_preset
+from simulation.params import IncFrames, Preset, agg_elements, get_preset
 from simulation.placement import POLICIES, Job, place
 from simulation.trees import AggTree, assign_windows, plan_trees
 
@@ -50,7 +50,7 @@ class Scenario:
     fail: tuple[str, ...] = ()  # "switch:NAME", "link:A-B", "tree-root", "tree-link"
     preset: str = "emulation"
     overrides: tuple[tuple[str, float], ...] = ()  # preset parameters replaced, e.g. (("switch_latency", 1.3e-6),)
-    methods: tuple[str, ...] = ("ring", "dbtree", "inc-int32")
+    methods: tuple[str, ...] = ("ring", "tree", "inc-int32")
     sizes: tuple[int, ...] = (4096, 65536, 1 << 20)  # bytes of float32 gradient per GPU
     seed: int = 0
     label: str = ""
@@ -62,6 +62,7 @@ class Scenario:
             raise ScenarioError(f"placement {self.placement!r}: choose from {', '.join(POLICIES)}")
         if not 0 <= self.background < 1:
             raise ScenarioError(f"background load {self.background} must be in [0, 1)")
+        object.__setattr__(self, "methods", tuple(canonical(m) for m in self.methods))
         bad = [m for m in self.methods if m not in METHODS]
         if bad or not self.methods:
             raise ScenarioError(f"methods {bad or '(none)'}: choose from {', '.join(METHODS)}")
@@ -139,7 +140,8 @@ def _fail(fabric: Fabric, specs: Sequence[str], jobs: Sequence[Job], preset: Pre
     return fabric.fail(links=links, nodes=nodes)
 
 
-def _tree_measure(fabric: Fabric, tree: AggTree, up: np.ndarray, down: np.ndarray) -> TreeMeasure:
+def _tree_measure(fabric: Fabric, tree: AggTree, up: np.ndarray, down: np.ndarray, edges: Sequence[tuple[int, int]]) -> TreeMeasure:
+    """The tree's slowest edges of each kind (`up`/`down`: rates of the up/down flows, in `edges` order)."""
     lat = fabric.link_lat
     up_lat: dict[int, float] = {tree.root: 0.0}
     dn_lat: dict[int, float] = {tree.root: 0.0}
@@ -156,8 +158,12 @@ def _tree_measure(fabric: Fabric, tree: AggTree, up: np.ndarray, down: np.ndarra
 
     for g in tree.gpus:
         walk(g)
-    return TreeMeasure(rate_up=float(up.min()), rate_down=float(down.min()), latency_up=max(up_lat[g] for g in tree.gpus),
-                       latency_down=max(dn_lat[g] for g in tree.gpus))
+    members = set(tree.gpus)
+    from_host = np.array([c in members for c, _p in edges], dtype=bool)
+    host_up = float(up[from_host].min()) if from_host.any() else math.inf
+    switch_up = float(up[~from_host].min()) if (~from_host).any() else math.inf
+    return TreeMeasure(rate_host_up=host_up, rate_switch_up=switch_up, rate_down=float(down.min()),
+                       latency_up=max(up_lat[g] for g in tree.gpus), latency_down=max(dn_lat[g] for g in tree.gpus))
 
 
 class Evaluation:
@@ -221,7 +227,8 @@ class Evaluation:
         bg_paths = [f.links_of(f.path(a, b, 7)) for a, b in bg_pairs]
         for key, tab in self.tables.items():
             adjacent = key in ("inc", "hier-inc")  # tree edges join neighbours: no routing
-            paths = [f.links_of([a, b]) if adjacent else f.links_of(f.path(a, b)) for a, b in zip(tab.src, tab.dst)]
+            port = flow_port(key)
+            paths = [f.links_of([a, b]) if adjacent else f.links_of(f.path(a, b, port)) for a, b in zip(tab.src, tab.dst)]
             caps = np.concatenate([np.full(len(paths), np.inf), np.array(caps_bg)])
             self.flowsets[key] = FlowSet(key, paths + bg_paths, caps)
 
@@ -237,29 +244,134 @@ class Evaluation:
             a, b = span
             lat = self.fabric.link_lat
             paths = fs.paths[a:b]
+            bw = self.fabric.link_bw
             self._edges[key] = Edges(rate=fs.rates[a:b], latency=np.array([float(lat[p].sum()) for p in paths]),
-                                     hops=np.array([len(p) - 1 for p in paths]), flows=len(self.tables[flowset].src))
+                                     hops=np.array([len(p) - 1 for p in paths]), flows=len(self.tables[flowset].src),
+                                     link_rate=np.array([float(bw[p].min()) if len(p) else math.inf for p in paths]))
         return self._edges[key]
 
-    def phase_time(self, method: str, ph: Phase, size: int, first: bool = False) -> float:
+    def phase_time(self, method: str, ph: Phase, size: int, first: bool = False, credit: float = 0.0) -> float:
         p = self.preset
         data = size * ph.share
         if ph.kind == "inc":
             assert ph.down is not None and ph.tree is not None
             fs = self.flowsets[ph.flowset]
             assert fs.rates is not None
-            m = _tree_measure(self.fabric, ph.tree, fs.rates[ph.flows[0]:ph.flows[1]], fs.rates[ph.down[0]:ph.down[1]])
-            return inc_phase_time(p, ph.tree, data / 4, RESULT_LANES[method], m)
+            m = _tree_measure(self.fabric, ph.tree, fs.rates[ph.flows[0]:ph.flows[1]], fs.rates[ph.down[0]:ph.down[1]],
+                              ph.tree.edges())
+            return inc_phase_time(p, ph.tree, data / 4, IncFrames.of(LANES[method], len(ph.tree.gpus)), m)
+        if ph.kind == "pipe":
+            return self._pipe_time(ph, size, first)
         if ph.kind == "tree":
             levels = [(self.edges(u, us), self.edges(d, ds)) for u, us, d, ds in ph.levels]
             return tree_phase_time(p, data, self.edges(ph.flowset, ph.flows), levels, ph.reduce)
-        return ring_phase_time(p, ph.steps, data, self.edges(ph.flowset, ph.flows), ph.segments, ph.nvlink, ph.reduce, first)
+        return ring_phase_time(p, ph.steps, data, self.edges(ph.flowset, ph.flows), ph.segments, ph.nvlink, ph.reduce, credit)
+
+    def _pipe_time(self, ph: Phase, size: int, first: bool) -> float:
+        """A pipelined phase: its stages' flows of every job at once; the busiest link's bytes set the pace."""
+        p, f = self.preset, self.fabric
+        load = np.zeros(len(f.link_bw))
+        free = f.link_bw.astype(np.float64).copy()
+        frames_at = np.zeros(f.n_nodes)
+        stages: list[Stage] = []
+        emu = 0.0
+        seen: set[str] = set()
+        for key, span, share, steps, nvlink, reduce in ph.stages:
+            fs, tab = self.flowsets[key], self.tables[key]
+            assert fs.rates is not None
+            data = size * share
+            stages.append(Stage(self.edges(key, span), data, steps, nvlink, reduce))
+            if key in seen:
+                continue
+            seen.add(key)
+            mine = len(tab.src)
+            rates = fs.rates[:mine]
+            wire = steps * np.asarray(p.wire_bytes(data, rates), dtype=np.float64) * np.ones(mine)
+            for i, path in enumerate(fs.paths[:mine]):
+                load[path] += wire[i]
+            for i, path in enumerate(fs.paths[mine:]):  # background traffic takes its share first
+                if key == ph.stages[0][0]:
+                    free[path] -= fs.rates[mine + i]
+            frames = steps * p.frames(data)
+            np.add.at(frames_at, np.asarray(tab.src), frames)
+            np.add.at(frames_at, np.asarray(tab.dst), frames)
+            if p.emulator_cores > 0:
+                hops = np.array([len(x) - 1 for x in fs.paths[:mine]], dtype=np.float64)
+                emu += float((frames * (2 * p.host_packet_cost + hops * p.switch_forward_cost)).sum()) / p.emulator_cores
+        free = np.maximum(free, f.link_bw * 1e-6)
+        busy = load / free
+        k = int(np.argmax(busy))
+        busiest = float(busy[k])
+        names = [st[0] for st in ph.stages]
+        if "hier-gather" in names and "hier-leader" in names:
+            busiest = max(busiest, self._hier_shared(ph, size))
+        cpu = max(float(frames_at.max()) * p.host_packet_cost, emu)
+        return pipe_phase_time(p, stages, busiest, float(load[k]), float(free[k]), cpu, first)
+
+    def _hier_shared(self, ph: Phase, size: int) -> float:
+        """hier's pace where members and the leaders' ring share a leader's link (methods.hier_shared_time)."""
+        p, f = self.preset, self.fabric
+        by = {st[0]: st for st in ph.stages}
+        g_key, g_span = by["hier-gather"][0], by["hier-gather"][1]
+        r_key, r_span, r_share, r_steps = by["hier-leader"][:4]
+        gfs, rfs = self.flowsets[g_key], self.flowsets[r_key]
+        gtab, rtab = self.tables[g_key], self.tables[r_key]
+        ring_in = {rtab.dst[i]: rfs.paths[i][-1] for i in range(*r_span)}
+        members: dict[int, int] = {}
+        shared = False
+        for i in range(*g_span):
+            leader = gtab.dst[i]
+            members[leader] = members.get(leader, 0) + 1
+            shared |= ring_in.get(leader, -1) == gfs.paths[i][-1]
+        if not shared:
+            return 0.0
+        rate = float(min(f.link_bw[ring_in[ld]] for ld in members if ld in ring_in))
+        ring_rate = float(rfs.rates[r_span[0]:r_span[1]].min())
+        member = float(p.wire_bytes(size, rate))
+        ring = r_steps * float(p.wire_bytes(size * r_share, ring_rate))
+        return hier_shared_time(member, ring, max(members.values()), rate)
+
+    def link_bytes(self, plan: Plan, size: int) -> np.ndarray:
+        """Bytes every link carries in one all-reduce of `size` bytes by `plan` (its job's flows only): frames,
+        headers, acks and exponent rounds, what the emulation's interface counters measure (T_wire)."""
+        p, f = self.preset, self.fabric
+        load = np.zeros(len(f.link_bw))
+
+        def add(key: str, span: tuple[int, int], nbytes: Any) -> None:
+            fs = self.flowsets[key]
+            per = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (span[1] - span[0],))
+            for i, b in zip(range(*span), per):
+                load[fs.paths[i]] += b
+
+        for ph in plan.phases:
+            if ph.kind == "inc":
+                assert ph.tree is not None and ph.down is not None
+                tree = ph.tree
+                fr = IncFrames.of(LANES[plan.method], len(tree.gpus))
+                packets = math.ceil(size * ph.share / 4 / agg_elements())
+                slots = min(max(1, tree.window), packets) if p.exponent_rounds else 0
+                members = set(tree.gpus)
+                up = [slots * fr.exponent + packets * (fr.host_up if c in members else fr.switch_up) for c, _ in tree.edges()]
+                add(ph.flowset, ph.flows, up)
+                add(ph.flowset, ph.down, slots * fr.exponent + packets * fr.down)
+                continue
+            stages = ph.stages or ((ph.flowset, ph.flows, ph.share, ph.steps, ph.nvlink, ph.reduce),)
+            for key, span, share, steps, _nv, _red in stages:
+                rates = self.flowsets[key].rates
+                assert rates is not None
+                steps = 1 if ph.kind == "tree" else steps
+                add(key, span, steps * np.asarray(p.wire_bytes(size * share, rates[span[0]:span[1]]), dtype=np.float64))
+        return load
 
     def times(self, plan: Plan, size: int) -> float:
         total = 0.0
         parallel: list[float] = []  # the trees of hier-inc run side by side and end together
+        credit = self.preset.link_burst_bytes  # a shaped link's token bucket, full at the start of the all-reduce
         for i, ph in enumerate(plan.phases):
-            t = self.phase_time(plan.method, ph, size, first=i == 0)
+            t = self.phase_time(plan.method, ph, size, first=i == 0, credit=credit)
+            if ph.kind == "ring" and credit > 0:  # the same edges in every ring phase: what is left carries over
+                e = self.edges(ph.flowset, ph.flows)
+                credit -= min(credit, ph.steps * float(self.preset.wire_bytes(size * ph.share, float(e.rate.min()))))
             if ph.kind == "inc":
                 parallel.append(t)
                 continue
@@ -267,7 +379,7 @@ class Evaluation:
                 total += max(parallel)
                 parallel = []
             total += t
-        return total + (max(parallel) if parallel else 0.0) + plan.n * self.preset.barrier_cost
+        return total + (max(parallel) if parallel else 0.0) + plan.n * self.preset.barrier_cost + self.preset.start_cost
 
     def rows(self) -> list[Row]:
         s = self.scenario

@@ -6,8 +6,11 @@ the hosts and switches add on top, which is what calibration fits (see
 simulation/calibrate.py).  SI units throughout: bytes, seconds, bytes/second.
 
 Packet formats are not repeated here: the in-network frames come from
-`wireformat.AGG` (lane count and header sizes), the emulation's ring frames
-from `hosts.ring`, so a change of the wire format changes the model.
+`wireformat.AGG` (lane count, header, the exponent round's empty frame) and
+the lane widths each job needs from `wireformat.fixedpoint` (the shift a
+job's fan-in asks for, the partial sums' width); the host methods' data and
+acknowledgement datagrams from `hosts.reliable` (the transport ring, hier and
+tree share), so a change of either wire format changes the model.
 """
 
 from __future__ import annotations
@@ -19,9 +22,14 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from controller.names import NUM_SLOTS
-from hosts.reliable import DATA_HDR, FRAME_OVERHEAD, MAX_UDP_PAYLOAD
+from hosts.reliable import (
+    ACK_ENTRY, ACK_HDR, DATA_HDR, FRAME_OVERHEAD, MAX_UDP_PAYLOAD, WIRE_BYTES, CollectiveConfig, elements_per_packet,
+)
 from wireformat import AGG
+from wireformat import fixedpoint as fxp
 
 
 class ParamError(ValueError):
@@ -38,10 +46,24 @@ def mbit(x: float) -> float:
     return x * 1e6 / 8
 
 
-# The emulation's ring (hosts/ring.py): float32 elements in MTU-sized UDP datagrams with a 16-byte header.
-EMU_RING_PAYLOAD = (MAX_UDP_PAYLOAD - DATA_HDR.size) // 4 * 4
+# The emulation's host methods (hosts/reliable.py, shared by ring, hier and tree): values in MTU-sized UDP
+# datagrams behind a data header (float32 and bfloat16 datagrams carry the same bytes of payload), and
+# batched selective acknowledgements: one ack datagram per `ack_every` data datagrams from a peer, or once
+# the oldest unacknowledged one is `ack_delay_s` old, each ack a header plus one entry per datagram.
+EMU_RING_PAYLOAD = elements_per_packet("float32") * WIRE_BYTES["float32"]
 EMU_RING_OVERHEAD = FRAME_OVERHEAD + DATA_HDR.size
+_TRANSPORT = {f.name: f.default for f in fields(CollectiveConfig)}
+EMU_ACK_EVERY = int(_TRANSPORT["ack_every"])
+EMU_ACK_DELAY = float(_TRANSPORT["ack_delay_s"])
+EMU_ACK_OVERHEAD = FRAME_OVERHEAD + ACK_HDR.size
+EMU_ACK_ENTRY = ACK_ENTRY.itemsize
+# The emulation's shaped links (emulation/shaping.py): HTB at the link rate with a one-frame burst, and HTB
+# sends a frame whenever its bucket is not negative, so a link passes at most burst + one frame beyond its
+# rate: two full frames (1514 B each) on credit at the start of an all-reduce.
+EMU_FULL_FRAME = FRAME_OVERHEAD + MAX_UDP_PAYLOAD
+EMU_LINK_CREDIT = 2.0 * EMU_FULL_FRAME
 ELEM_CODES = {"int32": AGG.elem_types["ELEM_INT32"], "int16": AGG.elem_types["ELEM_INT16"], "int8": AGG.elem_types["ELEM_INT8"]}
+EXPONENT_FRAME = AGG.frame_bytes(AGG.elem_types["ELEM_NONE"])  # a slot's first round: header only, no lanes
 
 
 def agg_frame(elem: str) -> int:
@@ -52,6 +74,30 @@ def agg_frame(elem: str) -> int:
 def agg_elements() -> int:
     """float32 elements one in-network packet carries (the lane count of the wire format)."""
     return AGG.num_lanes
+
+
+@dataclass(frozen=True)
+class IncFrames:
+    """The frames of one in-network job (wire format v2.1): hosts send `lanes`-wide contributions, the switches
+    sum in int32, inner switches send partial sums up as `partial` lanes, the root narrows the sum back to
+    `lanes` with the job's default shift, and every slot opens with an exponent round (header-only frames up
+    and down: SwitchML's in-band per-block exponent agreement). Narrow partial sums stay as narrow as the
+    lanes on every level: each level of the planner's balanced trees shifts its sums right by the bits its
+    additions gained (controller.planner._shifts), so `partial` is `lanes`."""
+
+    lanes: str
+    partial: str
+    host_up: int  # bytes of a contribution frame, host -> its switch
+    switch_up: int  # bytes of a partial-sum frame, switch -> parent switch
+    down: int  # bytes of a result frame, every link down
+    exponent: int  # bytes of an exponent-round frame, both ways
+
+    @classmethod
+    def of(cls, lanes: str, workers: int) -> IncFrames:
+        if workers < 1:
+            raise ValueError(f"an in-network job needs at least one worker, got {workers}")
+        fxp.bits_of(lanes)  # refuses an unknown lane type by name
+        return cls(lanes, lanes, agg_frame(lanes), agg_frame(lanes), agg_frame(lanes), EXPONENT_FRAME)
 
 
 @dataclass(frozen=True)
@@ -78,18 +124,24 @@ class Preset:
     nvlink_step_overhead: float = 0.0  # s per algorithm step over NVLink
     host_packet_cost: float = 0.0  # s of host CPU per packet sent or received (caps a flow at one packet per cost)
     switch_packet_cost: float = 0.0  # s per aggregation packet in a switch (0 = line-rate ASIC)
+    switch_lane_cost: float = 0.0  # s per lane of a data packet a switch aggregates (a software switch's lane work)
     switch_forward_cost: float = 0.0  # s per forwarded (non-aggregation) packet in a switch
     switch_agg_latency: float = 0.0  # s an aggregating switch adds to a packet's trip (not a throughput limit)
     host_byte_cost: float = 0.0  # s per byte of one pass over memory: a reduction, or staging data in or out
     emulator_cores: float = 0.0  # > 0: hosts and switches are processes sharing this many cores (an emulator)
     link_burst_bytes: float = 0.0  # a shaped link's token bucket: an all-reduce's first bytes pass at once (tc)
-    barrier_cost: float = 0.0  # s per rank of a per-call start barrier (the emulation's coordinator serves ranks in turn)
+    barrier_cost: float = 0.0  # s per rank and call (the emulation: waking the agents, waiting for the slowest of them)
+    start_cost: float = 0.0  # s per call before the first packet leaves (the emulation: a Python call on a shared machine)
     # protocol sizes
     mtu_payload: int = EMU_RING_PAYLOAD  # data bytes per frame of the host-based methods
     frame_overhead: int = EMU_RING_OVERHEAD  # header bytes per such frame on the wire
-    ack_bytes_per_frame: float = 0.0  # bytes of acknowledgements a receiver sends back per data frame
+    ack_every: int = 0  # data frames per acknowledgement datagram at most (0: no acks on the wire, e.g. RDMA)
+    ack_delay: float = 0.0  # s: an ack goes once its oldest entry is this old, even with fewer entries
+    ack_overhead: int = 0  # bytes of one ack datagram on the wire besides its entries
+    ack_entry: int = 0  # bytes per acknowledged data frame in an ack
     pipeline_chunk: int = 1 << 20  # bytes per pipelined chunk (tree, ring segments larger than this)
     inc_slots: int = 128  # in-network window: aggregation slots per job on each switch
+    exponent_rounds: bool = True  # p4ina's v2 format opens each slot with an exponent round (False: SHARP-like float sums)
     switch_slots: int = NUM_SLOTS  # slots per switch, shared by the jobs on it
     routing: str = "dmodk"  # "dmodk" (destination-based, InfiniBand ftree-like) or "ecmp" (hash of the flow)
 
@@ -118,12 +170,33 @@ class Preset:
         return replace(self, **changes)
 
     # -- derived ---------------------------------------------------------------------------------
-    def wire_bytes(self, data: float) -> float:
-        """Bytes on the wire for `data` bytes of a host-based method: frames, headers and acknowledgements."""
+    def wire_bytes(self, data: float, rate: Any = None) -> Any:
+        """Bytes on the wire for `data` bytes of a host-based method: frames, headers and acknowledgements.
+
+        `rate` (bytes/s, a number or an array) is the pace the frames arrive at, which decides how many
+        a batched ack covers: every `ack_delay` at most, `ack_every` at least (None: full batches).  The
+        acks travel the other way; for the methods' symmetric patterns (each rank receives about what it
+        sends) a link direction carries the acks of as many frames as it carries frames, so they are
+        counted on the data's flow.
+        """
         if data <= 0:
-            return 0.0
+            return 0.0 if rate is None or np.isscalar(rate) else np.zeros(np.shape(rate))
         frames = math.ceil(data / self.mtu_payload)
-        return data + frames * (self.frame_overhead + self.ack_bytes_per_frame)
+        return data + frames * (self.frame_overhead + self.ack_bytes(min(data, self.mtu_payload), rate, frames))
+
+    def ack_bytes(self, frame_data: float, rate: Any = None, frames: int | None = None) -> Any:
+        """Acknowledgement bytes per data frame of `frame_data` bytes arriving at `rate` bytes/s."""
+        if self.ack_every <= 0:
+            return 0.0 if rate is None or np.isscalar(rate) else np.zeros(np.shape(rate))
+        cap = self.ack_every if frames is None else max(1, min(self.ack_every, frames))
+        if rate is None:
+            batch: Any = float(cap)
+        else:
+            gap = (frame_data + self.frame_overhead) / np.maximum(np.asarray(rate, dtype=np.float64), 1e-300)
+            batch = np.clip(1.0 + np.floor(self.ack_delay / gap), 1.0, cap)
+            if np.ndim(batch) == 0:
+                batch = float(batch)
+        return self.ack_overhead / batch + self.ack_entry
 
     def frames(self, data: float) -> int:
         return math.ceil(data / self.mtu_payload) if data > 0 else 0
@@ -140,18 +213,22 @@ class Preset:
         return cls(**d)
 
 
-# The emulation's default (`make emulate`): k=4 fat-tree, every link shaped to 1 Mbit/s by tc, Python host
-# agents and the Python embedded switch on the machine's two cores.  The costs are the calibration's fit to the
-# committed results folder (tests/sim/data/emulation-k4, `p4ina simulate --calibrate`): 0.11 ms of switch
-# CPU per aggregation packet (the README measures about 0.1 ms), its forwarding cost 5.5x lower, 0.034 ms per
-# packet in a host agent, 31 bytes of ring acknowledgements per data frame, a 986-byte token bucket on tc's
-# shaped links and 0.82 ms per rank of the per-call start barrier.
+# The emulation's default (`make emulate`): k=4 fat-tree, every link shaped to 1 Mbit/s by tc (HTB, two frames of
+# credit), Python host agents and the Python embedded switch on the machine's two cores.  The costs are the
+# calibration's fit to the committed results folder (tests/sim/data/emulation-k4, `p4ina simulate --calibrate`):
+# 0.46 ms of host software per step of a host method, 1.6 us per lane of a data packet in a switch (0.42 ms a
+# 256-lane packet: the embedded switch's work is in its lanes) and 0.047 ms per forwarded packet, next to
+# nothing per packet in a host agent beyond that; the per-call start is 3.5 ms plus the agents' median measured
+# wake-up after the barrier's release (4.6 ms).  Where a cost does not bind anywhere in the folder (e.g. the
+# switch's per-packet cost next to its lane cost) the fit leaves it near zero: read them together.
 EMULATION = Preset(
     name="emulation",
     description="make emulate: k=4 fat-tree, 1 Mbit/s tc-shaped links, Python hosts and embedded switch on 2 cores",
     nic_bw=mbit(1.0), fabric_bw=mbit(1.0), cable_latency=0.0, switch_latency=0.0,
-    step_overhead=0.0, host_packet_cost=0.034e-3, switch_packet_cost=0.11e-3, switch_forward_cost=0.11e-3 / 5.5,
-    emulator_cores=2.0, ack_bytes_per_frame=31.0, link_burst_bytes=986.0, barrier_cost=0.82e-3,
+    step_overhead=0.455e-3, host_packet_cost=4.9e-6, switch_packet_cost=19e-6, switch_lane_cost=1.62e-6,
+    switch_forward_cost=47e-6, switch_agg_latency=7.6e-6, emulator_cores=2.0, link_burst_bytes=EMU_LINK_CREDIT,
+    start_cost=3.47e-3 + 4.6e-3, barrier_cost=22e-6,
+    ack_every=EMU_ACK_EVERY, ack_delay=EMU_ACK_DELAY, ack_overhead=EMU_ACK_OVERHEAD, ack_entry=EMU_ACK_ENTRY,
     pipeline_chunk=EMU_RING_PAYLOAD, routing="ecmp",
 )
 

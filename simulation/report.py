@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 CSV_FIELDS = list(Row.__dataclass_fields__)
 STYLE = {  # method -> (colour, marker, line style)
     "ring": ("tab:red", "^", "-"), "ring-addr": ("tab:pink", "v", ":"), "ring-bf16": ("tab:orange", "^", "--"),
-    "hier": ("tab:brown", "D", "-"), "hier-rail": ("tab:purple", "D", "--"), "dbtree": ("tab:olive", "s", "-"),
+    "hier": ("tab:brown", "D", "-"), "hier-rail": ("tab:purple", "D", "--"), "tree": ("tab:olive", "s", "-"),
     "rd": ("tab:gray", "x", "-"), "inc-int32": ("tab:blue", "o", "-"), "inc-int16": ("tab:cyan", "o", ":"),
     "inc-int8": ("tab:green", "o", "--"), "hier-inc": ("navy", "*", "-"), "adaptive": ("black", "", ":"),
 }
@@ -241,7 +241,7 @@ def plot_scaling(rows: Sequence[Row], path: Path | None = None, sizes: Sequence[
     return fig
 
 
-def plot_fabrics(rows: Sequence[Row], path: Path | None = None, methods: Sequence[str] = ("ring", "hier-rail", "dbtree", "inc-int32", "hier-inc"),
+def plot_fabrics(rows: Sequence[Row], path: Path | None = None, methods: Sequence[str] = ("ring", "hier-rail", "tree", "inc-int32", "hier-inc"),
                  size: int | None = None) -> Any:
     """Left: bus bandwidth against GPU count per topology (fat-tree solid, rail dashed, Dragonfly+ dotted), one
     job placed contiguously.  Right: what scattered placement keeps of it, per topology (the placement study)."""

@@ -26,10 +26,10 @@ LOG = logging.getLogger(__name__)
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SCALE_GPUS = (16, 64, 256, 1024, 4096, 16384, 65536, 100_000)
 SCALE_SIZES = (64 * KIB, MIB, 16 * MIB, 256 * MIB, GIB)
-SCALE_METHODS = ("ring", "ring-bf16", "hier", "hier-rail", "dbtree", "inc-int32", "inc-int8", "hier-inc", "adaptive")
+SCALE_METHODS = ("ring", "ring-bf16", "hier", "hier-rail", "tree", "inc-int32", "inc-int16", "inc-int8", "hier-inc", "adaptive")
 SCALE_TOPOLOGIES = ("fattree:radix=128", "rail:radix=128", "dragonfly+:radix=128")
-PLACEMENT_METHODS = ("ring", "ring-addr", "hier-rail", "dbtree", "inc-int32", "hier-inc")
-EMULATION_METHODS = ("inc-int32", "inc-int8", "ring", "ring-bf16", "hier", "dbtree")
+PLACEMENT_METHODS = ("ring", "ring-addr", "hier-rail", "tree", "inc-int32", "hier-inc")
+EMULATION_METHODS = ("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16", "hier", "tree")  # hosts/methods.py
 
 
 def scaling(gpus: Sequence[int] = SCALE_GPUS, topologies: Sequence[str] = SCALE_TOPOLOGIES, sizes: Sequence[int] = SCALE_SIZES,
@@ -59,7 +59,7 @@ def failures(preset: str = "h100") -> list[Scenario]:
 
 
 def emulation(preset: str = "emulation") -> list[Scenario]:
-    """`make emulate`'s own configuration: k=4, 4/8/16 hosts, 1K/16K/256K float32 elements."""
+    """`make emulate`'s own configuration: k=4, 4/8/16 hosts, 1K/16K/256K float32 elements, its seven methods."""
     return [Scenario(topology="fat-tree:4", gpus=n, preset=preset, methods=EMULATION_METHODS, sizes=(4 * KIB, 64 * KIB, MIB),
                      label="emulation") for n in (4, 8, 16)]
 

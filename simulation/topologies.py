@@ -14,17 +14,25 @@ Spec strings (`--topology`):
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import struct
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from controller import names as N
+from controller.addressing import ip_to_int
 from controller.fattree import fat_tree
 from controller.leafspine import leaf_spine
+from controller.routing import all_route_entries
 from controller.topology import Topology, TopologyError
-from simulation.fabric import Fabric, FabricBuilder, FabricError, clos_router, ClosRouter, DragonflyPlusRouter
+from simulation.fabric import (
+    ClosRouter, DragonflyPlusRouter, Fabric, FabricBuilder, FabricError, Router, UnroutableError, clos_router,
+)
 from simulation.params import Preset
 
 CONTROLLER_KINDS = ("fat-tree", "leaf-spine")
@@ -56,6 +64,74 @@ def _topo_rank(server: list[int], local: list[int]) -> np.ndarray:
 
 
 # -- the controller's model ----------------------------------------------------------------------------
+UDP = 17
+FIVE_TUPLE = struct.Struct("!IIBHH")  # the P4 program's ECMP hash input: src, dst, protocol, L4 ports
+
+
+class ControllerRouter(Router):
+    """The emulation's own forwarding on a controller topology: the routes and ECMP groups the controller
+    installs (controller.routing.all_route_entries), a member picked as the P4 program does it, crc32 of
+    (source IP, destination IP, protocol, UDP source and destination port) modulo the group's size.
+
+    `salt` is the flow's UDP port (a host method's socket uses the same port at both ends, so it is both
+    ports of the 5-tuple).  With failed links or switches it hands over to the structural router
+    (the controller has no failover), which routes around them.
+    """
+
+    def __init__(self, fabric: Fabric, topo: Topology, fallback: Router) -> None:
+        self.fabric, self.topo, self.fallback = fabric, topo, fallback
+        ids = {s.name: fabric.node(s.name) for s in topo.switches}
+        hosts = {h.name: i for i, h in enumerate(topo.hosts)}
+        self.ip = [ip_to_int(h.ip) for h in topo.hosts]
+        self.first = [ids[h.switch] for h in topo.hosts]
+        self.port_to: dict[int, dict[int, int]] = {}
+        for s in topo.switches:
+            self.port_to[ids[s.name]] = {nb.port: (hosts[nb.peer] if nb.is_host else ids[nb.peer]) for nb in topo.neighbors(s.name)}
+        self.tables: dict[int, tuple[list[tuple[int, int, dict[str, int], str]], dict[tuple[int, int], int]]] = {}
+        for name, entries in all_route_entries(topo).items():
+            lpm: list[tuple[int, int, dict[str, int], str]] = []
+            members: dict[tuple[int, int], int] = {}
+            for e in entries:
+                if e.table == N.T_IPV4_LPM:
+                    key = dict(e.match)[N.K_DST_ADDR]
+                    lpm.append((int(key.value), int(key.prefix_len), dict(e.params), e.action))  # type: ignore[union-attr]
+                elif e.table == N.T_ECMP_MEMBERS:
+                    m = dict(e.match)
+                    members[(int(m[N.K_GROUP]), int(m[N.K_INDEX]))] = int(dict(e.params)["port"])
+            lpm.sort(key=lambda t: -t[1])  # longest prefix first
+            self.tables[ids[name]] = (lpm, members)
+        self._cache: dict[tuple[int, int, int], list[int]] = {}
+
+    def for_fabric(self, fabric: Fabric) -> Router:
+        return ControllerRouter(fabric, self.topo, self.fallback.for_fabric(fabric))
+
+    def _egress(self, switch: int, dst_ip: int, flow: int) -> int:
+        lpm, members = self.tables[switch]
+        for value, length, params, action in lpm:
+            if length == 0 or (dst_ip >> (32 - length)) == (value >> (32 - length)):
+                if action == N.A_FORWARD:
+                    return params["port"]
+                return members[(params["group"], flow % params["size"])]
+        raise UnroutableError(f"{self.fabric.name_of(switch)} has no route to {ipaddress.IPv4Address(dst_ip)}")
+
+    def path(self, src: int, dst: int, salt: int) -> list[int]:
+        if self.fabric.has_failures:
+            return self.fallback.path(src, dst, salt)
+        key = (src, dst, salt)
+        got = self._cache.get(key)
+        if got is None:
+            flow = zlib.crc32(FIVE_TUPLE.pack(self.ip[src], self.ip[dst], UDP, salt & 0xFFFF, salt & 0xFFFF))
+            x, got = self.first[src], [src]
+            while x != dst:
+                got.append(x)
+                if len(got) > len(self.tables) + 2:
+                    raise UnroutableError(f"a routing loop from GPU {src} to GPU {dst}")
+                x = self.port_to[x][self._egress(x, self.ip[dst], flow)]
+            got.append(dst)
+            self._cache[key] = got
+        return list(got)
+
+
 def from_controller(topo: Topology, preset: Preset) -> Fabric:
     """The controller's topology as a fabric: hosts are the GPUs (one per host), same switch names."""
     if preset.gpus_per_server != 1:
@@ -71,6 +147,8 @@ def from_controller(topo: Topology, preset: Preset) -> Fabric:
     fabric = b.build(f"{topo.kind}:{_params_text(topo.params)}", topo.kind, dict(topo.params), list(range(n)), [0] * n,
                      gpu_names=[h.name for h in topo.hosts])
     fabric.router = clos_router(fabric, preset.routing)
+    if preset.routing == "ecmp":  # the emulation's forwarding, hash for hash
+        fabric.router = ControllerRouter(fabric, topo, fabric.router)
     fabric.controller_topology = topo  # type: ignore[attr-defined]  # the planner plans on it
     return fabric
 

@@ -229,8 +229,9 @@ def plan_trees(fabric: Fabric, jobs: Sequence[Job], elem: str = "int32", slots: 
     load: dict[int, int] = {}
     out = []
     for job in jobs:
-        if isinstance(fabric.router, ClosRouter):
-            tree = _clos_tree(fabric, fabric.router, job, load)
+        router = getattr(fabric.router, "fallback", fabric.router)  # the structure behind the controller's routes
+        if isinstance(router, ClosRouter):
+            tree = _clos_tree(fabric, router, job, load)
         else:
             tree = _graph_tree(fabric, job, load)
         for sw in tree.switches:

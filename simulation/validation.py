@@ -24,7 +24,7 @@ from simulation.params import NDR, Preset
 
 LOG = logging.getLogger(__name__)
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "simulation" / "data" / "emulation-k4"
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "sim" / "data" / "emulation-k4"
 KIB, MIB = 1 << 10, 1 << 20
 
 
@@ -44,9 +44,9 @@ def full_cases(large: bool = False) -> list[tuple[str, Scenario, str, int, Prese
     return [
         (f"ring, {n} GPUs, fat-tree 2:1, scattered", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"), "ring", MIB, lock),
         (f"ring, {n} GPUs, Dragonfly+, scattered", Scenario(topology=f"dragonfly+:radix={r}", gpus=n, placement="scattered"), "ring", MIB, lock),
-        (f"dbtree, {n} GPUs, fat-tree, 32 chunks", Scenario(topology=f"fattree:radix={r}", gpus=n), "dbtree", 8 * MIB, tree),
-        (f"dbtree, {n} GPUs, fat-tree 2:1, scattered, 64 chunks", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
-         "dbtree", 16 * MIB, tree),
+        (f"tree, {n} GPUs, fat-tree, 32 chunks", Scenario(topology=f"fattree:radix={r}", gpus=n), "tree", 8 * MIB, tree),
+        (f"tree, {n} GPUs, fat-tree 2:1, scattered, 64 chunks", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
+         "tree", 16 * MIB, tree),
         (f"inc-int32, {n} GPUs, fat-tree 2:1, scattered, window 32", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
          "inc-int32", 16 * KIB, inc),
         (f"inc-int8, {n} GPUs, Dragonfly+, window 32", Scenario(topology=f"dragonfly+:radix={r}", gpus=n), "inc-int8", 16 * KIB, inc),

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from emulation.softswitch.errors import SoftSwitchError
 from emulation.softswitch.p4runtime_server import NonLoopbackAddressError, P4RuntimeServer, parse_loopback_address
+from emulation.softswitch.delayline import DelaySpecError, PortDelays, parse_delay
 from emulation.softswitch.ports import InterfaceError, PortIO, PortSpecError, parse_port_spec
 from emulation.softswitch.switch import SoftSwitch
 
@@ -86,6 +87,7 @@ def start_switch(
     name: str = "",
     cpu_port: int | None = None,
     priority_queues: int = 1,
+    delays: PortDelays | None = None,
 ) -> RunningSwitch:
     """Start a switch, its P4Runtime server and its port I/O in this process.
 
@@ -100,7 +102,7 @@ def start_switch(
     server.start()
     port_io = None
     if ports:
-        port_io = PortIO(switch, ports, name=name)
+        port_io = PortIO(switch, ports, name=name, delays=delays)
         try:
             port_io.start()
         except BaseException:
@@ -124,6 +126,7 @@ class Options:
     cpu_port: int | None = None
     priority_queues: int = 1
     log_file: Path | None = None
+    delays: PortDelays = PortDelays()
 
 
 class UsageError(ValueError):
@@ -162,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
                    f"(default {DEFAULT_GRPC_ADDR})")
     p.add_argument("--cpu-port", type=int, help="the CPU port: packets sent to it become P4Runtime packet-ins, "
                    "packet-outs enter ingress on it (0: none, as BMv2)")
+    p.add_argument("--egress-delay", action="append", default=[], metavar="PORT=MS",
+                   help="hold every frame sent on PORT for MS milliseconds (a link's propagation delay; repeatable)")
+    p.add_argument("--ingress-delay", action="append", default=[], metavar="PORT=MS",
+                   help="hold every frame received on PORT for MS ms before processing it (for links to hosts)")
     p.add_argument("--priority-queues", type=int, default=1, help="priority queues per port (default 1, as BMv2)")
     p.add_argument("--drop-port", type=int, help="accepted when 511, v1model's drop port (the only one supported)")
     p.add_argument("-L", "--log-level", choices=sorted(LOG_LEVELS), default="info")
@@ -220,10 +227,22 @@ def parse_options(argv: list[str]) -> Options:
             raise UsageError(f"CPU port {cpu_port} is also a data port (-i {cpu_port}@{ports[cpu_port]}), as BMv2 refuses")
     if not 1 <= args.priority_queues <= 8:
         raise UsageError(f"--priority-queues {args.priority_queues}: 1..8 (v1model's priority is 3 bits)")
+    delays = {}
+    for opt, texts in (("--egress-delay", args.egress_delay), ("--ingress-delay", args.ingress_delay)):
+        table: dict[int, float] = {}
+        for text in texts:
+            port, seconds = parse_delay(text)
+            if port not in ports:
+                raise UsageError(f"{opt} {text}: port {port} has no interface (-i {port}@IFACE)")
+            if port in table:
+                raise UsageError(f"{opt}: port {port} given twice")
+            table[port] = seconds
+        delays[opt] = table
     grpc_addr = _loopback(args.grpc_server_addr)
     return Options(
         args.device_id, ports, grpc_addr, args.log_level, args.json, args.ready_file,
         cpu_port, args.priority_queues, args.log_file,
+        PortDelays(egress=delays["--egress-delay"], ingress=delays["--ingress-delay"]),
     )
 
 
@@ -259,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=LOG_LEVELS[level], format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         opts = parse_options(argv)
-    except (UsageError, PortSpecError, NonLoopbackAddressError) as ex:
+    except (UsageError, PortSpecError, DelaySpecError, NonLoopbackAddressError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 2
 
@@ -293,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         running = start_switch(
             opts.device_id, opts.grpc_addr, opts.ports, program,
-            cpu_port=opts.cpu_port, priority_queues=opts.priority_queues,
+            cpu_port=opts.cpu_port, priority_queues=opts.priority_queues, delays=opts.delays,
         )
     except InterfaceError as ex:
         print(f"error: {ex.strerror}", file=sys.stderr)

@@ -7,7 +7,8 @@ port 1 -> port 2: 57-64 kpps with this loop, 53-61 kpps with one blocking thread
 to packet sockets as PACKET_OUTGOING, are ignored. Sends block (back-pressure instead of drops).
 Frames are received with MSG_TRUNC, which reports a frame's real length: one longer than the
 receive buffer (MAX_FRAME, a GSO super-frame's size) is dropped and counted as oversized, never
-handed to the switch cut short.
+handed to the switch cut short. A port may hold frames for a link's propagation delay
+(emulation.softswitch.delayline): the loop then waits on the next due frame.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import select
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
+
+from emulation.softswitch.delayline import EGRESS, INGRESS, DelayLine, PortDelays
 
 LOG = logging.getLogger(__name__)
 
@@ -125,8 +129,16 @@ def open_port_socket(iface: str) -> tuple[socket.socket, int]:
 class PortIO:
     """Moves frames between the given interfaces and one switch, on one background thread."""
 
-    def __init__(self, switch: PacketProcessor, ports: Mapping[int, str], name: str = "", max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, switch: PacketProcessor, ports: Mapping[int, str], name: str = "", max_frame: int = MAX_FRAME,
+                 delays: PortDelays | None = None) -> None:
         self.switch = switch
+        self.delays = delays or PortDelays()
+        unknown = sorted((set(self.delays.egress) | set(self.delays.ingress)) - set(ports))
+        if unknown:
+            raise ValueError(f"delay given for port(s) {unknown} without an interface")
+        self._egress_delay = {p: d for p, d in self.delays.egress.items() if d > 0}
+        self._ingress_delay = {p: d for p, d in self.delays.ingress.items() if d > 0}
+        self._held = DelayLine()
         self.max_frame = max_frame
         self._buf = bytearray(max_frame)
         self._view = memoryview(self._buf)
@@ -217,11 +229,16 @@ class PortIO:
     # -- the loop ------------------------------------------------------------------------------
     def _loop(self) -> None:
         assert self._epoll is not None
+        held = self._held
         while not self._stop.is_set():
+            due = held.next_due()
+            timeout = -1.0 if due is None else max(0.0, due - time.monotonic())
             try:
-                events = self._epoll.poll()
+                events = self._epoll.poll(timeout)
             except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for clarity
                 continue
+            if due is not None:
+                self._release(time.monotonic())
             for fd, mask in events:
                 if fd == self._wake_r:
                     try:
@@ -257,10 +274,30 @@ class PortIO:
                 continue
             data = bytes(view[:n])
             port.stats.rx += 1
+            hold = self._ingress_delay.get(port.port)
+            if hold:
+                self._held.push(time.monotonic() + hold, INGRESS, port.port, data)
+                continue
             for egress, frame in self.switch.process_packet(port.port, data):
                 self._send(egress, frame)
 
+    def _release(self, now: float) -> None:
+        """Frames whose delay is over: received ones go through the switch, sent ones leave."""
+        for kind, port, frame in self._held.pop_due(now):
+            if kind == INGRESS:
+                for egress, out in self.switch.process_packet(port, frame):
+                    self._send(egress, out)
+            else:
+                self._send_now(port, frame)
+
     def _send(self, egress: int, frame: bytes) -> None:
+        hold = self._egress_delay.get(egress)
+        if hold:
+            self._held.push(time.monotonic() + hold, EGRESS, egress, frame)
+            return
+        self._send_now(egress, frame)
+
+    def _send_now(self, egress: int, frame: bytes) -> None:
         out = self._ports.get(egress)
         if out is None or out.sock.fileno() not in self._by_fd:
             self.tx_no_port += 1

@@ -24,7 +24,7 @@ def test_controller_fat_tree_is_transcribed_with_its_names_and_links():
     f = T.from_controller(topo, EMULATION)
     assert f.n_gpus == 16 and f.gpu_names == [h.name for h in topo.hosts]
     assert len(f.link_src) == 2 * (len(topo.hosts) + len(topo.links))
-    assert isinstance(f.router, ClosRouter)
+    assert isinstance(getattr(f.router, "fallback", f.router), ClosRouter)
     assert [f.name_of(x) for x in f.path(0, 1)] == ["h1", "e1", "h2"]
     p = f.path(0, 15)
     assert [f.name_of(x)[0] for x in p] == ["h", "e", "a", "c", "a", "e", "h"]  # up to a core, down to pod 3
@@ -111,3 +111,27 @@ def test_spec_strings_refuse_unknown_kinds_and_keys():
     with pytest.raises(FabricError, match="GPU count"):
         T.build("rail:radix=16", H100)
     assert T.build("fattree:radix=8,oversub=2", NDR, 64).params["oversub"] == 2.0
+
+
+def test_controller_topologies_are_routed_as_the_emulation_routes_them():
+    """Every switch picks the ECMP member the P4 program's crc32 of the 5-tuple picks (controller.routing)."""
+    import struct
+    import zlib
+
+    from controller.fattree import fat_tree
+    from controller.routing import all_route_entries, lookup
+    from simulation.params import EMULATION
+    from simulation.topologies import from_controller
+
+    topo = fat_tree(4)
+    f = from_controller(topo, EMULATION)
+    entries = all_route_entries(topo)
+    port_to = {s.name: {nb.port: nb.peer for nb in topo.neighbors(s.name)} for s in topo.switches}
+    for a, b, port in ((0, 15, 16713), (3, 9, 16715), (12, 1, 16712)):
+        ha, hb = topo.hosts[a], topo.hosts[b]
+        flow = zlib.crc32(struct.pack("!4s4sBHH", bytes(map(int, ha.ip.split("."))), bytes(map(int, hb.ip.split("."))), 17, port, port))
+        hops, x = [], ha.switch
+        while x != hb.name:
+            hops.append(x)
+            x = port_to[x][lookup(entries[x], hb.ip, flow)]
+        assert [f.name_of(n) for n in f.path(a, b, port)[1:-1]] == hops

@@ -1,0 +1,84 @@
+"""The embedded switch's delay stage (a link's propagation delay where the kernel has no netem)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from emulation.softswitch.cli import UsageError, parse_options
+from emulation.softswitch.delayline import EGRESS, INGRESS, DelayLine, DelaySpecError, PortDelays, parse_delay
+from emulation.softswitch.ports import ETH_P_ALL, PortIO
+from emulation.softswitch.switch import SoftSwitch
+
+try:
+    from . import fake_switch
+    from .test_ports import HOST_END, SWITCH_END, _frame, _receive, in_netns, veth_ns  # noqa: F401 (fixture)
+except ImportError:  # tests/softswitch is not a package (as test_ports.py handles it)
+    import fake_switch  # type: ignore[no-redef]
+    from test_ports import HOST_END, SWITCH_END, _frame, _receive, in_netns, veth_ns  # type: ignore[no-redef]  # noqa: F401
+
+
+def test_delays_parse_as_port_equals_milliseconds() -> None:
+    assert parse_delay("3=2.5") == (3, 0.0025)
+    assert parse_delay("1=0") == (1, 0.0)
+    for bad in ("3", "x=1", "3=abc", "3=-1", "3=nan", "3=inf", "3=20000"):
+        with pytest.raises(DelaySpecError):
+            parse_delay(bad)
+    with pytest.raises(DelaySpecError, match="egress delay of port 1"):
+        PortDelays(egress={1: 11.0})
+
+
+def test_the_command_line_refuses_a_delay_on_a_port_without_an_interface() -> None:
+    opts = parse_options(["--no-p4", "-i", "1@veth0", "--egress-delay", "1=5", "--ingress-delay", "1=5"])
+    assert opts.delays == PortDelays(egress={1: 0.005}, ingress={1: 0.005})
+    with pytest.raises(UsageError, match="port 2 has no interface"):
+        parse_options(["--no-p4", "-i", "1@veth0", "--egress-delay", "2=5"])
+    with pytest.raises(UsageError, match="given twice"):
+        parse_options(["--no-p4", "-i", "1@veth0", "--egress-delay", "1=5", "--egress-delay", "1=6"])
+    with pytest.raises(ValueError, match="without an interface"):
+        PortIO(SoftSwitch(), {1: "veth0"}, delays=PortDelays(ingress={2: 0.01}))
+
+
+def test_the_line_releases_in_due_order_and_keeps_a_ports_order() -> None:
+    line = DelayLine()
+    line.push(2.0, EGRESS, 1, b"late")
+    line.push(1.0, INGRESS, 2, b"first")
+    line.push(1.0, INGRESS, 2, b"second")  # same due time: arrival order
+    assert line.next_due() == 1.0 and len(line) == 3
+    assert line.pop_due(0.5) == []
+    assert line.pop_due(1.5) == [(INGRESS, 2, b"first"), (INGRESS, 2, b"second")]
+    assert line.pop_due(9.0) == [(EGRESS, 1, b"late")] and line.next_due() is None
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("ingress_ms,egress_ms", [(0.0, 60.0), (40.0, 30.0)])
+def test_a_frame_spends_at_least_the_ports_delays_in_the_switch(veth_ns: str, ingress_ms: float, egress_ms: float) -> None:
+    """A lower bound only (a loaded machine adds time, never removes it); frames keep their order."""
+    switch = SoftSwitch(device_id=1, name="dtest")
+    switch.load_program(fake_switch.TINY_JSON)  # every frame leaves on port 1
+    delays = PortDelays(egress={1: egress_ms / 1000}, ingress={1: ingress_ms / 1000})
+    with in_netns(veth_ns):
+        io = PortIO(switch, {1: SWITCH_END}, name="dtest", delays=delays)
+        io.start()
+        host = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        host.bind((HOST_END, ETH_P_ALL))
+    try:
+        for i in range(3):
+            marker = f"delayed-{i}".encode()
+            t0 = time.monotonic()
+            host.send(_frame(marker, 100))
+            _receive(host, marker)
+            assert time.monotonic() - t0 >= (ingress_ms + egress_ms) / 1000
+        # a burst comes back in the order it was sent
+        markers = [f"burst-{i:02d}".encode() for i in range(20)]
+        for m in markers:
+            host.send(_frame(m, 100))
+        # _receive discards frames before the one it waits for: a frame overtaken by a later one would be lost
+        got = [_receive(host, m) for m in markers]
+        assert len(got) == 20
+        assert io.stats[1].tx >= 23
+    finally:
+        host.close()
+        io.stop()
