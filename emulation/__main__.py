@@ -73,9 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     topo = ap.add_mutually_exclusive_group()
     topo.add_argument("--k", type=int, help="fat-tree arity (default 4: 16 hosts, 20 switches)")
     topo.add_argument("--topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON (instead of --k)")
-    ap.add_argument("--experiment", choices=("allreduce", "train"), default="allreduce",
+    ap.add_argument("--experiment", choices=("allreduce", "train", "faults"), default="allreduce",
                     help="allreduce (default): latency of every method per host count and size; train: data-parallel "
-                         "training of an MLP on the digits through the fabric, every method against an exact run")
+                         "training of an MLP on the digits through the fabric, every method against an exact run; "
+                         "faults: a switch killed mid all-reduce, a loss sweep, register bit flips (emulation.faults; "
+                         "--hosts/--sizes take their largest/first value)")
     ap.add_argument("--hosts", type=int_list, default=None,
                     help=f"host counts to sweep, comma-separated (default {','.join(map(str, DEFAULT_HOST_COUNTS))}; "
                          f"train: {','.join(map(str, DEFAULT_TRAIN_HOSTS))})")
@@ -110,9 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
                          f"(default {ACCURACY_TOLERANCE_PP:g}: about two binomial standard errors on the test split)")
     ap.add_argument("--out", type=Path, default=Path("results"), help="parent of the results folder (default results/)")
     ap.add_argument("--name", default="", help="extra label for the results folder")
-    ap.add_argument("--experiment", choices=("sweep", "faults"), default="sweep",
-                    help="sweep (default: methods x host counts x sizes) or faults (switch failure, loss sweep, "
-                         "silent corruption: emulation.faults; --hosts/--sizes take their largest/first value)")
     ap.add_argument("--loss-rates", default="0.1,1,5", help="faults: loss rates to sweep, percent (default 0.1,1,5)")
     ap.add_argument("--victim", default="root", help="faults: root, aggregation or a switch name to kill")
     ap.add_argument("--flips", type=int, default=20, help="faults: register bit flips to land in live rounds")
