@@ -30,6 +30,7 @@ from typing import Any
 from emulation.experiment import (
     DEFAULT_BW_MBPS,
     DEFAULT_HOST_COUNTS,
+    DEFAULT_METHODS,
     DEFAULT_REPS,
     DEFAULT_SIZES,
     PRESETS,
@@ -144,6 +145,8 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
 def training_config_from_args(args: argparse.Namespace) -> TrainingConfig:
     """--experiment train: the fabric options as for the sweep (sizes and repetitions do not apply), the model's own."""
     fabric = config_from_args(args).with_(host_counts=args.hosts or DEFAULT_TRAIN_HOSTS, name=args.name or "train")
+    if args.methods is None:  # the five that train (hier and tree add float32 sums like the ring's)
+        fabric = fabric.with_(methods=DEFAULT_METHODS)
     train = TrainConfig(hidden=args.hidden, steps=args.steps, batch=args.batch, lr=args.lr, momentum=args.momentum,
                         seed=args.seed, eval_every=args.eval_every)
     return TrainingConfig.make(fabric, train, segment=args.segment, tolerance_pp=args.tolerance)
