@@ -11,10 +11,11 @@ PYTEST_ARGS ?=
 EMULATE_ARGS ?=
 SIMULATE_ARGS ?=
 
-.PHONY: help setup system-deps venv test emulate simulate bench p4 p4-check clean-net clean
+.PHONY: help setup system-deps venv test emulate emulate-faults simulate bench p4 p4-check clean-net clean
 
 help:
-	@echo "make emulate   install what is missing, run the main experiment (embedded switch)"
+	@echo "make emulate   install what is missing, run the main experiment (embedded switch): bandwidth and latency presets"
+	@echo "make emulate-faults  a switch killed mid all-reduce, a loss sweep, register bit flips (emulation.faults)"
 	@echo "make simulate  the same methods at 16 to 100,000 GPUs on SimGrid, calibrated on the emulation"
 	@echo "make test      install what is missing, run the test suite"
 	@echo "make bench     run the benchmarks, write results/bench.json"
@@ -38,8 +39,17 @@ venv: $(STAMP)
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Without EMULATE_ARGS: the bandwidth sweep, then the latency preset (small all-reduces over delayed links).
 emulate: setup
+ifeq ($(strip $(EMULATE_ARGS)),)
+	@$(PY) -m emulation --preset bandwidth; a=$$?; $(PY) -m emulation --preset latency; b=$$?; \
+	  if [ $$a -ne 0 ] || [ $$b -ne 0 ]; then echo "make emulate: a preset failed (bandwidth: $$a, latency: $$b)"; exit 1; fi
+else
 	$(PY) -m emulation $(EMULATE_ARGS)
+endif
+
+emulate-faults: setup
+	$(PY) -m emulation --experiment faults $(EMULATE_ARGS)
 
 simulate: setup
 	$(PY) -m simulation $(SIMULATE_ARGS)

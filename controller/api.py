@@ -92,6 +92,20 @@ class Controller:
         finally:  # install counters advance even when the install is rolled back
             self._save()
 
+    def unreachable(self, switches: Iterable[str] | None = None, timeout: float = 2.0) -> set[str]:
+        """Switches (all, or these) whose P4Runtime server does not answer: dead switch processes."""
+        names = list(switches) if switches is not None else [s.name for s in self.topo.switches]
+        return self.fabric.unreachable(names, timeout)
+
+    def fail_over(self, job_id: int, failed: Iterable[str], reroute: bool = True) -> JobPlan:
+        """Re-plan and re-install a job around failed switches (installer.fail_over); routes avoid them too
+        (unless reroute=False: then call install_routes() once the job runs again)."""
+        self._need_schema()
+        try:
+            return I.fail_over(self.fabric, self.state, job_id, failed, reroute)
+        finally:
+            self._save()
+
     def remove_job(self, job_id: int) -> JobPlan:
         self._need_schema()
         plan = I.remove_job(self.fabric, self.state, job_id)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+
+import grpc
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.client import DEFAULT_TIMEOUT, SwitchClient, SwitchError
 from controller.p4info import P4Schema
@@ -53,6 +57,38 @@ class Fabric:
             with self._lock:
                 self._clients[name] = cl
             return cl
+
+    def forget(self, name: str) -> None:
+        """Close and drop a switch's session (a dead switch: its broken channel is not reused)."""
+        with self._lock:
+            cl = self._clients.pop(name, None)
+        if cl is not None:
+            cl.close()
+
+    def unreachable(self, switches: Iterable[str], timeout: float = 2.0, attempts: int = 2) -> set[str]:
+        """The switches whose P4Runtime server is gone: the connection is refused (UNAVAILABLE) on `attempts`
+        tries in a row. A switch that is only slow to answer (DEADLINE_EXCEEDED: a busy emulation host) is alive."""
+        def gone(name: str) -> bool:
+            sw = self.topo.switch(name)
+            if not sw.grpc_addr:
+                return False
+            for attempt in range(attempts):
+                channel = grpc.insecure_channel(sw.grpc_addr)
+                try:
+                    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+                    stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=timeout)
+                    return False
+                except grpc.RpcError as ex:
+                    if ex.code() != grpc.StatusCode.UNAVAILABLE:
+                        return False  # it answered (or is merely slow): alive
+                finally:
+                    channel.close()
+                if attempt + 1 < attempts:
+                    time.sleep(0.2)
+            return True
+
+        results, _ = self.run(gone, switches)
+        return {name for name, dead in results.items() if dead}
 
     def connect(self, switches: Iterable[str] | None = None) -> None:
         """Open every session now, in parallel (before a long operation keeps the switches busy)."""

@@ -24,6 +24,7 @@ from controller.p4info import P4Schema, pipeline_cookie
 from controller.planner import DuplicateJobError, JobPlan, JobSpec, plan_job
 from controller.routing import all_route_entries
 from controller.state import State
+from controller.topology import Topology
 
 LOG = logging.getLogger(__name__)
 
@@ -181,10 +182,16 @@ def push_pipeline(fabric: Fabric, p4info: p4info_pb2.P4Info, device_config: byte
 
 
 # -- routes ------------------------------------------------------------------------------
+def live_topology(fabric: Fabric, state: State | None) -> Topology:
+    """The fabric without the switches the state lists as failed."""
+    return fabric.topo.without(state.failed) if state is not None and state.failed else fabric.topo
+
+
 def install_routes(fabric: Fabric, state: State | None = None) -> dict[str, SyncResult]:
-    """Make every switch hold exactly the topology's routes (idempotent; extra route entries are deleted)."""
+    """Make every (live) switch hold exactly the topology's routes, around failed switches (idempotent; extra
+    route entries are deleted)."""
     schema = _schema(fabric)
-    desired = all_route_entries(fabric.topo)
+    desired = all_route_entries(live_topology(fabric, state))
     for entries in desired.values():  # encoding errors before any write
         for e in entries:
             e.encode(schema)
@@ -203,7 +210,8 @@ def install_routes(fabric: Fabric, state: State | None = None) -> dict[str, Sync
 
 # -- jobs --------------------------------------------------------------------------------
 def install_job(fabric: Fabric, state: State, spec: JobSpec) -> JobPlan:
-    """Plan and write a job on every switch of its tree, all or nothing; idempotent for the same spec."""
+    """Plan and write a job on every switch of its tree (avoiding failed switches), all or nothing; idempotent
+    for the same spec."""
     schema = _schema(fabric)
     old = state.jobs.get(spec.job_id)
     if old is not None:
@@ -211,7 +219,7 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec) -> JobPlan:
             raise DuplicateJobError(f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; remove it first or pick another id")
         _reconcile(fabric, schema, old)
         return old
-    plan = plan_job(fabric.topo, spec, state.plans(), state.installs)
+    plan = plan_job(fabric.topo, spec, state.plans(), state.installs, exclude=state.failed)
     entries = job_entries(plan)
     for sw, ents in entries.items():
         for e in ents:
@@ -318,11 +326,47 @@ def remove_job(fabric: Fabric, state: State, job_id: int) -> JobPlan:
     return plan
 
 
+def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], reroute: bool = True) -> JobPlan:
+    """A switch of a job's tree died: mark it failed, take the job off the live switches of its old tree,
+    re-route around the failed switches and install the job again on a tree without them (new tokens on every
+    switch, so the cells the interrupted all-reduce used start afresh).
+
+    Raises HostsCutOffError (a member's edge switch failed) or JobDoesNotFitError (no tree left) after the old
+    job is gone; the caller falls back to the host ring then. `reroute=False` leaves the routes to the caller
+    (aggregation packets do not use them, so a waiting job can go first and `install_routes` follow).
+    """
+    old = state.jobs.get(job_id)
+    if old is None:
+        raise RemoveError(f"job {job_id} is not installed (installed: {sorted(state.jobs) or 'none'})")
+    state.failed |= set(failed)
+    live = [sp.switch for sp in old.switches if sp.switch not in state.failed]
+    schema = _schema(fabric)
+    entries = job_entries(old)
+
+    def one(name: str) -> int:
+        ents = list(reversed(entries[name]))
+        cl = fabric.client(name)
+        n = len(write_entities(cl, schema, "delete", ents[:1], ignore={"NOT_FOUND"}))
+        return n + len(write_entities(cl, schema, "delete", ents[1:], ignore={"NOT_FOUND"}))
+
+    _, errors = fabric.run(one, live)
+    if errors:
+        raise RemoveError(f"job {job_id}: could not take it off the live switches: {FabricError('remove', errors)}")
+    del state.jobs[job_id]
+    for name in state.failed:
+        fabric.forget(name)
+    if state.routes and reroute:
+        install_routes(fabric, state)
+    return install_job(fabric, state, old.spec)
+
+
 # -- verify ------------------------------------------------------------------------------
 def expected_entries(fabric: Fabric, state: State) -> dict[str, list[Entity]]:
-    out: dict[str, list[Entity]] = {s.name: [] for s in fabric.topo.switches}
+    """What each live switch should hold (failed switches are left out: nothing can be read from them)."""
+    topo = live_topology(fabric, state)
+    out: dict[str, list[Entity]] = {s.name: [] for s in topo.switches}
     if state.routes:
-        for name, ents in all_route_entries(fabric.topo).items():
+        for name, ents in all_route_entries(topo).items():
             out[name] += ents
     for plan in state.plans():
         for name, ents in job_entries(plan).items():

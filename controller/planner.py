@@ -11,7 +11,7 @@ Pure: the plan depends only on the topology, the job and the plans already made.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,6 +45,15 @@ class DuplicateJobError(PlanError):
 
 class JobDoesNotFitError(PlanError):
     pass
+
+
+class HostsCutOffError(PlanError):
+    """Hosts of the job hang off a failed edge switch: no tree (and no ring) can reach them."""
+
+    def __init__(self, job_id: int, cut: Mapping[str, Sequence[str]]) -> None:
+        self.cut = {sw: tuple(hosts) for sw, hosts in cut.items()}
+        what = "; ".join(f"edge switch {sw} is down, cutting off {', '.join(hosts)}" for sw, hosts in self.cut.items())
+        super().__init__(f"job {job_id}: {what}")
 
 
 @dataclass(frozen=True)
@@ -223,10 +232,13 @@ def usage(plans: Iterable[JobPlan]) -> dict[str, SwitchUsage]:
     return out
 
 
-def _below(topo: Topology, targets: set[str]) -> dict[str, frozenset[str]]:
-    """switch -> the target edge switches it reaches by down links only."""
+def _below(topo: Topology, targets: set[str], exclude: frozenset[str] = frozenset()) -> dict[str, frozenset[str]]:
+    """switch -> the target edge switches it reaches by down links only (through no excluded switch)."""
     memo: dict[str, frozenset[str]] = {}
     for s in sorted(topo.switches, key=lambda s: s.tier):  # lower tiers first
+        if s.name in exclude:
+            memo[s.name] = frozenset()
+            continue
         own = {s.name} & targets
         for nb in topo.switch_neighbors(s.name):
             if topo.switch(nb.peer).tier < s.tier:
@@ -235,7 +247,7 @@ def _below(topo: Topology, targets: set[str]) -> dict[str, frozenset[str]]:
     return memo
 
 
-def _tree(topo: Topology, root: str, members: Mapping[str, list[tuple[int, str]]], below: Mapping[str, frozenset[str]], load: Mapping[str, int]) -> dict[str, tuple[str | None, int, list[tuple[int, str]]]]:
+def _tree(topo: Topology, root: str, members: Mapping[str, list[tuple[int, str]]], below: Mapping[str, frozenset[str]], load: Mapping[str, int], exclude: frozenset[str] = frozenset()) -> dict[str, tuple[str | None, int, list[tuple[int, str]]]]:
     """switch -> (parent, up port, [(child port, child node)]) for the tree rooted at `root`."""
     tree: dict[str, tuple[str | None, int, list[tuple[int, str]]]] = {}
     todo: list[tuple[str, str | None, int, frozenset[str]]] = [(root, None, 0, frozenset(members))]
@@ -245,7 +257,8 @@ def _tree(topo: Topology, root: str, members: Mapping[str, list[tuple[int, str]]
         if sw in need:  # an edge switch: its member hosts are its children
             children += members[sw]
         rest = set(need) - {sw}
-        downs = [nb for nb in topo.switch_neighbors(sw) if topo.switch(nb.peer).tier < topo.switch(sw).tier]
+        downs = [nb for nb in topo.switch_neighbors(sw)
+                 if topo.switch(nb.peer).tier < topo.switch(sw).tier and nb.peer not in exclude]
         for nb in sorted(downs, key=lambda nb: (load.get(nb.peer, 0), nb.port)):
             take = below[nb.peer] & rest
             if take:
@@ -268,11 +281,17 @@ def next_token(installs: int) -> int:
     return installs % 255 + 1
 
 
-def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), installs: Mapping[str, int] | None = None) -> JobPlan:
+def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), installs: Mapping[str, int] | None = None,
+             exclude: Iterable[str] = ()) -> JobPlan:
     """Plan `spec` next to the `existing` plans, or raise a PlanError that says why not.
 
-    `installs` counts the job installs each switch has had so far (for its token).
+    `installs` counts the job installs each switch has had so far (for its token); `exclude` names failed
+    switches the tree must avoid (HostsCutOffError when a member's own edge switch is one of them).
     """
+    exclude = frozenset(exclude)
+    unknown_sw = sorted(exclude - {s.name for s in topo.switches})
+    if unknown_sw:
+        raise PlanError(f"job {spec.job_id}: cannot exclude unknown switch(es) {', '.join(unknown_sw)}")
     spec.validate()
     existing = list(existing)
     if any(p.job_id == spec.job_id for p in existing):
@@ -284,16 +303,19 @@ def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), in
     for name in spec.hosts:
         h = topo.host(name)
         members.setdefault(h.switch, []).append((h.port, h.name))
+    cut = {sw: [name for _port, name in hs] for sw, hs in sorted(members.items()) if sw in exclude}
+    if cut:
+        raise HostsCutOffError(spec.job_id, cut)
     use = usage(existing)
     load = {name: len(u.job_indexes) for name, u in use.items()}
-    below = _below(topo, set(members))
+    below = _below(topo, set(members), exclude)
     reasons: list[str] = []
     for tier in range(topo.max_tier + 1):
-        candidates = [s.name for s in topo.by_tier(tier) if below[s.name] >= set(members)]
+        candidates = [s.name for s in topo.by_tier(tier) if s.name not in exclude and below[s.name] >= set(members)]
         scored = []
         for pos, root in enumerate(candidates):
             try:
-                tree = _tree(topo, root, members, below, load)
+                tree = _tree(topo, root, members, below, load, exclude)
             except PlanError as ex:
                 reasons.append(str(ex))
                 continue
@@ -309,7 +331,8 @@ def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), in
             return _assign(spec, root, tree, use, installs or {})
         if candidates:
             break  # the lowest tier that covers the members did not fit: say why
-    detail = "; ".join(dict.fromkeys(reasons)) or "no switch reaches all member edge switches"
+    detail = "; ".join(dict.fromkeys(reasons)) or "no switch reaches all member edge switches" + (
+        f" without {', '.join(sorted(exclude))}" if exclude else "")
     raise JobDoesNotFitError(f"job {spec.job_id} does not fit: {detail}")
 
 

@@ -37,6 +37,7 @@ class State:
     pipeline_cookie: int | None = None
     jobs: dict[int, JobPlan] = field(default_factory=dict)
     installs: dict[str, int] = field(default_factory=dict)  # switch -> job installs so far (tokens)
+    failed: set[str] = field(default_factory=set)  # switches found dead: plans and routes avoid them
 
     def plans(self) -> list[JobPlan]:
         return [self.jobs[j] for j in sorted(self.jobs)]
@@ -49,6 +50,7 @@ class State:
             "pipeline_cookie": self.pipeline_cookie,
             "jobs": {str(j): p.to_dict() for j, p in sorted(self.jobs.items())},
             "installs": dict(sorted(self.installs.items())),
+            "failed": sorted(self.failed),
         }
 
     @classmethod
@@ -66,7 +68,8 @@ class State:
                 raise
             raise StateError(f"state file {path} is unreadable ({ex}); move it away and run `p4ina verify` to compare with the switches") from ex
         installs = {str(k): int(v) for k, v in data.get("installs", {}).items()}
-        return cls(path, data.get("topology"), bool(data.get("routes")), data.get("pipeline_cookie"), jobs, installs)
+        return cls(path, data.get("topology"), bool(data.get("routes")), data.get("pipeline_cookie"), jobs, installs,
+                   {str(s) for s in data.get("failed", [])})
 
     def save(self) -> None:
         """Atomic: a crash leaves the old or the new file, never half of one."""

@@ -160,6 +160,15 @@ class Topology:
         switches = tuple(replace(s, grpc_addr=addresses.get(s.name, s.grpc_addr)) for s in self.switches)
         return Topology(self.kind, dict(self.params), switches, self.hosts, self.links)
 
+    def without(self, switches: Iterable[str]) -> Topology:
+        """The fabric that is left when `switches` fail: without them, their links and the hosts they carried."""
+        gone = set(switches)
+        for name in gone:
+            self.switch(name)
+        return Topology(self.kind, dict(self.params), tuple(s for s in self.switches if s.name not in gone),
+                        tuple(h for h in self.hosts if h.switch not in gone),
+                        tuple(ln for ln in self.links if ln.a not in gone and ln.b not in gone))
+
     # -- serialization --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -33,6 +33,7 @@ from emulation.experiment import (
     DEFAULT_METHODS,
     DEFAULT_REPS,
     DEFAULT_SIZES,
+    PRESETS,
     ConfigError,
     ExperimentConfig,
     Sample,
@@ -73,23 +74,30 @@ def build_parser() -> argparse.ArgumentParser:
     topo = ap.add_mutually_exclusive_group()
     topo.add_argument("--k", type=int, help="fat-tree arity (default 4: 16 hosts, 20 switches)")
     topo.add_argument("--topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON (instead of --k)")
-    ap.add_argument("--experiment", choices=("allreduce", "train"), default="allreduce",
+    ap.add_argument("--experiment", choices=("allreduce", "train", "faults"), default="allreduce",
                     help="allreduce (default): latency of every method per host count and size; train: data-parallel "
-                         "training of an MLP on the digits through the fabric, every method against an exact run")
+                         "training of an MLP on the digits through the fabric, every method against an exact run; "
+                         "faults: a switch killed mid all-reduce, a loss sweep, register bit flips (emulation.faults; "
+                         "--hosts/--sizes take their largest/first value)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="bandwidth",
+                    help="the sweep's defaults: " + "; ".join(f"{k}: {v.doc} (hosts {','.join(map(str, v.host_counts))}, "
+                    f"sizes {','.join(map(str, v.sizes))}, {v.bw_mbps:g} Mbit/s, delay {v.delay_ms:g} ms)"
+                    for k, v in sorted(PRESETS.items())) + "; options given here override it")
     ap.add_argument("--hosts", type=int_list, default=None,
                     help=f"host counts to sweep, comma-separated (default {','.join(map(str, DEFAULT_HOST_COUNTS))}; "
                          f"train: {','.join(map(str, DEFAULT_TRAIN_HOSTS))})")
-    ap.add_argument("--sizes", type=size_list, default=DEFAULT_SIZES,
-                    help="all-reduce sizes in float32 elements, K/M suffixes allowed (default 1K,16K,256K)")
-    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"any of {','.join(METHODS)}")
+    ap.add_argument("--sizes", type=size_list, default=None,
+                    help="all-reduce sizes in float32 elements, K/M suffixes allowed (default: the preset's)")
+    ap.add_argument("--methods", default=None, help=f"any of {','.join(METHODS)} (default: the preset's)")
     ap.add_argument("--reps", type=int, default=DEFAULT_REPS, help=f"measured repetitions per point (default {DEFAULT_REPS})")
     ap.add_argument("--warmup", type=int, default=1, help="warm-up all-reduces before them, not counted (default 1)")
     ap.add_argument("--switch", choices=(*BACKENDS, "auto"), default="embedded",
                     help=f"switch back end (default embedded, so runs compare across machines; auto = bmv2 when "
                          f"simple_switch_grpc is installed, here {default_backend()})")
-    ap.add_argument("--bw", type=float, default=DEFAULT_BW_MBPS,
+    ap.add_argument("--bw", type=float, default=None,
                     help=f"link bandwidth in Mbit/s (default {DEFAULT_BW_MBPS:g}; 0 = unshaped, then the switches' CPU is the limit)")
-    ap.add_argument("--delay", type=float, default=0.0, help="one-way delay per link, ms")
+    ap.add_argument("--delay", type=float, default=None,
+                    help="one-way delay per link, ms (netem where the kernel has it, else the embedded switch's delay stage)")
     ap.add_argument("--loss", type=float, default=0.0, help="packet loss per link and direction, percent")
     ap.add_argument("--slots", type=int, default=128, help="in-network window: aggregation slots per job (default 128)")
     ap.add_argument("--input", default="normal", help="worker input kind (hosts.workload.KINDS)")
@@ -110,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                          f"(default {ACCURACY_TOLERANCE_PP:g}: about two binomial standard errors on the test split)")
     ap.add_argument("--out", type=Path, default=Path("results"), help="parent of the results folder (default results/)")
     ap.add_argument("--name", default="", help="extra label for the results folder")
+    ap.add_argument("--loss-rates", default="0.1,1,5", help="faults: loss rates to sweep, percent (default 0.1,1,5)")
+    ap.add_argument("--victim", default="root", help="faults: root, aggregation or a switch name to kill")
+    ap.add_argument("--flips", type=int, default=20, help="faults: register bit flips to land in live rounds")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--json", action="store_true", help="print summary.json instead of the table")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -118,17 +129,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     topology = args.topology or f"fat-tree:{args.k or 4}"
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    shape = LinkShape(bw_mbps=args.bw or None, delay_ms=args.delay or None, loss_pct=args.loss or None)
+    preset = PRESETS[getattr(args, "preset", "bandwidth")]
+    methods = (tuple(m.strip() for m in args.methods.split(",") if m.strip()) if args.methods is not None
+               else preset.methods)
+    bw = preset.bw_mbps if args.bw is None else args.bw
+    delay = preset.delay_ms if args.delay is None else args.delay
+    shape = LinkShape(bw_mbps=bw or None, delay_ms=delay or None, loss_pct=args.loss or None)
+    name = args.name or ("" if preset is PRESETS["bandwidth"] else getattr(args, "preset", ""))
     return ExperimentConfig(
-        topology=topology, host_counts=args.hosts or DEFAULT_HOST_COUNTS, sizes=args.sizes, methods=methods, reps=args.reps,
-        warmup=args.warmup, backend=default_backend() if args.switch == "auto" else args.switch, shape=shape, slots=args.slots,
-        input_kind=args.input, seed=args.seed, results_root=args.out, name=args.name)
+        topology=topology, host_counts=args.hosts or preset.host_counts, sizes=args.sizes or preset.sizes, methods=methods,
+        reps=args.reps, warmup=args.warmup, backend=default_backend() if args.switch == "auto" else args.switch, shape=shape,
+        slots=args.slots, input_kind=args.input, seed=args.seed, results_root=args.out, name=name)
 
 
 def training_config_from_args(args: argparse.Namespace) -> TrainingConfig:
     """--experiment train: the fabric options as for the sweep (sizes and repetitions do not apply), the model's own."""
     fabric = config_from_args(args).with_(host_counts=args.hosts or DEFAULT_TRAIN_HOSTS, name=args.name or "train")
+    if args.methods is None:  # the five that train (hier and tree add float32 sums like the ring's)
+        fabric = fabric.with_(methods=DEFAULT_METHODS)
     train = TrainConfig(hidden=args.hidden, steps=args.steps, batch=args.batch, lr=args.lr, momentum=args.momentum,
                         seed=args.seed, eval_every=args.eval_every)
     return TrainingConfig.make(fabric, train, segment=args.segment, tolerance_pp=args.tolerance)
@@ -167,6 +185,55 @@ def _terminate(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM tears down like Ctrl-C does
 
 
+def _faults(args: argparse.Namespace, config: ExperimentConfig) -> int:
+    from emulation.faults import FaultsConfig, FaultsError, run_faults
+
+    try:
+        cfg = FaultsConfig(
+            topology=config.topology, hosts=max(config.host_counts),
+            size=16384 if config.sizes == DEFAULT_SIZES else config.sizes[0],
+            slots=32 if args.slots == 128 else args.slots,
+            bw_mbps=10.0 if args.bw == DEFAULT_BW_MBPS else (args.bw or 10.0),
+            loss_rates=tuple(float(x) / 100 for x in args.loss_rates.split(",") if x.strip()),
+            reps=args.reps if args.reps != DEFAULT_REPS else 3, victim=args.victim, sdc_flips=args.flips,
+            backend=config.backend, results_root=args.out, seed=args.seed)
+    except (FaultsError, ValueError) as ex:
+        print(f"python -m emulation: error: {ex}", file=sys.stderr)
+        return 2
+    print(f"p4ina faults: {cfg.topology}, {cfg.hosts} hosts, {cfg.size} elements, {cfg.bw_mbps:g} Mbit/s, "
+          f"loss {list(cfg.loss_rates)}, kill the {cfg.victim}", file=sys.stderr)
+    try:
+        result = run_faults(cfg)
+    except KeyboardInterrupt:
+        print("interrupted: the network was torn down", file=sys.stderr)
+        return 130
+    print(json.dumps(result.summary, indent=1, default=str) if args.json else _faults_table(result.summary))
+    print(f"\nresults: {result.out_dir}", file=sys.stderr)
+    return 0 if result.summary.get("ok") else 1
+
+
+def _faults_table(s: dict[str, Any]) -> str:
+    lines = [f"loss-free: {s['lossless'].get('latency_s', float('nan')) * 1e3:.1f} ms, exact {s['lossless'].get('exact')}, "
+             f"timer floor {s['lossless'].get('rto_floor_s', float('nan')) * 1e3:.1f} ms"]
+    for name, v in s.get("loss", {}).items():
+        ratio = v["latency_over_lossless"]
+        lines.append(f"loss {name:>5}: exact {v['exact']}, {v['retransmissions']} retransmissions, "
+                     f"latency x{ratio:.2f}" if ratio else f"loss {name}: {v['errors']}")
+    f = s.get("switch_failure")
+    if f:
+        lines.append(f"switch failure: {f['victim']} killed, {f['verdict']}; recovered in {f['recovery_s']} s "
+                     f"(detection bound {f['detect_bound_s']:.2f} s, goal {f['goal_s']:.2f} s), exact {f['exact']}, "
+                     f"later all-reduces exact {f['later_exact']}")
+    e = s.get("edge_failure")
+    if e:
+        lines.append(f"edge failure: {e['switch']} ({', '.join(e['hosts'])}) reported {e['reported']}: {e['message']}")
+    d = s.get("sdc")
+    if d:
+        lines.append(f"silent corruption: {d['detected']} detected / {d['injected']} injected, exact {d['exact']}")
+    lines.append("problems: " + ("; ".join(s["problems"]) or "none"))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,
@@ -182,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m emulation: needs root (Mininet); run it with sudo or as root", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminate)
+    if args.experiment == "faults":
+        return _faults(args, config)
 
     from controller.client import SwitchError
     from controller.fabric import FabricError

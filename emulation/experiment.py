@@ -18,16 +18,43 @@ from typing import Any
 from emulation.shaping import LinkShape
 from hosts.methods import METHODS
 
-# hier and tree are not in the default yet: at the default rate they would about double a default run's wire
-# time (per all-reduce a hier leader's link carries 1 + 2(L-1)/L float32 tensors, a tree's interior rank 2,
-# the five defaults ~4.7 together: emulation.bounds.tensor_copies). Use --methods, or add them here once the
-# default sizes and rate leave room.
+# The methods of an ExperimentConfig (and of the training experiment) unless told; the bandwidth preset, which
+# `make emulate` runs, adds the host baselines hier and tree (ALL_METHODS).
 DEFAULT_METHODS = ("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16")
-DEFAULT_SIZES = (1024, 16384, 262144)
+DEFAULT_SIZES = (1024, 16384, 131072)
 DEFAULT_HOST_COUNTS = (4, 8, 16)
-DEFAULT_BW_MBPS = 1.0
+# With the switches on the C engine (a few % of a core each at this rate), the 16 Python host agents are what
+# the two cores must keep up with: at 2 Mbit/s an int8 job's agents handle about 780 frames/s each, and the
+# points stay link-bound on an idle machine (at 10 Mbit/s the int32 job was 1.66x and int8 4.2x its wire bound,
+# all cores busy, the switches 5%). Long sweeps: --bw, --sizes (e.g. 1M) and the time they take.
+DEFAULT_BW_MBPS = 2.0
 DEFAULT_REPS = 5
 RING_WINDOW = 64
+ALL_METHODS = ("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16", "hier", "tree")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named sweep: what `make emulate` runs (the command line's own options override any of it)."""
+
+    doc: str
+    host_counts: tuple[int, ...]
+    sizes: tuple[int, ...]
+    methods: tuple[str, ...]
+    bw_mbps: float
+    delay_ms: float = 0.0
+
+
+PRESETS: dict[str, Preset] = {
+    # links slow enough for the switches and agents to keep up, so the wire is the limit
+    "bandwidth": Preset("large all-reduces where the links' rate sets the pace", DEFAULT_HOST_COUNTS, DEFAULT_SIZES,
+                        ALL_METHODS, DEFAULT_BW_MBPS),
+    # small all-reduces over links whose propagation delay dwarfs a software hop (a few ms on these cores) and
+    # a frame's serialization (87 us for a full int32 frame at 100 Mbit/s, paid again at every store-and-forward
+    # hop, which T_path does not count): the O(log N) methods against the ring's 2(N-1) steps
+    "latency": Preset("small all-reduces where each hop's delay sets the pace", (16,), (256, 1024), ALL_METHODS,
+                      100.0, delay_ms=10.0),
+}
 
 
 class ConfigError(ValueError):

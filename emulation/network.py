@@ -39,7 +39,7 @@ from emulation import cleanup
 from emulation.nodes import BACKENDS, IFACE_PREFIX, SWITCH_CLASSES, P4Switch, default_backend, port_iface, stop_process, wait_ready
 from emulation.shaping import LinkShape
 from emulation.topo import ModelTopo
-from hosts.netns import NetnsError, add_random_loss, sh
+from hosts.netns import NetnsError, add_random_loss, set_bpf_loss, sh
 
 LOG = logging.getLogger(__name__)
 
@@ -81,6 +81,7 @@ class EmulatedNetwork:
         self._bpf_loss = False
         self._switch_delay = False
         self._loss_sinks: list[str] = []
+        self._runtime_loss = False  # set_loss made its sinks and filters
         self._link_names: list[str] = []
         self.startup_s: float | None = None
 
@@ -235,6 +236,33 @@ class EmulatedNetwork:
                 add_random_loss(run, intf.name, fraction, sink=sink)
         LOG.info("%.2f%% random loss on both ends of %d links (tc BPF filter; this kernel has no netem)",
                  fraction * 100, len(self.net.links))
+
+    def set_loss(self, fraction: float) -> None:
+        """Random loss on both ends of every link from now on (0: none), while traffic flows (a loss sweep).
+
+        Always the tc BPF filter, beside whatever the network was started with (start it without --loss).
+        """
+        assert self.net is not None
+        if self._bpf_loss or self.config.shape.loss_pct:
+            raise NetworkError("set_loss needs a network started without loss (--loss adds its own filters)")
+        for i, link in enumerate(self.net.links):
+            for j, intf in enumerate((link.intf1, link.intf2)):
+                run = self._runner(intf.node)
+                sink = f"{IFACE_PREFIX}{self.tag}-R{i}{j}"
+                if not self._runtime_loss and run is sh:
+                    self._loss_sinks.append(sink)
+                set_bpf_loss(run, intf.name, fraction, sink, fresh=not self._runtime_loss)
+        self._runtime_loss = True
+        LOG.info("%.2f%% random loss on both ends of %d links", fraction * 100, len(self.net.links))
+
+    def kill_switch(self, name: str) -> int:
+        """SIGKILL one switch process (a switch failure); returns its PID. Teardown skips it."""
+        for sw in self.switches:
+            if sw.name == name and sw.proc is not None:
+                sw.proc.kill()
+                sw.proc.wait(10)
+                return sw.proc.pid
+        raise NetworkError(f"no running switch named {name!r}")
 
     def _record_nodes(self) -> None:
         assert self.record is not None and self.net is not None

@@ -150,6 +150,9 @@ class Runner:
         self._snaps: dict[str, Snapshot] = {}
         self._agents: list[tuple[str, subprocess.Popen[Any]]] = []
         self._lock = threading.Lock()
+        # answers the agents' barriers that need a verdict (a switch-failure report: hosts.coordination)
+        self.decide: Callable[[str, list[Any]], Any] | None = None
+        self.ask: Callable[[str, int, Any], Any] | None = None  # answers one agent's question (no barrier)
 
     # -- what the machine did -----------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -218,7 +221,8 @@ class Runner:
     def agents(self, hosts: tuple[str, ...], tag: str) -> Iterator[CoordinatorServer]:
         """One agent per host, driven by a coordinator on a Unix socket; all stopped (by PID) on the way out."""
         sock = self.sock_dir / f"{tag}.sock"
-        server = CoordinatorServer(f"unix:{sock}", len(hosts), timeout_s=600, on_release=self._on_release)
+        server = CoordinatorServer(f"unix:{sock}", len(hosts), timeout_s=600, on_release=self._on_release,
+                                   decide=self.decide, ask=self.ask)
         server._server.handle_error = lambda _r, _a: LOG.debug("coordinator connection error", exc_info=True)  # noqa: SLF001
         server.start()
         peers = ",".join(self.model.host(h).ip for h in hosts)

@@ -51,6 +51,18 @@ class StepError(RuntimeError):
     """A command the agent cannot carry out; reported to the runner as the step's error."""
 
 
+class SwitchFailureError(StepError):
+    """The job's switches failed and the runner could not give it a way on (the reason names switch and hosts)."""
+
+
+def pack_mask(mask: np.ndarray) -> str:
+    return np.packbits(np.asarray(mask, dtype=bool)).tobytes().hex()
+
+
+def unpack_mask(text: str, n: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(bytes.fromhex(text), dtype=np.uint8), count=n).astype(bool)
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     rank: int
@@ -125,7 +137,8 @@ class Agent:
             self._workers[key] = IncWorker(IncJob(
                 job_id=job["job_id"], rank=self.cfg.rank, n_workers=self.cfg.workers, slot_count=job["slots"],
                 contrib_type=job["contrib_type"], result_type=job["result_type"], shift=job["shift"],
-                timeout_s=job["timeout_s"], min_timeout_s=job["timeout_s"], first_epoch=job.get("first_epoch", 1),
+                timeout_s=job["timeout_s"], min_timeout_s=job.get("min_timeout_s", job["timeout_s"]),
+                first_epoch=job.get("first_epoch", 1), failure_timeout_s=job.get("failure_timeout_s"),
                 error_lsb=job.get("error_lsb"), max_lane=job.get("q_limit"),
             ), self._transport, self._endpoint)
         return self._workers[key]
@@ -173,8 +186,9 @@ class Agent:
         worker = self._worker(m, cmd)
         x = workload.make_input(kind, size, self.cfg.rank, seed, iteration)
         _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
+        failovers: list[dict[str, Any]] = []
         if m.in_network:
-            result = worker.allreduce(x)
+            result, worker = self._inc_allreduce(worker, x, cmd, step, failovers)
         else:
             result = worker.allreduce(x, call=step)
         stats = worker.last_stats
@@ -183,9 +197,62 @@ class Agent:
             "t_release": released, **stats.to_dict(), "digest": result_digest(result),
         }
         report["latency_s"] = stats.t_done - released  # from the common start, on the shared clock
+        if failovers:
+            report["failovers"] = failovers
+            report["fallback"] = failovers[-1].get("fallback")
+        rto = getattr(worker, "rto", None)
+        if rto is not None:
+            report["srtt_s"], report["rto_s"] = rto.srtt, rto.rto
+        if hasattr(worker, "false_alarms"):
+            worker.on_stall = None
+            report["false_alarms"] = worker.false_alarms
         if cmd.get("checker") == self.cfg.rank:
-            report.update(self._check(m, result, kind, size, seed, iteration, worker))
+            used = method("ring") if report.get("fallback") == "ring" else m
+            report.update(self._check(used, result, kind, size, seed, iteration, worker))
         return report
+
+    def _inc_allreduce(self, worker: Any, x: np.ndarray, cmd: dict[str, Any], step: int,
+                       failovers: list[dict[str, Any]]) -> tuple[np.ndarray, Any]:
+        """The in-network all-reduce, surviving switch failures: on SwitchFailureSuspected every rank reports
+        which chunks it lacks at a barrier the runner answers (hosts.coordination's decide hook) with the job
+        re-planned around the failed switch (then the chunks someone lacks are redone on it), the host ring
+        (no tree left), or an error naming what is cut off."""
+        from hosts.inc_worker import SwitchFailureSuspected
+
+        partial, redo = None, None
+
+        def alive(stalled_s: float, missing: int, chunks: int) -> bool:
+            answer = self.client.ask("stall", {"job_id": cmd["job"]["job_id"], "stalled_s": stalled_s,
+                                               "missing": missing, "chunks": chunks})
+            return isinstance(answer, dict) and answer.get("alive") is True
+
+        while True:
+            worker.on_stall = alive
+            try:
+                if partial is None:
+                    return worker.allreduce(x), worker
+                return worker.resume(x, partial, redo), worker
+            except SwitchFailureSuspected as ex:
+                partial = ex.partial
+                n = len(partial.done)
+                mine = {"rank": self.cfg.rank, "job_id": cmd["job"]["job_id"], "missing": pack_mask(partial.missing),
+                        "chunks": n, "detected_at": ex.detected_at, "stalled_s": ex.stalled_s, "why": str(ex)}
+                LOG.warning("step %d: %s; reporting to the coordinator", step, ex)
+                values, released, decision = self.client.decided_exchange(f"failover-{step}-{len(failovers)}", mine)
+                redo = np.logical_or.reduce([unpack_mask(v["missing"], n) for v in values])
+                event: dict[str, Any] = {"detected_at": ex.detected_at, "stalled_s": ex.stalled_s, "decided_at": released,
+                                         "missing": int(partial.missing.sum()), "redo": int(redo.sum()), "chunks": n}
+                failovers.append(event)
+                if not isinstance(decision, dict) or "error" in decision:
+                    why = decision.get("error") if isinstance(decision, dict) else "nobody answered the failure report"
+                    raise SwitchFailureError(f"{ex}; the job could not be moved: {why}") from ex
+                event.update({k: decision[k] for k in ("failed", "root", "fallback") if k in decision})
+                if decision.get("fallback") == "ring":
+                    ring = self._host_method(method("ring"), cmd)
+                    return ring.allreduce(x, call=step), ring
+                cmd = {**cmd, "job": decision["job"]}
+                worker.on_stall = None
+                worker = self._inc_worker(cmd)
 
     def _check(self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int,
                worker: Any) -> dict[str, Any]:

@@ -16,7 +16,10 @@ per host: the runner posts numbered steps (``post``), each agent takes them in
 order (``next_command``), meets the others at the step's barrier, whose
 release instant on the shared clock (hosts.clock) is the all-reduce's common
 start, and reports its result for the step (``step_report``). A release hook
-lets the runner read counters at exactly that instant.
+lets the runner read counters at exactly that instant, and a decide hook lets
+it answer a barrier (every rank's value in, one verdict out to all): the
+in-network workers' switch-failure report is such a barrier, answered with
+the re-planned job.
 """
 
 from __future__ import annotations
@@ -74,8 +77,11 @@ def same_size(values: Sequence[Sequence[Any]], tag: str) -> bool:
 
 # -- in one process ---------------------------------------------------------------------------
 class _LocalHub:
-    def __init__(self, size: int, on_release: Callable[[str], None] | None = None) -> None:
+    def __init__(self, size: int, on_release: Callable[[str], None] | None = None,
+                 decide: Callable[[str, list[Any]], Any] | None = None) -> None:
         self.size = size
+        self.decide = decide  # called by the last arrival with every rank's value; its answer goes to all
+        self.decisions: dict[str, Any] = {}
         self.cond = threading.Condition()
         self.values: dict[str, dict[int, Any]] = defaultdict(dict)
         self.taken: dict[str, int] = defaultdict(int)
@@ -105,6 +111,11 @@ class LocalGroup:
 
     def timed_exchange(self, tag: str, value: Any) -> tuple[list[Any], float]:
         """exchange(), and the instant (hosts.clock) the last rank arrived and released everyone."""
+        values, released, _ = self.decided_exchange(tag, value)
+        return values, released
+
+    def decided_exchange(self, tag: str, value: Any) -> tuple[list[Any], float, Any]:
+        """timed_exchange(), and what the hub's `decide` hook answered for this tag (None without one)."""
         hub = self._hub
         with hub.cond:
             if self.rank in hub.values[tag]:
@@ -113,6 +124,13 @@ class LocalGroup:
             if len(hub.values[tag]) == hub.size:
                 if hub.on_release is not None:
                     hub.on_release(tag)
+                if hub.decide is not None:
+                    values = [hub.values[tag][r] for r in range(hub.size)]
+                    try:
+                        hub.decisions[tag] = hub.decide(tag, values)
+                    except Exception as ex:  # the ranks get the reason instead of a hang
+                        LOG.exception("deciding %s failed", tag)
+                        hub.decisions[tag] = {"error": f"{type(ex).__name__}: {ex}"}
                 hub.released[tag] = clock.now()
             hub.cond.notify_all()
             arrived = hub.cond.wait_for(lambda: len(hub.values[tag]) == hub.size or hub.failure, self.timeout_s)
@@ -122,10 +140,12 @@ class LocalGroup:
                 raise CoordinationError(f"{tag!r}: only ranks {sorted(hub.values[tag])} arrived in {self.timeout_s}s")
             out = [hub.values[tag][r] for r in range(hub.size)]
             released = hub.released[tag]
+            decision = hub.decisions.get(tag)
             hub.taken[tag] += 1
             if hub.taken[tag] == hub.size:
                 del hub.values[tag], hub.taken[tag], hub.released[tag]
-            return out, released
+                hub.decisions.pop(tag, None)
+            return out, released, decision
 
 
 # -- across processes ---------------------------------------------------------------------------
@@ -149,10 +169,13 @@ class CoordinatorServer:
     """
 
     def __init__(self, address: str, size: int, timeout_s: float = 300.0,
-                 on_release: Callable[[str], None] | None = None) -> None:
+                 on_release: Callable[[str], None] | None = None,
+                 decide: Callable[[str, list[Any]], Any] | None = None,
+                 ask: Callable[[str, int, Any], Any] | None = None) -> None:
         self.size = size
         self.timeout_s = timeout_s
-        self._hub = _LocalHub(size, on_release)
+        self.ask = ask  # one rank's question, answered at once (no barrier): e.g. "is my job's tree alive?"
+        self._hub = _LocalHub(size, on_release, decide)
         self.reports: dict[int, dict[str, Any]] = {}
         self._reports_cond = threading.Condition()
         self._commands: dict[int, dict[str, Any]] = {}  # step -> command, for the agents
@@ -191,8 +214,15 @@ class CoordinatorServer:
             raise CoordinationError(f"rank {rank} not in 0..{self.size - 1}")
         if msg["op"] == "exchange":
             member = LocalGroup(self._hub, rank, self.timeout_s)
-            values, released = member.timed_exchange(str(msg["tag"]), msg.get("value"))
-            return {"values": values, "released": released}
+            values, released, decision = member.decided_exchange(str(msg["tag"]), msg.get("value"))
+            return {"values": values, "released": released, "decision": decision}
+        if msg["op"] == "ask":
+            try:
+                answer = self.ask(str(msg["topic"]), rank, msg.get("value")) if self.ask is not None else None
+            except Exception as ex:  # the rank gets the reason
+                LOG.exception("answering %s failed", msg["topic"])
+                answer = {"error": f"{type(ex).__name__}: {ex}"}
+            return {"answer": answer}
         if msg["op"] == "next":
             return {"command": self._next_command(int(msg.get("after", -1)), float(msg.get("wait", self.timeout_s)))}
         if msg["op"] == "step_report":
@@ -294,6 +324,15 @@ class CoordinatorClient:
     def timed_exchange(self, tag: str, value: Any) -> tuple[list[Any], float]:
         reply = self._call({"op": "exchange", "tag": tag, "value": value})
         return list(reply["values"]), float(reply["released"])
+
+    def decided_exchange(self, tag: str, value: Any) -> tuple[list[Any], float, Any]:
+        """timed_exchange(), and what the server's `decide` hook answered (the runner's verdict, e.g. a new job)."""
+        reply = self._call({"op": "exchange", "tag": tag, "value": value})
+        return list(reply["values"]), float(reply["released"]), reply.get("decision")
+
+    def ask(self, topic: str, value: Any = None) -> Any:
+        """One question to the runner, answered without waiting for the other ranks (None: nobody answers it)."""
+        return self._call({"op": "ask", "topic": topic, "value": value})["answer"]
 
     def barrier(self, tag: str) -> None:
         self.exchange(tag, None)

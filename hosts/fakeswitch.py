@@ -18,6 +18,7 @@ import numpy as np
 
 from hosts.packets import FLAG_OVERFLOW, HEADER_LEN, LANE_DTYPE, OP_CONTRIB, OP_RESULT, PREFIX_LEN, pack_headers
 from wireformat import AGG
+from wireformat import fixedpoint as fxp
 
 LOG = logging.getLogger(__name__)
 
@@ -143,8 +144,8 @@ class FakeSwitch:
     def _send(self, rank: int, slot: int, shadow: int, cell: _Cell, offset: int) -> None:
         elem = AGG.elem_types["ELEM_NONE"] if cell.no_lanes else self.result_type
         width = AGG.lane_bytes(elem)
-        # the switch's arithmetic shift rounds to nearest (a saturating add of 2^(shift-1), then >> shift)
-        narrowed = (cell.lanes + ((1 << self.shift) >> 1)) >> self.shift
+        # the switch's arithmetic shift rounds to nearest, ties to even (wireformat.fixedpoint.shift_even)
+        narrowed = fxp.shift_even(cell.lanes, self.shift)
         lo, hi = INT_RANGE.get(width, (0, 0))
         clamped = bool(width) and ((narrowed < lo).any() or (narrowed > hi).any())
         flags = FLAG_OVERFLOW if (cell.overflow or clamped) else 0

@@ -23,6 +23,7 @@ import dataclasses
 import heapq
 import logging
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -47,6 +48,34 @@ class Transport(Protocol):
 
 class AllreduceTimeoutError(TimeoutError):
     """A chunk got no result after the configured number of retransmissions."""
+
+
+@dataclass(frozen=True)
+class Partial:
+    """What an interrupted all-reduce already holds: per chunk, whether its result arrived, its sum and exponent."""
+
+    done: np.ndarray  # bool per chunk
+    sums: np.ndarray  # int64 (n_chunks, NUM_LANES); rows of chunks not done are meaningless
+    exps: np.ndarray  # int64 per chunk
+    stats: AllreduceStats  # what the interrupted attempt cost
+
+    @property
+    def missing(self) -> np.ndarray:
+        return ~self.done
+
+
+class SwitchFailureSuspected(AllreduceTimeoutError):
+    """No result of any outstanding chunk for `failure_timeout_s`: a switch of the tree is presumably dead.
+
+    Raised instead of waiting out max_retries, with what the worker already holds (`partial`), so the
+    caller can have the job re-planned and finish only the missing chunks (IncWorker.resume).
+    """
+
+    def __init__(self, message: str, partial: Partial, stalled_s: float, detected_at: float) -> None:
+        super().__init__(message)
+        self.partial = partial
+        self.stalled_s = stalled_s
+        self.detected_at = detected_at
 
 
 class AggregationOverflowError(ArithmeticError):
@@ -78,6 +107,13 @@ class IncJob:
     min_timeout_s: float = 0.05
     max_timeout_s: float = 2.0
     max_retries: int = 100
+    # Failure detection: no result for any outstanding chunk for this long, after at least
+    # failure_timeouts consecutive retransmission timeouts, raises SwitchFailureSuspected (None: only
+    # max_retries ends the wait). The bound a caller states: detected within failure_timeout_s of the
+    # last result that arrived (so within failure_timeout_s plus one round trip of the failure); the
+    # timer's backoff is capped at failure_timeout_s / failure_timeouts so that the timeouts do happen.
+    failure_timeout_s: float | None = None
+    failure_timeouts: int = 2
     first_epoch: int = 1
     strict_overflow: bool = True
     # The controller's bound on the sum's rounding error, in units of 2^-exponent (JobPlan.error_lsb); None: one
@@ -94,6 +130,8 @@ class IncJob:
             raise ValueError(f"slot_count {self.slot_count} out of range")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.failure_timeout_s is not None and self.failure_timeout_s <= 0:
+            raise ValueError(f"failure_timeout_s must be > 0 (or None), got {self.failure_timeout_s}")
         # The same check as `p4ina job install`: refuse what cannot represent the sum, naming the numbers.
         qz.check_job(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
         formula = qz.q_limit(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
@@ -119,8 +157,14 @@ class IncWorker:
         self.last_stats: AllreduceStats | None = None
         self.last_plan: qz.FixedPoint | None = None
         self._decoder = ResultDecoder()
-        self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s),
-                                max_s=max(job.max_timeout_s, job.timeout_s))
+        # Asked before SwitchFailureSuspected is raised: (stalled_s, missing chunks, chunks) -> True if the tree is
+        # known to be alive (a long loss burst, not a failure): then the worker keeps waiting on the same rounds.
+        self.on_stall: Callable[[float, int, int], bool] | None = None
+        self.false_alarms = 0
+        max_s = max(job.max_timeout_s, job.timeout_s)
+        if job.failure_timeout_s is not None:  # backed-off timers must still expire failure_timeouts times in time
+            max_s = max(min(max_s, job.failure_timeout_s / job.failure_timeouts), job.timeout_s, job.min_timeout_s)
+        self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s), max_s=max_s)
 
     @property
     def epoch(self) -> int:
@@ -129,30 +173,91 @@ class IncWorker:
 
     def allreduce(self, tensor: np.ndarray) -> np.ndarray:
         """The sum over all workers, as float32; every cost of the method (proposals, agreement,
-        quantization, framing, dequantization) is inside, and timed in last_stats."""
-        job = self.job
+        quantization, framing, dequantization) is inside, and timed in last_stats.
+
+        Raises SwitchFailureSuspected (with what already arrived) when the job's switches stop answering."""
+        t_start = clock.now()
+        self.false_alarms = 0
+        x = np.asarray(tensor, dtype=np.float32)
+        blocks = self._blocks(x)
+        n = len(blocks)
+        sums, exps, stats = self._run(blocks, t_start, np.ones(n, dtype=bool), np.zeros((n, AGG.num_lanes), np.int64),
+                                      np.zeros(n, np.int64))
+        return self._finish(x, sums, exps, stats, t_start)
+
+    def resume(self, tensor: np.ndarray, partial: Partial, redo: np.ndarray) -> np.ndarray:
+        """Finish an all-reduce interrupted by a switch failure on this (re-installed) job: the chunks in `redo`
+        (every chunk some worker lacks, the same set on every worker) are all-reduced again under this worker's
+        epoch; the others keep the sums that arrived before. Under a new install token the switches start those
+        cells afresh, so no contribution is counted twice."""
         t_start = clock.now()
         x = np.asarray(tensor, dtype=np.float32)
+        blocks = self._blocks(x)
+        redo = np.asarray(redo, dtype=bool)
+        if redo.shape != partial.done.shape or redo.shape[0] != len(blocks):
+            raise ValueError(f"redo mask of {redo.shape} for {len(blocks)} chunks")
+        if np.any(~redo & ~partial.done):
+            raise ValueError("a chunk neither done nor to be redone: the redo set must cover every missing chunk")
+        sums, exps = partial.sums.copy(), partial.exps.copy()
+        sums, exps, stats = self._run(blocks, t_start, redo, sums, exps)
+        before = partial.stats
+        merged = dataclasses.replace(
+            stats, packets_sent=stats.packets_sent + before.packets_sent,
+            retransmissions=stats.retransmissions + before.retransmissions,
+            packets_received=stats.packets_received + before.packets_received,
+            duplicates=stats.duplicates + before.duplicates, bytes_sent=stats.bytes_sent + before.bytes_sent,
+            corrupt=stats.corrupt + before.corrupt)
+        return self._finish(x, sums, exps, merged, before.t_start or t_start)
+
+    @staticmethod
+    def _blocks(x: np.ndarray) -> np.ndarray:
         flat = x.ravel()
         n_chunks = max(1, -(-flat.size // AGG.num_lanes))
         padded = np.zeros(n_chunks * AGG.num_lanes, dtype=np.float32)
         padded[: flat.size] = flat
-        blocks = padded.reshape(n_chunks, AGG.num_lanes)
-        proposals = qz.block_exponents(qz.block_max_abs(padded), job.q_limit)  # refuses NaN/inf first
+        return padded.reshape(n_chunks, AGG.num_lanes)
+
+    def _run(self, blocks: np.ndarray, t_start: float, todo: np.ndarray, sums: np.ndarray,
+             exps: np.ndarray) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
+        """Stream the chunks in `todo` (one epoch) and put their sums and exponents into sums/exps."""
+        job = self.job
+        sub = blocks[todo]
+        if not len(sub):  # every chunk arrived everywhere before the failure: nothing to stream
+            return sums, exps, AllreduceStats(method="inc", elements=0, latency_s=0.0, packets_sent=0, retransmissions=0,
+                                              packets_received=0, duplicates=0, bytes_sent=0, t_start=t_start)
+        proposals = qz.block_exponents(qz.block_max_abs(sub.ravel()), job.q_limit)  # refuses NaN/inf first
         epoch = self.epoch
         self.calls += 1
         frames = ContributionFrames(self.endpoint, proposals, job_id=job.job_id, rank=job.rank, epoch=epoch,
                                     elem_type=job.contrib_type, slot_count=job.slot_count)
+        index = np.flatnonzero(todo)
         t_framed = clock.now()
-        sums, exps, stats = self._stream(frames, blocks, proposals, epoch, t_start)
-        t0 = clock.now()
-        result = qz.dequantize(sums, exps[:, None], job.shift).ravel()[: flat.size].astype(np.float32).reshape(x.shape)
-        t_done = clock.now()
+        try:
+            sub_sums, sub_exps, stats = self._stream(frames, sub, proposals, epoch, t_start)
+        except SwitchFailureSuspected as ex:
+            done = ~todo.copy()
+            done[index] = ex.partial.done
+            sums[index[ex.partial.done]] = ex.partial.sums[ex.partial.done]
+            exps[index[ex.partial.done]] = ex.partial.exps[ex.partial.done]
+            ex.partial = Partial(done, sums, exps, dataclasses.replace(ex.partial.stats, t_start=t_start))
+            raise
+        sums[index], exps[index] = sub_sums, sub_exps
         parts = dict(stats.parts)
         parts["quantize"] = parts.get("quantize", 0.0) + (t_framed - t_start)
+        return sums, exps, dataclasses.replace(stats, parts=parts)
+
+    def _finish(self, x: np.ndarray, sums: np.ndarray, exps: np.ndarray, stats: AllreduceStats,
+                t_start: float) -> np.ndarray:
+        job = self.job
+        size = x.size
+        t0 = clock.now()
+        result = qz.dequantize(sums, exps[:, None], job.shift).ravel()[:size].astype(np.float32).reshape(x.shape)
+        t_done = clock.now()
+        parts = dict(stats.parts)
         parts["dequantize"] = t_done - t0
-        self.last_stats = dataclasses.replace(stats, elements=int(flat.size), latency_s=t_done - t_start, t_start=t_start, t_done=t_done, parts=parts)
-        self.last_plan = qz.FixedPoint(np.repeat(exps, AGG.num_lanes)[: flat.size].reshape(x.shape), job.n_workers,
+        self.last_stats = dataclasses.replace(stats, elements=int(size), latency_s=t_done - t_start, t_start=t_start,
+                                              t_done=t_done, parts=parts)
+        self.last_plan = qz.FixedPoint(np.repeat(exps, AGG.num_lanes)[:size].reshape(x.shape), job.n_workers,
                                        job.contrib_type, job.result_type, job.shift, job.error_lsb)
         return result
 
@@ -167,6 +272,10 @@ class IncWorker:
         lane_info = np.iinfo(lane_dtype)
         sums = np.zeros((n_chunks, AGG.num_lanes), dtype=np.int64)
         exps = np.zeros(n_chunks, dtype=np.int64)
+        got = np.zeros(n_chunks, dtype=bool)
+        failure_s = job.failure_timeout_s
+        last_progress = clock.now()  # the last result (of any round) that arrived
+        expired_since = 0  # retransmission timeouts since then
         # A round is a packet id: chunk k is k, the exponent round of slot s is n_chunks + s.
         n_ids = n_chunks + n_slots
         outstanding = np.full(window, -1, dtype=np.int64)  # round in flight per slot
@@ -214,8 +323,24 @@ class IncWorker:
             outstanding[slot] = n_chunks + slot
             transmit(n_chunks + slot)
 
+        def stalled(now: float) -> SwitchFailureSuspected:
+            stats = AllreduceStats(method="inc", elements=int(blocks.size), latency_s=now - t_start, packets_sent=sent,
+                                   retransmissions=retrans, packets_received=received, duplicates=duplicates,
+                                   bytes_sent=sent_bytes, overflows=overflows, corrupt=corrupt, t_start=t_start)
+            return SwitchFailureSuspected(
+                f"job {job.job_id} rank {job.rank}: no result for {now - last_progress:.2f} s ({expired_since} "
+                f"retransmission timeouts, {n_chunks - done} of {n_chunks} chunks missing, epoch {epoch}): a switch "
+                "of the job's tree is presumably down", Partial(got.copy(), sums, exps, stats), now - last_progress, now)
+
         while done < n_chunks:
             now = clock.now()
+            if failure_s is not None and now - last_progress >= failure_s and expired_since >= job.failure_timeouts:
+                if self.on_stall is None or not self.on_stall(now - last_progress, n_chunks - done, n_chunks):
+                    raise stalled(now)
+                self.false_alarms += 1
+                LOG.info("job %d rank %d: no result for %.2f s but the tree is alive; waiting on", job.job_id,
+                         job.rank, now - last_progress)
+                last_progress, expired_since = clock.now(), 0
             while deadlines:
                 due, rid, nth = deadlines[0]
                 slot = rid - n_chunks if rid >= n_chunks else rid % window
@@ -234,8 +359,11 @@ class IncWorker:
                     )
                 LOG.debug("timeout: resend round %d on slot %d", rid, slot)
                 rto.expired(now)
+                expired_since += 1
                 transmit(rid)
             wait = deadlines[0][0] - clock.now() if deadlines else rto.rto
+            if failure_s is not None:
+                wait = min(wait, last_progress + failure_s - clock.now())
             payload = recv(max(wait, 0.0))
             if payload is None:
                 continue
@@ -284,7 +412,9 @@ class IncWorker:
                 if h["flags"] & FLAG_OVERFLOW:
                     overflows += 1
                 sums[rid] = lanes
+                got[rid] = True
                 done += 1
+            last_progress, expired_since = clock.now(), 0
             if sends[rid] == 1:  # Karn: only unambiguous round trips
                 rto.sample(clock.now() - first_sent[rid])
             nxt = rid + window if rid < n_chunks else slot

@@ -147,13 +147,36 @@ def add_random_loss(run: Callable[..., str], dev: str, fraction: float, sink: st
         if "unknown" not in str(ex).lower():
             raise
     run("ip", "link", "add", sink, "type", "veth", "peer", "name", f"{sink[:13]}p")
-    threshold = int((1.0 - fraction) * 2**32)
-    # A = random u32 (SKF_AD_RANDOM); A >= threshold -> match (-1), else no match (0).
-    program = f"4,32 0 0 {2**32 - 4096 + 56},53 1 0 {threshold},6 0 0 0,6 0 0 {2**32 - 1}"
+    program = bpf_loss_program(fraction)
     run("tc", "qdisc", "add", "dev", dev, "clsact")
     run("tc", "filter", "add", "dev", dev, "egress", "bpf", "bytecode", program,
         "action", "mirred", "egress", "redirect", "dev", sink)
     return "tc-bpf"
+
+
+def bpf_loss_program(fraction: float) -> str:
+    """Classic BPF for tc: match (drop) a packet when the kernel's random u32 is at or above (1 - fraction) 2^32."""
+    threshold = min(int((1.0 - fraction) * 2**32), 2**32 - 1)
+    # A = random u32 (SKF_AD_RANDOM); A >= threshold -> match (-1), else no match (0).
+    return f"4,32 0 0 {2**32 - 4096 + 56},53 1 0 {threshold},6 0 0 0,6 0 0 {2**32 - 1}"
+
+
+def set_bpf_loss(run: Callable[..., str], dev: str, fraction: float, sink: str, fresh: bool) -> None:
+    """Make `fraction` of the packets leaving `dev` vanish (0: none), changeable while traffic flows.
+
+    Always the tc BPF filter (also where netem exists, so a sweep can change the rate without touching the
+    shaping qdiscs); `fresh`: the sink veth and the clsact qdisc are not there yet and are made here.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"loss fraction must be in [0, 1), got {fraction}")
+    if fresh:
+        run("ip", "link", "add", sink, "type", "veth", "peer", "name", f"{sink[:13]}p")
+        run("tc", "qdisc", "add", "dev", dev, "clsact")
+    else:
+        run("tc", "filter", "del", "dev", dev, "egress")
+    if fraction > 0:
+        run("tc", "filter", "add", "dev", dev, "egress", "bpf", "bytecode", bpf_loss_program(fraction),
+            "action", "mirred", "egress", "redirect", "dev", sink)
 
 
 def enter(ns: str) -> None:

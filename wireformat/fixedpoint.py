@@ -21,6 +21,7 @@ of 16 workers shifted by 24 leave no bit at all).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from wireformat.format import AGG
 
@@ -98,8 +99,21 @@ def partial_bits(n_workers: int, contrib_bits: int, result_bits: int, shift: int
 
 
 def round_shift(value: int, shift: int) -> int:
-    """Bound on |x| after the switches' rounding arithmetic shift, (x + 2^(s-1)) >> s, for |x| <= value."""
+    """Bound on |x| after the switches' rounding arithmetic shift (shift_even) for |x| <= value."""
     return (value + ((1 << shift) >> 1)) >> shift
+
+
+def shift_even(x: Any, shift: int) -> Any:
+    """The switches' right shift by `shift`: arithmetic, rounding to nearest, ties to even (int or numpy int64).
+
+    (x + 2^(s-1) - 1 + bit s of x) >> s. Ties to even, not up: a tree narrows its partial sums at every
+    level, and rounding halves up biases each level's sums by +1/4 of its unit on average; over a 16-host
+    fat-tree's three levels that bias was most of the int8 lanes' error (relative L2 0.14 against 0.06
+    with one rounding at the root). Ties to even are unbiased, as IEEE 754's default rounding is.
+    """
+    if shift == 0:
+        return x
+    return (x + ((1 << (shift - 1)) - 1) + ((x >> shift) & 1)) >> shift
 
 
 # BMv2's simple_switch gives a packet len + 512 bytes of buffer (simple_switch.cpp), and aborts on an

@@ -124,14 +124,16 @@ def render_widen(wf: WireFormat, bits: int) -> str:
 
 
 def render_narrow(wf: WireFormat, bits: int) -> str:
-    """lane = clamp((sum + round_add) >> shift, INT<bits>_MIN, INT<bits>_MAX): an arithmetic shift rounding to
-    nearest (round_add = 2^(shift-1), added saturating so the largest int32 sum cannot wrap)."""
+    """lane = clamp((sum + round_add + (bit `shift` of sum)) >> shift, INT<bits>_MIN, INT<bits>_MAX): an
+    arithmetic shift rounding to nearest, ties to even (round_add = 2^(shift-1) - 1 and round_odd = 1 when
+    shift > 0, both 0 otherwise; added saturating so the largest int32 sum cannot wrap; fixedpoint.shift_even)."""
     hi, lo = (1 << (bits - 1)) - 1, -(1 << (bits - 1))
     x = "(int<32>)meta.scratch_a"
-    out = [BANNER, "// meta.out_shift is the right shift (bit<8>), meta.round_add its rounding term."]
+    out = [BANNER, "// meta.out_shift is the right shift (bit<8>); meta.round_add, meta.round_odd its rounding terms."]
     for i in range(wf.num_lanes):
         out += [
-            f"meta.scratch_a = (bit<32>)(((int<32>)hdr.lanes32.{lane(i)} |+| (int<32>)meta.round_add) >> meta.out_shift);",
+            f"meta.scratch_a = (bit<32>)(((int<32>)hdr.lanes32.{lane(i)} |+| (int<32>)(meta.round_add + "
+            f"((hdr.lanes32.{lane(i)} >> meta.out_shift) & meta.round_odd))) >> meta.out_shift);",
             f"meta.overflow = ({x} > {hi} || {x} < {lo}) ? 1w1 : meta.overflow;",
             f"hdr.lanes{bits}.{lane(i)} = ({x} > {hi}) ? {bits}w{hi} "
             f": (({x} < {lo}) ? {bits}w{1 << (bits - 1)} : meta.scratch_a[{bits - 1}:0]);",

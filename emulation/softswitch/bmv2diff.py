@@ -242,9 +242,9 @@ def run(
     binary = shutil.which(BINARY)
     if binary is None:
         raise FileNotFoundError(f"{BINARY} is not on PATH")
-    # BMv2 starts reading its pcap files after `wait` s: configuring must be done by then (a 5 MB
-    # JSON takes a few seconds to push on a busy machine, so bigger programs get longer)
-    wait = 3 + program.stat().st_size // 1_500_000 if configure else 1
+    # BMv2 starts reading its pcap files after `wait` s: configuring must be done by then (p4ina's 17 MB
+    # compact JSON took over 14 s to push and parse on a busy machine, so bigger programs get longer)
+    wait = 3 + program.stat().st_size // 400_000 if configure else 1
     with tempfile.TemporaryDirectory(prefix="p4ina-bmv2-") as tmp:
         d = Path(tmp)
         all_ports = sorted({p for p, _ in traffic} | (ports or set()))

@@ -59,11 +59,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.in_shift = in_shift;
     }
 
-    // The rounding term of a right shift by meta.out_shift (0 for no shift).
+    // The rounding terms of a right shift by meta.out_shift (0 for no shift): to nearest, ties to even.
     action set_rounding() {
         meta.round_add = 0;
+        meta.round_odd = 0;
         if (meta.out_shift != 0) {
-            meta.round_add = (bit<32>)1 << (meta.out_shift - 1);
+            meta.round_add = ((bit<32>)1 << (meta.out_shift - 1)) - 1;
+            meta.round_odd = 1;
         }
     }
 

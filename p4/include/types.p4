@@ -85,7 +85,8 @@ struct metadata_t {
     bit<8> state;
     bit<32> keep;       // 0 to overwrite a cell's lanes (new round), all ones to add to them
     bit<8> out_shift;   // right shift applied when narrowing the lanes of an outgoing packet
-    bit<32> round_add;  // 2^(out_shift - 1): the shift rounds to nearest instead of down
+    bit<32> round_add;  // 2^(out_shift - 1) - 1, and round_odd 1 (0 for no shift): the shift rounds to nearest,
+    bit<32> round_odd;  // ties to even (unbiased: a tree rounds its partial sums at every level)
     // End-to-end check (the agg header's checksum): sums are linear, so a cell's accumulated checksum
     // equals its lanes' sum plus fan_in x salt; one packet's checksum is its lanes' sum plus salt.
     bit<32> salt;

@@ -178,7 +178,9 @@ def test_refusals_write_nothing(ctl: Controller) -> None:
 
 def _contribution(src_ip: str, job_id: int, slot: int, value: int) -> bytes:
     """Ethernet/IPv4/UDP/agg/NUM_LANES int32 lanes from src to the aggregation address (docs/DESIGN.md)."""
-    payload = AGG.pack_header(op=AGG.ops["OP_CONTRIB"], elem_type=AGG.elem_types["ELEM_INT32"], job_id=job_id, slot=slot, epoch=1) + struct.pack(f">{AGG.num_lanes}i", *([value] * AGG.num_lanes))
+    checksum = AGG.checksum(value * AGG.num_lanes, slot * AGG.num_lanes, job_id, 1)  # the lane checksum (DESIGN)
+    payload = AGG.pack_header(op=AGG.ops["OP_CONTRIB"], elem_type=AGG.elem_types["ELEM_INT32"], job_id=job_id, slot=slot,
+                              offset=slot * AGG.num_lanes, epoch=1, checksum=checksum) + struct.pack(f">{AGG.num_lanes}i", *([value] * AGG.num_lanes))
     udp = struct.pack(">HHHH", AGG.udp_port, AGG.udp_port, 8 + len(payload), 0) + payload
     ip = bytearray(struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, ipaddress.IPv4Address(src_ip).packed, ipaddress.IPv4Address("10.255.255.254").packed))
     words = sum(struct.unpack(">10H", bytes(ip)))

@@ -97,3 +97,17 @@ def test_cli_tiny_run_prints_the_table_and_writes_the_folder(tmp_path: Path, lea
     assert env["backend"]["name"] == "embedded" and env["program"]["bmv2_json_sha256"]
     assert env["shaping"]["burst_bytes"] == 1514
     assert abs(int(env["shaping"]["tc_class"]["burst"].rstrip("b")) - 1514) <= 15  # tc stores it in time units
+
+
+def test_link_delay_is_on_the_path_of_every_method(tmp_path: Path, leak_check: None) -> None:
+    """Without netem the embedded switches hold each link's delay: every method takes at least its chain of
+    hops' delay (T_path; a lower bound only, so a loaded machine cannot fail it), and the in-network tree's
+    chain of hops is shorter than the ring's 2(N-1) steps."""
+    cfg = ExperimentConfig(**TINY, sizes=(1024,), methods=("inc-int32", "ring", "tree"), reps=2, warmup=1,
+                           shape=LinkShape(bw_mbps=100, delay_ms=10), results_root=tmp_path)
+    summary = report.summary_of(run_experiment(cfg, out_dir=tmp_path / "run"))
+    pts = {p["method"]: p for p in summary["points"]}
+    for p in pts.values():
+        assert p["ok"], p["problems"]
+        assert p["t_path_s"] > 0 and p["t_over_path"] >= 1.0, (p["method"], p["t_path_s"], p["median_latency_s"])
+    assert pts["inc-int32"]["t_path_s"] < pts["tree"]["t_path_s"] < pts["ring"]["t_path_s"]

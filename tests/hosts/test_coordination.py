@@ -124,3 +124,44 @@ def test_workload_is_deterministic_and_digest_tracks_values() -> None:
     assert result_digest(a) == result_digest(a.copy()) != result_digest(a + 1)
     with pytest.raises(ValueError, match="unknown input kind"):
         workload.make_input("cats", 1, 0)
+
+
+def test_a_barrier_the_server_decides_gives_every_rank_the_same_verdict(tmp_path: Path) -> None:
+    seen: list[tuple[str, list[Any]]] = []
+
+    def decide(tag: str, values: list[Any]) -> Any:
+        seen.append((tag, values))
+        if tag == "boom":
+            raise RuntimeError("no tree left")
+        return {"job": 7, "ranks": len(values)} if tag.startswith("failover-") else None
+
+    with CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", 3, timeout_s=10, decide=decide) as server:
+        clients = [CoordinatorClient(server.address, r, 3) for r in range(3)]
+        try:
+            out = in_threads(3, lambda r: clients[r].decided_exchange("failover-1-0", {"rank": r}))
+            assert [o[2] for o in out] == [{"job": 7, "ranks": 3}] * 3
+            assert all(o[0] == [{"rank": 0}, {"rank": 1}, {"rank": 2}] for o in out)
+            assert [t for t, _ in seen] == ["failover-1-0"]  # decided once, by the last arrival
+            plain = in_threads(3, lambda r: clients[r].decided_exchange("step-2", r))
+            assert [o[2] for o in plain] == [None] * 3
+            failed = in_threads(3, lambda r: clients[r].decided_exchange("boom", r))
+            assert all(o[2] == {"error": "RuntimeError: no tree left"} for o in failed)
+        finally:
+            for c in clients:
+                c.close()
+
+
+def test_ask_is_answered_at_once_without_the_other_ranks(tmp_path: Path) -> None:
+    with CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", 3, timeout_s=10,
+                           ask=lambda topic, rank, value: {"topic": topic, "rank": rank, "value": value}) as server:
+        client = CoordinatorClient(server.address, 1, 3)
+        try:
+            assert client.ask("stall", 5) == {"topic": "stall", "rank": 1, "value": 5}
+        finally:
+            client.close()
+    with CoordinatorServer(f"unix:{tmp_path / 'd.sock'}", 2, timeout_s=10) as server:
+        client = CoordinatorClient(server.address, 0, 2)
+        try:
+            assert client.ask("stall") is None  # nobody answers: the worker treats its tree as dead
+        finally:
+            client.close()

@@ -22,10 +22,14 @@ WIDTH_CASES = [
 
 
 def switch_sum(contributions: list[np.ndarray], result_type: int, shift: int) -> tuple[np.ndarray, bool]:
-    """What the switch computes (DESIGN.md): int32 saturating sum, rounding arithmetic shift, saturating narrow."""
+    """What the switch computes (DESIGN.md): int32 saturating sum, arithmetic shift rounding to nearest with ties
+    to even (the rounding terms added saturating), saturating narrow."""
     total = np.sum([c.astype(np.int64) for c in contributions], axis=0)
     overflow = bool((total > 2**31 - 1).any() or (total < -(2**31)).any())
-    total = np.clip(np.clip(total, -(2**31), 2**31 - 1) + ((1 << shift) >> 1), -(2**31), 2**31 - 1) >> shift
+    total = np.clip(total, -(2**31), 2**31 - 1)
+    if shift:
+        terms = ((1 << (shift - 1)) - 1) + ((total >> shift) & 1)
+        total = np.clip(total + terms, -(2**31), 2**31 - 1) >> shift
     bits = qz.ELEM_BITS[result_type]
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
     overflow |= bool((total > hi).any() or (total < lo).any())

@@ -55,3 +55,21 @@ def test_packets_may_not_outgrow_bmv2s_headroom() -> None:
         fxp.check_growth(16, 8, 32, 0)
     with pytest.raises(fxp.FixedPointConfigError, match="partial sums"):
         fxp.check_growth(300, 8, 8, fxp.default_shift(300, 8, 8))
+
+
+def test_the_switches_shift_rounds_to_nearest_with_ties_to_even() -> None:
+    import numpy as np
+
+    for shift in range(0, 6):
+        for x in range(-200, 201):
+            exact = x / (1 << shift)
+            got = fxp.shift_even(x, shift)
+            assert abs(got - exact) <= 0.5, (x, shift)
+            if abs(got - exact) == 0.5:
+                assert got % 2 == 0, (x, shift)  # a tie goes to the even neighbour
+            assert got <= fxp.round_shift(abs(x), shift) and -got <= fxp.round_shift(abs(x), shift)
+    # numpy arrays alike, and unbiased: the mean error over every residue is zero (halves up would give +1/4 unit)
+    xs = np.arange(-4096, 4096, dtype=np.int64)
+    assert np.array_equal(fxp.shift_even(xs, 1), [fxp.shift_even(int(v), 1) for v in xs])
+    for shift in (1, 2, 3):
+        assert (fxp.shift_even(xs, shift) - xs / (1 << shift)).mean() == 0.0

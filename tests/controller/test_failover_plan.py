@@ -1,0 +1,84 @@
+"""Planning around failed switches: another root or branch where the fat-tree has one, names where it has not."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.fattree import fat_tree
+from controller.leafspine import leaf_spine
+from controller.planner import HostsCutOffError, JobDoesNotFitError, JobSpec, PlanError, plan_job
+from controller.routing import all_route_entries, lookup
+from controller.state import State
+from tests.controller.test_planner import check_plan
+
+K4 = fat_tree(4)
+ALL16 = JobSpec.make(3, [h.name for h in K4.hosts])
+
+
+def tree_switches(plan) -> set[str]:  # type: ignore[no-untyped-def]
+    return {sp.switch for sp in plan.switches}
+
+
+@pytest.mark.parametrize("tier", [1, 2])
+def test_the_16_host_job_survives_any_aggregation_or_core_switch(tier: int) -> None:
+    first = plan_job(K4, ALL16)
+    for victim in sorted(tree_switches(first)):
+        if K4.switch(victim).tier != tier:
+            continue
+        again = plan_job(K4, ALL16, installs={sp.switch: 1 for sp in first.switches}, exclude={victim})
+        check_plan(K4, again)
+        assert victim not in tree_switches(again)
+        # every switch the old tree also used gets a new token: its cells start afresh
+        for sp in again.switches:
+            if sp.switch in tree_switches(first):
+                assert sp.token != first.on(sp.switch).token
+
+
+def test_a_failed_edge_switch_names_the_hosts_it_cuts_off() -> None:
+    with pytest.raises(HostsCutOffError, match=r"edge switch e1 is down, cutting off h1, h2") as info:
+        plan_job(K4, ALL16, exclude={"e1"})
+    assert info.value.cut == {"e1": ("h1", "h2")}
+
+
+def test_no_tree_left_is_refused_with_the_failed_switch_named() -> None:
+    topo = leaf_spine(2, 1, 2)
+    spec = JobSpec.make(1, [h.name for h in topo.hosts])
+    assert plan_job(topo, spec).root == "s1"
+    with pytest.raises(JobDoesNotFitError, match="without s1"):
+        plan_job(topo, spec, exclude={"s1"})
+    with pytest.raises(PlanError, match="unknown switch"):
+        plan_job(topo, spec, exclude={"nope"})
+
+
+def test_routes_avoid_a_failed_switch() -> None:
+    victim = "c1"
+    live = K4.without({victim})
+    assert victim not in {s.name for s in live.switches} and len(live.hosts) == 16
+    entries = all_route_entries(live)
+    # every switch still reaches every host, and no next hop leads to the failed core
+    for sw in live.switches:
+        to_victim = {nb.port for nb in K4.switch_neighbors(sw.name) if nb.peer == victim}
+        for h in live.hosts:
+            for flow in range(8):
+                port = lookup(entries[sw.name], h.ip, flow)
+                assert port is not None and port not in to_victim
+
+
+def test_failed_switches_survive_the_state_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    st = State(tmp_path / "s.json")
+    st.failed = {"a3", "c1"}
+    st.save()
+    assert State.load(tmp_path / "s.json").failed == {"a3", "c1"}
+
+
+def test_a_switch_whose_p4runtime_refuses_connections_is_unreachable() -> None:
+    import socket
+
+    from controller.fabric import Fabric
+
+    with socket.socket() as s:  # a port nobody listens on: a killed switch process
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    topo = leaf_spine(2, 1, 1).with_grpc({"s1": f"127.0.0.1:{port}"})
+    with Fabric(topo, None) as fabric:
+        assert fabric.unreachable(["s1", "l1"], timeout=1.0) == {"s1"}  # l1 has no address: not probed, not dead

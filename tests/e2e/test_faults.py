@@ -1,0 +1,51 @@
+"""End to end in Mininet: a switch killed mid all-reduce is survived, loss and register bit flips leave every sum
+exact, an edge failure is reported by name (emulation.faults, short version on a 4-switch leaf-spine)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulation.faults import FaultsConfig, run_faults
+from tests.e2e.conftest import REPO
+
+pytestmark = pytest.mark.mininet
+
+
+def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
+    # 2 leaves x 2 spines: the root spine dies, the other spine takes the job
+    cfg = FaultsConfig(topology="leaf-spine:2x2x2", hosts=4, size=4096, reps=2, loss_rates=(0.01, 0.05), sdc_flips=5,
+                       results_root=tmp_path)
+    result = run_faults(cfg, out_dir=tmp_path / "run")
+    s = result.summary
+    assert not s["problems"], s["problems"]
+    assert s["lossless"]["exact"]
+    for rate, point in s["loss"].items():
+        assert point["exact"] and not point["errors"], (rate, point)
+        assert point["latency_over_lossless"] > 0
+    assert s["loss"]["5%"]["retransmissions"] > 0
+    f = s["switch_failure"]
+    assert f["exact"] and f["later_exact"] and f["later_on_new_tree"], f
+    assert f["victim"] == f["old_root"] != f["new_root"]
+    assert f["recovery_s"] > f["first_detected_s"] > 0 and 0 < f["redone_chunks"] <= f["chunks"]
+    assert f["detect_bound_s"] >= f["failure_timeout_s"] >= cfg.failure_min_s
+    e = s["edge_failure"]
+    assert e["reported"], e
+    assert f"edge switch {e['switch']} is down, cutting off {', '.join(e['hosts'])}" in e["message"]
+    d = s["sdc"]
+    assert d["exact"] and d["injected"] == cfg.sdc_flips and d["detected"] >= d["injected"], d
+    assert s["ok"]
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for key in ("recovery_s", "exact", "detect_bound_s"):
+        assert key in saved["switch_failure"]
+    assert (tmp_path / "run" / "faults.png").stat().st_size > 0
+
+
+def test_faults_cli_refuses_a_bad_loss_rate(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "emulation", "--experiment", "faults", "--loss-rates", "150",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2 and "fractions in (0, 1)" in done.stderr, done.stderr
