@@ -262,8 +262,8 @@ def run(
             if configure is not None:
                 if p4info is None:
                     raise ValueError("configuring BMv2 needs the program's P4Info")
-                # BMv2 parses the JSON given on its command line before its gRPC server listens (p4ina.json:
-                # 55 MB, over 15 s on a busy machine): as long to come up as the pcap wait
+                # BMv2 parses the JSON given on its command line before its gRPC server listens (p4ina.json
+                # took over 15 s on a busy machine): as long to come up as the pcap wait
                 client = P4RuntimeWriter(addr, p4info, ready_timeout=max(15.0, float(wait)))
                 started = time.monotonic()  # its pcap wait runs from about now, after that parse
                 client.set_pipeline(program.read_bytes())
