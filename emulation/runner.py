@@ -86,8 +86,18 @@ def timeouts(config: ExperimentConfig) -> dict[str, float]:
     rtt = 2 * MAX_HOPS * (config.shape.delay_ms or 0.0) / 1e3
     inc_window = config.slots * AGG.frame_bytes(AGG.elem_types["ELEM_INT32"]) * 8 / bw
     ring_window = config.ring_window * 1514 * 8 / bw
-    # 0.5 s floor: with Python switches and agents sharing two cores, a round trip under load can take 0.2 s
-    return {"inc": max(0.5, 3 * inc_window + 2 * rtt), "ring": max(0.5, 3 * ring_window + 2 * rtt)}
+    # 0.5 s floor: with Python switches and agents sharing two cores, a round trip under load can take 0.2 s.
+    # Host methods: as many full windows as can queue on one host link at once (a ring rank hears from one
+    # peer; a hier leader from its members and its ring neighbour; a double-binary-tree rank from its two
+    # children in one tree and its parent in the other): with the ring's floor the tree resent ~5000 frames
+    # of a 128K all-reduce at 2 Mbit/s, all spurious (no loss configured).
+    out = {"inc": max(0.5, 3 * inc_window + 2 * rtt)}
+    for family, windows in WINDOWS_PER_LINK.items():
+        out[family] = max(0.5, 3 * windows * ring_window + 2 * rtt)
+    return out
+
+
+WINDOWS_PER_LINK = {"ring": 1, "hier": 2, "tree": 3}
 
 
 def method_order(config: ExperimentConfig, hosts: int, size: int, rep: int) -> list[str]:
@@ -263,7 +273,8 @@ class Runner:
         self.step += 1
         step = self.step
         cmd: dict[str, Any] = {"method": m.name, "size": size, "iteration": rep, "input": cfg.input_kind, "seed": cfg.seed,
-                               "checker": 0, "ring": {"window": cfg.ring_window, "timeout_s": self.tmo["ring"]}}
+                               "checker": 0, "ring": {"window": cfg.ring_window,
+                                                      "timeout_s": self.tmo.get(m.family, self.tmo["ring"])}}
         if job is not None:
             cmd["job"] = job
         server.post(step, cmd)
