@@ -242,9 +242,10 @@ def run(
     binary = shutil.which(BINARY)
     if binary is None:
         raise FileNotFoundError(f"{BINARY} is not on PATH")
-    # BMv2 starts reading its pcap files after `wait` s: configuring must be done by then (p4ina's 17 MB
-    # compact JSON took over 14 s to push and parse on a busy machine, so bigger programs get longer)
-    wait = 3 + program.stat().st_size // 400_000 if configure else 1
+    # BMv2 starts reading its pcap files `wait` s after it parsed the JSON on its command line (we time it
+    # from its gRPC server's first answer): pushing the pipeline and configuring must be done by then (p4ina's
+    # 17 MB compact JSON: 14 s was too short on a busy machine, 46 s made every p4ina run take a minute)
+    wait = 3 + program.stat().st_size // 800_000 if configure else 1
     with tempfile.TemporaryDirectory(prefix="p4ina-bmv2-") as tmp:
         d = Path(tmp)
         all_ports = sorted({p for p, _ in traffic} | (ports or set()))
@@ -263,8 +264,8 @@ def run(
                 if p4info is None:
                     raise ValueError("configuring BMv2 needs the program's P4Info")
                 # BMv2 parses the JSON given on its command line before its gRPC server listens (p4ina.json
-                # took over 15 s on a busy machine): as long to come up as the pcap wait
-                client = P4RuntimeWriter(addr, p4info, ready_timeout=max(15.0, float(wait)))
+                # took over 15 s on a busy machine): allow it a minute, or twice the pcap wait
+                client = P4RuntimeWriter(addr, p4info, ready_timeout=max(60.0, 2.0 * wait))
                 started = time.monotonic()  # its pcap wait runs from about now, after that parse
                 client.set_pipeline(program.read_bytes())
                 configure(client)

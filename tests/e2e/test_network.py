@@ -142,16 +142,24 @@ def test_ctrl_c_tears_the_network_down(tmp_path: Path, leak_check: None) -> None
 
 
 def test_delay_and_loss_use_netem_or_are_refused_by_name(tmp_path: Path, leak_check: None) -> None:
-    """Mininet skips a netem qdisc the kernel lacks without a word; we must not report a lossless run as lossy."""
+    """Mininet skips a netem qdisc the kernel lacks without a word; we must not report a lossless run as lossy.
+    Without netem, the embedded switches hold the delay and a BPF filter drops; BMv2 has no delay stage."""
     shape = LinkShape(bw_mbps=10, delay_ms=1, loss_pct=1)
-    net = EmulatedNetwork(leaf_spine(1, 1, 1), NetworkConfig(run_dir=tmp_path, backend="embedded", shape=shape))
     if netem_missing():
-        with pytest.raises(NetworkError, match="netem"):
-            net.start()
-        net.stop()
-    else:
-        with net:
-            assert "netem" in net.host("h1").cmd("tc qdisc show dev " + net.host_iface("h1"))
+        bmv2 = EmulatedNetwork(leaf_spine(1, 1, 1), NetworkConfig(run_dir=tmp_path / "b", backend="bmv2", shape=shape))
+        try:
+            with pytest.raises(NetworkError, match="netem"):
+                bmv2.start()
+        finally:
+            bmv2.stop()
+    with EmulatedNetwork(leaf_spine(1, 1, 1), NetworkConfig(run_dir=tmp_path, backend="embedded", shape=shape)) as net:
+        qdiscs = net.host("h1").cmd("tc qdisc show dev " + net.host_iface("h1"))
+        if netem_missing():
+            assert "netem" not in qdiscs
+            cmd = " ".join(net.switches[0].command())
+            assert "--egress-delay 1=1" in cmd and "--ingress-delay 1=1" in cmd, cmd
+        else:
+            assert "netem" in qdiscs
 
 
 def test_loss_without_netem_drops_on_both_ends_of_every_link(tmp_path: Path, leak_check: None) -> None:
