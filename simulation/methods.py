@@ -19,11 +19,11 @@ semantics (hosts/methods.py): inc-int32, inc-int16, inc-int8, ring, ring-bf16, h
   sends the result back to its members; the three stages are pipelined chunk by chunk, so they overlap;
 - tree: NCCL's double binary tree as hosts/tree.py builds it (the second tree the first shifted by one
   position), each tree carrying S/2, reduce and broadcast pipelined in chunks;
-- inc-int32 / inc-int16 / inc-int8: in-network aggregation on the planner's tree with wire format v2
-  (params.IncFrames): hosts send int32/int16/int8 lanes, the switches sum in int32, inner switches send
-  partial sums up as int16 when the job's sum fits (else int32), the root narrows the sum back to the
-  method's lanes, and every slot opens with one exponent round (header-only frames up and down) before its
-  data rounds; switches aggregate at line rate unless the preset gives them a per-packet cost, and the
+- inc-int32 / inc-int16 / inc-int8: in-network aggregation on the planner's tree with wire format v2.1
+  (params.IncFrames): hosts send int32/int16/int8 lanes, the switches sum in int32, every level shifts its
+  sums right by the bits its additions gained (rounding ties to even) so the partial sums sent up stay as
+  narrow as the lanes, the root sends the method's lanes down, and every slot opens with one exponent round
+  (header-only frames up and down) before its data rounds; switches aggregate at line rate unless the preset gives them a per-packet cost, and the
   window is the job's aggregation slots.
 Simulation-only methods (no emulation counterpart):
 - ring-addr: the ring in address order (the order the scheduler gave the GPUs): what reordering buys;
@@ -480,7 +480,7 @@ class TreeMeasure:
 
 
 def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames, m: TreeMeasure) -> float:
-    """One in-network all-reduce (wire format v2): every slot's exponent round, then its data rounds.
+    """One in-network all-reduce (wire format v2.1): every slot's exponent round, then its data rounds.
 
     The job's window (`tree.window` slots) holds that many packets in flight.  Each slot opens with one
     exponent round (header-only frames up and down), then carries data rounds, one chunk of `lanes`

@@ -259,7 +259,7 @@ class Evaluation:
             assert fs.rates is not None
             m = _tree_measure(self.fabric, ph.tree, fs.rates[ph.flows[0]:ph.flows[1]], fs.rates[ph.down[0]:ph.down[1]],
                               ph.tree.edges())
-            return inc_phase_time(p, ph.tree, data / 4, IncFrames.of(LANES[method], len(ph.tree.gpus)), m)
+            return inc_phase_time(p, ph.tree, data / 4, IncFrames.of(LANES[method], len(ph.tree.gpus), ph.tree.balanced), m)
         if ph.kind == "pipe":
             return self._pipe_time(ph, size, first)
         if ph.kind == "tree":
@@ -347,7 +347,7 @@ class Evaluation:
             if ph.kind == "inc":
                 assert ph.tree is not None and ph.down is not None
                 tree = ph.tree
-                fr = IncFrames.of(LANES[plan.method], len(tree.gpus))
+                fr = IncFrames.of(LANES[plan.method], len(tree.gpus), tree.balanced)
                 packets = math.ceil(size * ph.share / 4 / agg_elements())
                 slots = min(max(1, tree.window), packets) if p.exponent_rounds else 0
                 members = set(tree.gpus)

@@ -81,9 +81,15 @@ class IncFrames:
     """The frames of one in-network job (wire format v2.1): hosts send `lanes`-wide contributions, the switches
     sum in int32, inner switches send partial sums up as `partial` lanes, the root narrows the sum back to
     `lanes` with the job's default shift, and every slot opens with an exponent round (header-only frames up
-    and down: SwitchML's in-band per-block exponent agreement). Narrow partial sums stay as narrow as the
-    lanes on every level: each level of the planner's balanced trees shifts its sums right by the bits its
-    additions gained (controller.planner._shifts), so `partial` is `lanes`."""
+    and down: SwitchML's in-band per-block exponent agreement).
+
+    On a balanced tree (every member at the same depth: the planner's trees on fat-trees and leaf-spines, the
+    structural ones on Clos fabrics) narrow partial sums stay as narrow as the lanes on every level: each level
+    shifts its sums right by the bits its additions gained (controller.planner._shifts), so `partial` is
+    `lanes`.  On an unbalanced tree (a Dragonfly+ job over several groups: the root spine's own leaves are one
+    level closer than the other groups' spines) the planner cannot shift by levels and keeps the partial sums
+    unshifted, as wide as wireformat.fixedpoint.partial_bits says (int16 for int8 lanes of up to 256
+    workers, else int32)."""
 
     lanes: str
     partial: str
@@ -93,11 +99,15 @@ class IncFrames:
     exponent: int  # bytes of an exponent-round frame, both ways
 
     @classmethod
-    def of(cls, lanes: str, workers: int) -> IncFrames:
+    def of(cls, lanes: str, workers: int, balanced: bool = True) -> IncFrames:
         if workers < 1:
             raise ValueError(f"an in-network job needs at least one worker, got {workers}")
-        fxp.bits_of(lanes)  # refuses an unknown lane type by name
-        return cls(lanes, lanes, agg_frame(lanes), agg_frame(lanes), agg_frame(lanes), EXPONENT_FRAME)
+        bits = fxp.bits_of(lanes)  # refuses an unknown lane type by name
+        partial = lanes
+        if not balanced and bits < 32:
+            shift = fxp.default_shift(workers, bits, bits)
+            partial = {32: "int32", 16: "int16"}[fxp.partial_bits(workers, bits, bits, shift)]
+        return cls(lanes, partial, agg_frame(lanes), agg_frame(partial), agg_frame(lanes), EXPONENT_FRAME)
 
 
 @dataclass(frozen=True)
