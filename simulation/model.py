@@ -366,7 +366,7 @@ class Evaluation:
     def times(self, plan: Plan, size: int) -> float:
         total = 0.0
         parallel: list[float] = []  # the trees of hier-inc run side by side and end together
-        credit = self.preset.link_burst_bytes  # a shaped link's token bucket, full at the start of the all-reduce
+        credit = self.preset.credit_bytes(self.preset.host_frame)  # a shaped link's token bucket, full at the start
         for i, ph in enumerate(plan.phases):
             t = self.phase_time(plan.method, ph, size, first=i == 0, credit=credit)
             if ph.kind == "ring" and credit > 0:  # the same edges in every ring phase: what is left carries over

@@ -57,11 +57,12 @@ EMU_ACK_EVERY = int(_TRANSPORT["ack_every"])
 EMU_ACK_DELAY = float(_TRANSPORT["ack_delay_s"])
 EMU_ACK_OVERHEAD = FRAME_OVERHEAD + ACK_HDR.size
 EMU_ACK_ENTRY = ACK_ENTRY.itemsize
-# The emulation's shaped links (emulation/shaping.py): HTB at the link rate with a one-frame burst, and HTB
-# sends a frame whenever its bucket is not negative, so a link passes at most burst + one frame beyond its
-# rate: two full frames (1514 B each) on credit at the start of an all-reduce.
+# The emulation's shaped links (emulation/shaping.py): HTB at the link rate with a one-frame burst (1514 B), and
+# HTB sends a frame whenever its bucket is not negative, so a link passes at most its burst plus the frame that
+# takes the bucket below zero beyond its rate (Preset.credit_bytes): two full frames for the host methods' MTU
+# datagrams, less for the in-network methods' narrower frames.
 EMU_FULL_FRAME = FRAME_OVERHEAD + MAX_UDP_PAYLOAD
-EMU_LINK_CREDIT = 2.0 * EMU_FULL_FRAME
+EMU_LINK_BURST = float(EMU_FULL_FRAME)
 ELEM_CODES = {"int32": AGG.elem_types["ELEM_INT32"], "int16": AGG.elem_types["ELEM_INT16"], "int8": AGG.elem_types["ELEM_INT8"]}
 EXPONENT_FRAME = AGG.frame_bytes(AGG.elem_types["ELEM_NONE"])  # a slot's first round: header only, no lanes
 
@@ -139,7 +140,7 @@ class Preset:
     switch_agg_latency: float = 0.0  # s an aggregating switch adds to a packet's trip (not a throughput limit)
     host_byte_cost: float = 0.0  # s per byte of one pass over memory: a reduction, or staging data in or out
     emulator_cores: float = 0.0  # > 0: hosts and switches are processes sharing this many cores (an emulator)
-    link_burst_bytes: float = 0.0  # a shaped link's token bucket: an all-reduce's first bytes pass at once (tc)
+    link_burst_bytes: float = 0.0  # a shaped link's token bucket (tc's burst): an all-reduce's first bytes pass at once
     barrier_cost: float = 0.0  # s per rank and call (the emulation: waking the agents, waiting for the slowest of them)
     start_cost: float = 0.0  # s per call before the first packet leaves (the emulation: a Python call on a shared machine)
     # protocol sizes
@@ -208,6 +209,16 @@ class Preset:
                 batch = float(batch)
         return self.ack_overhead / batch + self.ack_entry
 
+    def credit_bytes(self, frame: float) -> float:
+        """Bytes a shaped link with a full bucket passes at once when it sends frames of `frame` bytes: the
+        burst, and the frame that takes the bucket below zero (HTB charges a frame after sending it); 0 unshaped."""
+        return self.link_burst_bytes + frame if self.link_burst_bytes > 0 else 0.0
+
+    @property
+    def host_frame(self) -> int:
+        """Bytes on the wire of a full data frame of the host-based methods."""
+        return self.mtu_payload + self.frame_overhead
+
     def frames(self, data: float) -> int:
         return math.ceil(data / self.mtu_payload) if data > 0 else 0
 
@@ -223,8 +234,8 @@ class Preset:
         return cls(**d)
 
 
-# The emulation's default (`make emulate`): k=4 fat-tree, every link shaped to 1 Mbit/s by tc (HTB, two frames of
-# credit), Python host agents and the Python embedded switch on the machine's two cores.  The costs are the
+# The emulation's default (`make emulate`): k=4 fat-tree, every link shaped to 1 Mbit/s by tc (HTB, a one-frame
+# burst), Python host agents and the Python embedded switch on the machine's two cores.  The costs are the
 # calibration's fit to the committed results folder (tests/sim/data/emulation-k4, `p4ina simulate --calibrate`):
 # 0.46 ms of host software per step of a host method, 1.6 us per lane of a data packet in a switch (0.42 ms a
 # 256-lane packet: the embedded switch's work is in its lanes) and 0.047 ms per forwarded packet, next to
@@ -236,7 +247,7 @@ EMULATION = Preset(
     description="make emulate: k=4 fat-tree, 1 Mbit/s tc-shaped links, Python hosts and embedded switch on 2 cores",
     nic_bw=mbit(1.0), fabric_bw=mbit(1.0), cable_latency=0.0, switch_latency=0.0,
     step_overhead=0.455e-3, host_packet_cost=4.9e-6, switch_packet_cost=19e-6, switch_lane_cost=1.62e-6,
-    switch_forward_cost=47e-6, switch_agg_latency=7.6e-6, emulator_cores=2.0, link_burst_bytes=EMU_LINK_CREDIT,
+    switch_forward_cost=47e-6, switch_agg_latency=7.6e-6, emulator_cores=2.0, link_burst_bytes=EMU_LINK_BURST,
     start_cost=3.47e-3 + 4.6e-3, barrier_cost=22e-6,
     ack_every=EMU_ACK_EVERY, ack_delay=EMU_ACK_DELAY, ack_overhead=EMU_ACK_OVERHEAD, ack_entry=EMU_ACK_ENTRY,
     pipeline_chunk=EMU_RING_PAYLOAD, routing="ecmp",
