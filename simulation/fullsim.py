@@ -90,7 +90,7 @@ def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
             plat.route(c, par, adjacent=True)
             plat.route(par, c, adjacent=True)
         packets = math.ceil(size / 4 / agg_elements())
-        frames = IncFrames.of(LANES[method], len(tree.gpus))
+        frames = IncFrames.of(LANES[method], len(tree.gpus), tree.balanced)
         spec = plat.spec({"name": "inc", "root": tree.root, "parent": [[c, q] for c, q in tree.parent.items()],
                           "gpus": list(tree.gpus), "packets": packets, "up": frames.host_up, "up_switch": frames.switch_up,
                           "down": frames.down, "exponent": frames.exponent, "exp_rounds": min(tree.window, packets),

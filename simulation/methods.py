@@ -19,11 +19,11 @@ semantics (hosts/methods.py): inc-int32, inc-int16, inc-int8, ring, ring-bf16, h
   sends the result back to its members; the three stages are pipelined chunk by chunk, so they overlap;
 - tree: NCCL's double binary tree as hosts/tree.py builds it (the second tree the first shifted by one
   position), each tree carrying S/2, reduce and broadcast pipelined in chunks;
-- inc-int32 / inc-int16 / inc-int8: in-network aggregation on the planner's tree with wire format v2
-  (params.IncFrames): hosts send int32/int16/int8 lanes, the switches sum in int32, inner switches send
-  partial sums up as int16 when the job's sum fits (else int32), the root narrows the sum back to the
-  method's lanes, and every slot opens with one exponent round (header-only frames up and down) before its
-  data rounds; switches aggregate at line rate unless the preset gives them a per-packet cost, and the
+- inc-int32 / inc-int16 / inc-int8: in-network aggregation on the planner's tree with wire format v2.1
+  (params.IncFrames): hosts send int32/int16/int8 lanes, the switches sum in int32, every level shifts its
+  sums right by the bits its additions gained (rounding ties to even) so the partial sums sent up stay as
+  narrow as the lanes, the root sends the method's lanes down, and every slot opens with one exponent round
+  (header-only frames up and down) before its data rounds; switches aggregate at line rate unless the preset gives them a per-packet cost, and the
   window is the job's aggregation slots.
 Simulation-only methods (no emulation counterpart):
 - ring-addr: the ring in address order (the order the scheduler gave the GPUs): what reordering buys;
@@ -339,7 +339,7 @@ class _Cost:
     def first(self, x: float) -> np.ndarray:  # the wire (or the CPU's turn), then the host's pass over the data
         # on a shaped link whose token bucket is full (the first use of a link in the all-reduce), a chunk
         # within the bucket's credit passes at once; the bandwidth bounds charge the credit once per link
-        wire = np.maximum(self.p.wire_bytes(x, self.rate) - self.p.link_burst_bytes, 0.0)
+        wire = np.maximum(self.p.wire_bytes(x, self.rate) - self.p.credit_bytes(self.p.host_frame), 0.0)
         return np.maximum(wire / self.rate, self.p.frames(x) * self.cpu) + x * self.byte
 
     def stream(self, x: float, rate: float) -> float:  # many chunks back to back: wire, CPU and host overlap
@@ -372,7 +372,7 @@ def ring_phase_time(p: Preset, steps: int, data: float, e: Edges, segments: Sequ
 
 def _burst_credit(p: Preset, wire: float, rate: float) -> float:
     """Time a shaped link's full token bucket saves at the start of an all-reduce (0 on real links)."""
-    return min(p.link_burst_bytes, wire) / rate if p.link_burst_bytes > 0 else 0.0
+    return min(p.credit_bytes(p.host_frame), wire) / rate if p.link_burst_bytes > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -480,7 +480,7 @@ class TreeMeasure:
 
 
 def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames, m: TreeMeasure) -> float:
-    """One in-network all-reduce (wire format v2): every slot's exponent round, then its data rounds.
+    """One in-network all-reduce (wire format v2.1): every slot's exponent round, then its data rounds.
 
     The job's window (`tree.window` slots) holds that many packets in flight.  Each slot opens with one
     exponent round (header-only frames up and down), then carries data rounds, one chunk of `lanes`
@@ -491,9 +491,12 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
       contribution and a result, the busiest switch, an emulator's shared cores), and
     - the busiest resource: every exponent and data packet's work on it (contributions on host links,
       partial sums between switches, results down; hosts; switches; an emulator's cores), then the rest
-      of the last packet's round trip.
+      of the last packet's round trip; or, as no data packet leaves before its slot's exponent round is
+      back, the first exponent round trip and then the data packets' own work on the resource they bind
+      (a few exponent rounds on an emulator's cores do not overlap the data's pacing on a shaped link).
 
-    On shaped links the token bucket's credit lets the first bytes of the bottleneck pass at once.
+    On shaped links the token bucket's credit (its burst and the frame that empties it) lets the first bytes of
+    the bottleneck pass at once.
     """
     if elements <= 0:
         return 0.0
@@ -526,7 +529,7 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     hops_d = hops_e + (2 * depth - 1) * lane_work
 
     def ser(frame: int, rate: float) -> float:  # a lone packet: within a full token bucket it passes at once
-        return max(frame - p.link_burst_bytes, 0.0) / rate
+        return max(frame - p.credit_bytes(frame), 0.0) / rate
 
     rtt_d = host_d + m.latency_up + m.latency_down + hops_d + ser(frames.host_up, m.rate_host_up) + ser(frames.down, m.rate_down)
     rtt_e = host_e + m.latency_up + m.latency_down + hops_e + 2 * ser(frames.exponent, slowest)
@@ -539,11 +542,21 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     cpu = {"hosts": slots * host_e + packets * host_d, "switch": slots * switch_e + packets * switch_d,
            "emulator": slots * emu_e + packets * emu_d}
     busiest = max(busy, key=busy.__getitem__)
-    credit = min(p.link_burst_bytes, slots * frames.exponent + (packets - 1) * size[busiest]) / rate[busiest]
+    credit = min(p.credit_bytes(size[busiest]), slots * frames.exponent + (packets - 1) * size[busiest]) / rate[busiest]
     # the busiest resource, and the part of the last packet's round trip it already counts
     work = {"link": (busy[busiest] - credit, ser(size[busiest], rate[busiest])), "hosts": (cpu["hosts"], host_d),
             "switch": (cpu["switch"], min(switch_d, hops_d)), "emulator": (cpu["emulator"], 0.0)}
     resources, counted = max(work.values())
+    if slots:
+        # no data packet leaves before its slot's exponent round is back: the data alone, on the resource
+        # that binds it (the busiest link on what is left of its credit), after the first exponent round trip
+        left = max(0.0, min(p.credit_bytes(size[busiest]), (packets - 1) * size[busiest]) - slots * frames.exponent) / rate[busiest]
+        data = {"link": (packets * size[busiest] / rate[busiest] - left, ser(size[busiest], rate[busiest])),
+                "hosts": (packets * host_d, host_d), "switch": (packets * switch_d, min(switch_d, hops_d)),
+                "emulator": (packets * emu_d, 0.0)}
+        d_work, d_counted = max(data.values())
+        if rtt_e + d_work - d_counted > resources - counted:
+            resources, counted = rtt_e + d_work, d_counted
     # the window: every round of the busiest slot is a round trip (its packets at the period; the first
     # ones on the bottleneck's credit)
     lead = max((last - 1) * period_d - credit, (last - 1) * max(host_d, switch_d, emu_d), 0.0)

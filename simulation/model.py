@@ -259,7 +259,7 @@ class Evaluation:
             assert fs.rates is not None
             m = _tree_measure(self.fabric, ph.tree, fs.rates[ph.flows[0]:ph.flows[1]], fs.rates[ph.down[0]:ph.down[1]],
                               ph.tree.edges())
-            return inc_phase_time(p, ph.tree, data / 4, IncFrames.of(LANES[method], len(ph.tree.gpus)), m)
+            return inc_phase_time(p, ph.tree, data / 4, IncFrames.of(LANES[method], len(ph.tree.gpus), ph.tree.balanced), m)
         if ph.kind == "pipe":
             return self._pipe_time(ph, size, first)
         if ph.kind == "tree":
@@ -347,7 +347,7 @@ class Evaluation:
             if ph.kind == "inc":
                 assert ph.tree is not None and ph.down is not None
                 tree = ph.tree
-                fr = IncFrames.of(LANES[plan.method], len(tree.gpus))
+                fr = IncFrames.of(LANES[plan.method], len(tree.gpus), tree.balanced)
                 packets = math.ceil(size * ph.share / 4 / agg_elements())
                 slots = min(max(1, tree.window), packets) if p.exponent_rounds else 0
                 members = set(tree.gpus)
@@ -366,7 +366,7 @@ class Evaluation:
     def times(self, plan: Plan, size: int) -> float:
         total = 0.0
         parallel: list[float] = []  # the trees of hier-inc run side by side and end together
-        credit = self.preset.link_burst_bytes  # a shaped link's token bucket, full at the start of the all-reduce
+        credit = self.preset.credit_bytes(self.preset.host_frame)  # a shaped link's token bucket, full at the start
         for i, ph in enumerate(plan.phases):
             t = self.phase_time(plan.method, ph, size, first=i == 0, credit=credit)
             if ph.kind == "ring" and credit > 0:  # the same edges in every ring phase: what is left carries over

@@ -57,11 +57,12 @@ EMU_ACK_EVERY = int(_TRANSPORT["ack_every"])
 EMU_ACK_DELAY = float(_TRANSPORT["ack_delay_s"])
 EMU_ACK_OVERHEAD = FRAME_OVERHEAD + ACK_HDR.size
 EMU_ACK_ENTRY = ACK_ENTRY.itemsize
-# The emulation's shaped links (emulation/shaping.py): HTB at the link rate with a one-frame burst, and HTB
-# sends a frame whenever its bucket is not negative, so a link passes at most burst + one frame beyond its
-# rate: two full frames (1514 B each) on credit at the start of an all-reduce.
+# The emulation's shaped links (emulation/shaping.py): HTB at the link rate with a one-frame burst (1514 B), and
+# HTB sends a frame whenever its bucket is not negative, so a link passes at most its burst plus the frame that
+# takes the bucket below zero beyond its rate (Preset.credit_bytes): two full frames for the host methods' MTU
+# datagrams, less for the in-network methods' narrower frames.
 EMU_FULL_FRAME = FRAME_OVERHEAD + MAX_UDP_PAYLOAD
-EMU_LINK_CREDIT = 2.0 * EMU_FULL_FRAME
+EMU_LINK_BURST = float(EMU_FULL_FRAME)
 ELEM_CODES = {"int32": AGG.elem_types["ELEM_INT32"], "int16": AGG.elem_types["ELEM_INT16"], "int8": AGG.elem_types["ELEM_INT8"]}
 EXPONENT_FRAME = AGG.frame_bytes(AGG.elem_types["ELEM_NONE"])  # a slot's first round: header only, no lanes
 
@@ -81,9 +82,15 @@ class IncFrames:
     """The frames of one in-network job (wire format v2.1): hosts send `lanes`-wide contributions, the switches
     sum in int32, inner switches send partial sums up as `partial` lanes, the root narrows the sum back to
     `lanes` with the job's default shift, and every slot opens with an exponent round (header-only frames up
-    and down: SwitchML's in-band per-block exponent agreement). Narrow partial sums stay as narrow as the
-    lanes on every level: each level of the planner's balanced trees shifts its sums right by the bits its
-    additions gained (controller.planner._shifts), so `partial` is `lanes`."""
+    and down: SwitchML's in-band per-block exponent agreement).
+
+    On a balanced tree (every member at the same depth: the planner's trees on fat-trees and leaf-spines, the
+    structural ones on Clos fabrics) narrow partial sums stay as narrow as the lanes on every level: each level
+    shifts its sums right by the bits its additions gained (controller.planner._shifts), so `partial` is
+    `lanes`.  On an unbalanced tree (a Dragonfly+ job over several groups: the root spine's own leaves are one
+    level closer than the other groups' spines) the planner cannot shift by levels and keeps the partial sums
+    unshifted, as wide as wireformat.fixedpoint.partial_bits says (int16 for int8 lanes of up to 256
+    workers, else int32)."""
 
     lanes: str
     partial: str
@@ -93,11 +100,15 @@ class IncFrames:
     exponent: int  # bytes of an exponent-round frame, both ways
 
     @classmethod
-    def of(cls, lanes: str, workers: int) -> IncFrames:
+    def of(cls, lanes: str, workers: int, balanced: bool = True) -> IncFrames:
         if workers < 1:
             raise ValueError(f"an in-network job needs at least one worker, got {workers}")
-        fxp.bits_of(lanes)  # refuses an unknown lane type by name
-        return cls(lanes, lanes, agg_frame(lanes), agg_frame(lanes), agg_frame(lanes), EXPONENT_FRAME)
+        bits = fxp.bits_of(lanes)  # refuses an unknown lane type by name
+        partial = lanes
+        if not balanced and bits < 32:
+            shift = fxp.default_shift(workers, bits, bits)
+            partial = {32: "int32", 16: "int16"}[fxp.partial_bits(workers, bits, bits, shift)]
+        return cls(lanes, partial, agg_frame(lanes), agg_frame(partial), agg_frame(lanes), EXPONENT_FRAME)
 
 
 @dataclass(frozen=True)
@@ -129,7 +140,7 @@ class Preset:
     switch_agg_latency: float = 0.0  # s an aggregating switch adds to a packet's trip (not a throughput limit)
     host_byte_cost: float = 0.0  # s per byte of one pass over memory: a reduction, or staging data in or out
     emulator_cores: float = 0.0  # > 0: hosts and switches are processes sharing this many cores (an emulator)
-    link_burst_bytes: float = 0.0  # a shaped link's token bucket: an all-reduce's first bytes pass at once (tc)
+    link_burst_bytes: float = 0.0  # a shaped link's token bucket (tc's burst): an all-reduce's first bytes pass at once
     barrier_cost: float = 0.0  # s per rank and call (the emulation: waking the agents, waiting for the slowest of them)
     start_cost: float = 0.0  # s per call before the first packet leaves (the emulation: a Python call on a shared machine)
     # protocol sizes
@@ -198,6 +209,16 @@ class Preset:
                 batch = float(batch)
         return self.ack_overhead / batch + self.ack_entry
 
+    def credit_bytes(self, frame: float) -> float:
+        """Bytes a shaped link with a full bucket passes at once when it sends frames of `frame` bytes: the
+        burst, and the frame that takes the bucket below zero (HTB charges a frame after sending it); 0 unshaped."""
+        return self.link_burst_bytes + frame if self.link_burst_bytes > 0 else 0.0
+
+    @property
+    def host_frame(self) -> int:
+        """Bytes on the wire of a full data frame of the host-based methods."""
+        return self.mtu_payload + self.frame_overhead
+
     def frames(self, data: float) -> int:
         return math.ceil(data / self.mtu_payload) if data > 0 else 0
 
@@ -213,21 +234,23 @@ class Preset:
         return cls(**d)
 
 
-# The emulation's default (`make emulate`): k=4 fat-tree, every link shaped to 1 Mbit/s by tc (HTB, two frames of
-# credit), Python host agents and the Python embedded switch on the machine's two cores.  The costs are the
-# calibration's fit to the committed results folder (tests/sim/data/emulation-k4, `p4ina simulate --calibrate`):
-# 0.46 ms of host software per step of a host method, 1.6 us per lane of a data packet in a switch (0.42 ms a
-# 256-lane packet: the embedded switch's work is in its lanes) and 0.047 ms per forwarded packet, next to
-# nothing per packet in a host agent beyond that; the per-call start is 3.5 ms plus the agents' median measured
-# wake-up after the barrier's release (4.6 ms).  Where a cost does not bind anywhere in the folder (e.g. the
-# switch's per-packet cost next to its lane cost) the fit leaves it near zero: read them together.
+# The emulation's default (`make emulate`'s bandwidth preset): k=4 fat-tree, every link shaped to 2 Mbit/s by tc
+# (HTB, a one-frame burst), Python host agents and the embedded switch (its C engine) on the machine's two cores.
+# The costs are the calibration's fit to the committed results folder (tests/sim/data/emulation-k4, `p4ina simulate
+# --calibrate`): 58 us per aggregation packet in a switch and 21 us per forwarded one, 15 us per packet in a host
+# agent, 0.24 ms of a switch hop's software latency, nothing per lane (the C engine) and nothing per step of a host
+# method beyond its packets; the per-call start is 3.7 ms plus the agents' median measured wake-up after the
+# barrier's release (4.4 ms), and 0.24 ms per rank.  On two shared cores the agents' and the switches' per-packet
+# work add up (the emulator's term), so the latencies alone do not tell them apart: the emulation's own CPU
+# counters put most of it in the agents.  Where a cost does not bind anywhere in the folder (e.g. the lane cost)
+# the fit leaves it near zero: read them together.
 EMULATION = Preset(
     name="emulation",
-    description="make emulate: k=4 fat-tree, 1 Mbit/s tc-shaped links, Python hosts and embedded switch on 2 cores",
-    nic_bw=mbit(1.0), fabric_bw=mbit(1.0), cable_latency=0.0, switch_latency=0.0,
-    step_overhead=0.455e-3, host_packet_cost=4.9e-6, switch_packet_cost=19e-6, switch_lane_cost=1.62e-6,
-    switch_forward_cost=47e-6, switch_agg_latency=7.6e-6, emulator_cores=2.0, link_burst_bytes=EMU_LINK_CREDIT,
-    start_cost=3.47e-3 + 4.6e-3, barrier_cost=22e-6,
+    description="make emulate: k=4 fat-tree, 2 Mbit/s tc-shaped links, Python hosts and the embedded switch (C engine) on 2 cores",
+    nic_bw=mbit(2.0), fabric_bw=mbit(2.0), cable_latency=0.0, switch_latency=0.0,
+    step_overhead=0.0, host_packet_cost=15.2e-6, switch_packet_cost=57.7e-6, switch_lane_cost=0.0,
+    switch_forward_cost=21.2e-6, switch_agg_latency=0.243e-3, emulator_cores=2.0, link_burst_bytes=EMU_LINK_BURST,
+    start_cost=3.70e-3 + 4.45e-3, barrier_cost=0.239e-3,
     ack_every=EMU_ACK_EVERY, ack_delay=EMU_ACK_DELAY, ack_overhead=EMU_ACK_OVERHEAD, ack_entry=EMU_ACK_ENTRY,
     pipeline_chunk=EMU_RING_PAYLOAD, routing="ecmp",
 )

@@ -22,6 +22,7 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from controller.planner import JobPlan, JobSpec, PlanError, plan_job
 from controller.topology import Link as CLink
@@ -84,6 +85,11 @@ class AggTree:
             return memo[path[0]] if path else d
 
         return max(up(g) for g in self.gpus)
+
+    @cached_property
+    def balanced(self) -> bool:
+        """Every member GPU at the same depth: the planner's per-level shifts keep narrow partial sums narrow."""
+        return len({self.depth_of(g) for g in self.gpus}) == 1
 
     def edges(self) -> list[tuple[int, int]]:
         return sorted(self.parent.items())

@@ -46,7 +46,7 @@ def test_every_method_plans_on_a_rail_optimised_cluster():
         plan_method("rd", f, place(f, [248])[0], {}, trees)
 
 
-def test_in_network_frames_follow_wire_format_v2():
+def test_in_network_frames_follow_wire_format_v2_1():
     from simulation.params import EXPONENT_FRAME, IncFrames
     from wireformat import AGG
 
@@ -56,8 +56,20 @@ def test_in_network_frames_follow_wire_format_v2():
     # narrow lanes stay narrow on every level (the planner's per-level rounding shifts)
     assert (i16.host_up, i16.switch_up, i16.down) == (575, 575, 575)
     assert (i8.host_up, i8.switch_up, i8.down, i8.partial) == (319, 319, 319, "int8")
+    # an unbalanced tree cannot shift by levels: its partial sums are as wide as the job's sum needs
+    assert IncFrames.of("int8", 256, balanced=False).switch_up == 575
+    assert IncFrames.of("int8", 257, balanced=False).switch_up == IncFrames.of("int16", 16, balanced=False).switch_up == 1087
+    assert IncFrames.of("int8", 257, balanced=False).host_up == 319
     with pytest.raises(ValueError, match="int4"):
         IncFrames.of("int4", 16)
+
+
+def test_trees_are_balanced_on_clos_fabrics_and_not_across_dragonfly_groups():
+    for spec, n, balanced in (("fattree:radix=16", 256, True), ("rail:radix=16", 256, True), ("dragonfly+:radix=16", 64, True),
+                              ("dragonfly+:radix=16", 256, False)):
+        f = T.build(spec, H100, n)
+        (tree,) = plan_trees(f, place(f, [n]))
+        assert tree.balanced is balanced, spec
 
 
 def test_host_methods_pay_the_transports_acks():

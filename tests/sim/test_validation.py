@@ -25,12 +25,12 @@ FIXTURE = DATA / "emulation-k4"
 def test_calibrated_model_predicts_every_emulation_point_within_15_percent(engine: Engine):
     calib = fit(FIXTURE, engine=engine)
     assert len(calib.table) == 63  # 7 methods x 3 host counts x 3 sizes, none dropped
-    worst = max(calib.table, key=lambda r: abs(r["rel_error"]))
-    assert calib.max_rel_error <= 0.15, worst
-    assert calib.by_bound()["link"]["points"] == 34
+    assert calib.by_bound()["link"]["points"] == 30
     # the stored emulation preset is this fit (the costs that bind somewhere in the folder)
-    for name in ("step_overhead", "switch_lane_cost", "switch_forward_cost"):
+    for name in ("host_packet_cost", "switch_packet_cost", "switch_forward_cost"):
         assert getattr(EMULATION, name) == pytest.approx(calib.fitted[name], rel=0.2), name
+    misses = [(r["method"], r["hosts"], r["elements"], r["bound"], f"{r['rel_error']:+.1%}") for r in calib.table if abs(r["rel_error"]) > 0.15]
+    assert calib.max_rel_error <= 0.15, misses
 
 
 def _copy_without(tmp: Path, drop_column: str | None = None, drop_summary: bool = False, extra_method: bool = False) -> Path:
@@ -56,7 +56,7 @@ def test_results_folders_are_read_with_columns_and_methods_missing_or_new(tmp_pa
     assert "tree-future" in res.skipped
     full = read_results(FIXTURE)
     assert full.lanes == 256 and len(full.points) == 63
-    assert {pt.bound for pt in full.points} >= {"link", "latency", "cpu"}
+    assert {pt.bound for pt in full.points} == {"link", "cpu", "unexplained"}  # 2 Mbit/s: no point is latency-bound
     assert all(0 <= pt.start_s < 0.05 for pt in full.points)
     (tmp_path / "empty").mkdir()
     with pytest.raises(CalibrationError, match="no measured latencies"):
@@ -97,18 +97,24 @@ def test_phase_composition_agrees_with_full_simulation_within_5_percent(case: in
 @needs_simgrid
 def test_the_model_puts_the_bytes_the_emulation_counted_on_its_busiest_link(engine: Engine):
     """The wire accounting on its own (no fitted cost): frames, headers, acks, exponent rounds and the
-    controller's routes give every 64K point's busiest link the bytes the emulation's counters measured."""
+    controller's routes give every 128K point's busiest link the bytes the emulation's counters measured (the
+    largest size: at 1K a few acks more or fewer are several per cent of the bytes)."""
     import json
 
     from simulation.model import Evaluation, Scenario
 
     summary = json.loads((FIXTURE / "summary.json").read_text())
+    checked, misses = 0, []
     for pt in summary["points"]:
-        if pt["elements"] != 65536 or pt["retransmissions"]:
+        if pt["elements"] != 131072 or pt["retransmissions"]:
             continue
+        checked += 1
         ev = Evaluation(Scenario(topology=str(FIXTURE / "topology.json"), gpus=pt["hosts"], methods=(pt["method"],),
                                  sizes=(4 * pt["elements"],)), EMULATION, engine)
         ev.build()
         ev.solve()
         busiest = float(ev.link_bytes(ev.plans[0], 4 * pt["elements"]).max())
-        assert busiest == pytest.approx(pt["wire_bytes"], rel=0.01), (pt["method"], pt["hosts"])
+        if busiest != pytest.approx(pt["wire_bytes"], rel=0.01):
+            misses.append((pt["method"], pt["hosts"], pt["elements"], busiest, pt["wire_bytes"]))
+    assert checked == 21  # every method at every host count
+    assert not misses
