@@ -75,9 +75,13 @@ def test_teardown_runs_when_the_body_fails(tmp_path: Path, leak_check: None) -> 
 def test_cleanup_removes_a_killed_run(tmp_path: Path, leak_check: None) -> None:
     """A runner killed with SIGKILL cannot tear down; `python -m emulation.cleanup` must."""
     ready = tmp_path / "ready"
+    # Ctrl-C's own handler, whatever this process inherited: a shell starting a job in the background without
+    # job control makes it ignore SIGINT, and Python keeps an inherited SIG_IGN (the network would never stop)
     script = textwrap.dedent(f"""
+        import signal
         import time
         from pathlib import Path
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from controller.leafspine import leaf_spine
         from emulation.network import EmulatedNetwork, NetworkConfig, NetworkError, netem_missing
         net = EmulatedNetwork(leaf_spine(2, 1, 1), NetworkConfig(run_dir=Path({str(tmp_path)!r}), backend="embedded")).start()
@@ -111,9 +115,13 @@ def test_cleanup_removes_a_killed_run(tmp_path: Path, leak_check: None) -> None:
 
 def test_ctrl_c_tears_the_network_down(tmp_path: Path, leak_check: None) -> None:
     ready = tmp_path / "ready"
+    # Ctrl-C's own handler, whatever this process inherited: a shell starting a job in the background without
+    # job control makes it ignore SIGINT, and Python keeps an inherited SIG_IGN (the network would never stop)
     script = textwrap.dedent(f"""
+        import signal
         import time
         from pathlib import Path
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from controller.leafspine import leaf_spine
         from emulation.network import EmulatedNetwork, NetworkConfig, NetworkError, netem_missing
         with EmulatedNetwork(leaf_spine(2, 1, 1), NetworkConfig(run_dir=Path({str(tmp_path)!r}), backend="embedded")) as net:
