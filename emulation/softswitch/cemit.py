@@ -192,14 +192,6 @@ INSTANCE_NORMAL = 0
 INSTANCE_REPLICATION = 5
 
 
-class _Lines:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def __call__(self, indent: int, line: str) -> None:
-        self.lines.append("    " * indent + line)
-
-
 @dataclass
 class _Fn:
     """One generated function: where it is (for refusals), its return statement and its temporaries."""
@@ -215,12 +207,12 @@ class CEmitter:
     def __init__(self, module: ir.Module, options: Options) -> None:
         self.m = module
         self.opt = options
-        self.out = _Lines()
+        self.out = ir.Lines()
         self.temps: dict[int, Val] = {}
         self.memo: dict[int, tuple[str, Val]] = {}
         self.slot_types = self._slot_types()
         self._stack_fns: dict[tuple[int, tuple[int, ...]], str] = {}
-        self._stack_out = _Lines()
+        self._stack_out = ir.Lines()
         self._reg_off: list[int] = []
         self._reg_stride: list[int] = []
         self._reg_bytes = 0
@@ -575,14 +567,14 @@ class CEmitter:
         w, s = self.slot_types[slot]
         return f"S->s{_n(slot)} = ({slot_ctype(w, s)})({text});"
 
-    def block(self, stmts: tuple[ir.Stmt, ...], ind: int, em: _Lines) -> None:
+    def block(self, stmts: tuple[ir.Stmt, ...], ind: int, em: ir.Lines) -> None:
         for s in stmts:
             self.stmt(s, ind, em)
 
-    def fail(self, ind: int, em: _Lines, kind: str, message: str) -> None:
+    def fail(self, ind: int, em: ir.Lines, kind: str, message: str) -> None:
         em(ind, f"{{ X->fail = {kind}; X->fail_msg = {message}; {self.fn.ret} }}")
 
-    def stmt(self, s: ir.Stmt, ind: int, em: _Lines) -> None:
+    def stmt(self, s: ir.Stmt, ind: int, em: ir.Lines) -> None:
         if isinstance(s, ir.Assign):
             em(ind, self.assign_text(s.slot, s.value))
         elif isinstance(s, ir.Let):
@@ -665,7 +657,7 @@ class CEmitter:
         else:
             raise ir.IRError(f"unknown statement {type(s).__name__}")
 
-    def loop(self, s: ir.Loop, ind: int, em: _Lines) -> None:
+    def loop(self, s: ir.Loop, ind: int, em: ir.Lines) -> None:
         em(ind, "{")
         em(ind + 1, "i64 pc = 0, steps = 0;")
         em(ind + 1, "for (;;) {")
@@ -683,7 +675,7 @@ class CEmitter:
         em(ind + 1, "}")
         em(ind, "}")
 
-    def extract(self, h: ir.HeaderShape, short: int, ind: int, em: _Lines) -> None:
+    def extract(self, h: ir.HeaderShape, short: int, ind: int, em: ir.Lines) -> None:
         nb = _n(h.nbytes)
         em(ind, f"if (L - o < {nb}) {{ err = {_n(short)}; goto done; }}")
         bit = 0
@@ -711,7 +703,7 @@ class CEmitter:
         return raw
 
     # ------------------------------------------------------------------ functions
-    def function(self, header: str, fn: _Fn, body: _Lines) -> None:
+    def function(self, header: str, fn: _Fn, body: ir.Lines) -> None:
         """Emit a function whose temporaries, known only once its body is written, are declared first."""
         em = self.out
         em(0, header)
@@ -727,7 +719,7 @@ class CEmitter:
             if w > MAX_BITS:
                 raise CUnsupported(f"an action parameter of {_n(w)} bits", Where.ACTION, k)
         self.fn = _Fn(Where.ACTION, k, "return;", a.params)
-        body = _Lines()
+        body = ir.Lines()
         self.block(a.body, 1, body)
         self.function(
             f"static void a_{_n(k)}(struct st *restrict S, const u64 *restrict P, struct rt_x *restrict X)",
@@ -736,7 +728,7 @@ class CEmitter:
 
     def calc(self, k: int, c: ir.Calc) -> None:
         self.fn = _Fn(Where.CALC, k, "return 0;")
-        em = _Lines()
+        em = ir.Lines()
         total = 0
         for p in c.parts:
             total += p.width
@@ -770,7 +762,7 @@ class CEmitter:
 
     def parser(self, p: ir.Parser) -> None:
         self.fn = _Fn(Where.PARSER, 0, "return 0;")
-        em = _Lines()
+        em = ir.Lines()
         em(1, "i64 o = 0, err = 0;")
         if p.max_steps:
             em(1, "i64 steps = 0;")
@@ -805,7 +797,7 @@ class CEmitter:
             self.fn, em,
         )
 
-    def transition(self, s: ir.ParserState, em: _Lines) -> None:
+    def transition(self, s: ir.ParserState, em: ir.Lines) -> None:
         def goto(target: int) -> str:
             return "goto done;" if target == ir.ACCEPT else f"goto P{_n(target)};"
 
@@ -835,7 +827,7 @@ class CEmitter:
     def deparser(self, d: ir.Deparser) -> int:
         """The deparser function; returns the most header bytes it can write."""
         self.fn = _Fn(Where.DEPARSER, 0, "return 0;")
-        em = _Lines()
+        em = ir.Lines()
         for c in d.updates:
             self.block(c.pre, 1, em)
             w, s = self.slot_types[c.target]
@@ -906,7 +898,7 @@ class CEmitter:
 
     def pipeline(self, name: str, init: int) -> None:
         self.fn = _Fn(Where.MODULE, 0, "return;")
-        em = _Lines()
+        em = ir.Lines()
         nodes = self.reachable(init)
         em(1, "i64 n = -1;")
         em(1, f"goto {self.label(init)};")
@@ -929,12 +921,12 @@ class CEmitter:
     def label(n: int) -> str:
         return "finish" if n == ir.ACCEPT else f"N{_n(n)}"
 
-    def after_action(self, em: _Lines, ind: int) -> None:
+    def after_action(self, em: ir.Lines, ind: int) -> None:
         em(ind, "if (X->fail) return;")
         if self.m.uses_exit:
             em(ind, f"if (S->s{_n(self.m.exit_slot)}) return;")
 
-    def node(self, k: int, node: ir.Node, em: _Lines) -> None:
+    def node(self, k: int, node: ir.Node, em: ir.Lines) -> None:
         if isinstance(node, ir.CondNode):
             em(1, "{")
             self.block(node.pre, 2, em)
@@ -1176,24 +1168,24 @@ class CEmitter:
         em(0, "")
         self.state_struct()
         self.descriptors()
-        body = _Lines()
+        body = ir.Lines()
         saved, self.out = self.out, body
         for k, c in enumerate(m.calcs):
             self.calc(k, c)
         self.out = saved
         # actions come after the stack-field helpers they call; emit them into their own buffer first
-        actions = _Lines()
+        actions = ir.Lines()
         self.out = actions
         for k, a in enumerate(m.actions):
             self.action(k, a)
-        parser_lines = _Lines()
+        parser_lines = ir.Lines()
         self.out = parser_lines
         self.parser(m.parser)
-        pipes = _Lines()
+        pipes = ir.Lines()
         self.out = pipes
         for name, init in zip(("run_ingress", "run_egress"), m.pipelines):
             self.pipeline(name, init)
-        dep = _Lines()
+        dep = ir.Lines()
         self.out = dep
         max_hdr = self.deparser(m.deparser)
         self.out = saved

@@ -703,3 +703,13 @@ def check_module(module: Module) -> None:
             stack.extend(getattr(obj, f.name) for f in fields(obj))
             continue
         raise IRError(f"IR holds a {type(obj).__name__}; only ints, enums and IR nodes are allowed")
+
+
+class Lines:
+    """Generated source, one indented line at a time (both emitters write through it)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)

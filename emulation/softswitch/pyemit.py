@@ -59,14 +59,6 @@ class PyModule:
     constants: dict[str, Any]
 
 
-class _Lines:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def __call__(self, indent: int, line: str) -> None:
-        self.lines.append("    " * indent + line)
-
-
 @dataclass
 class _Fn:
     """One generated function: whether slots are cached in locals, and which."""
@@ -93,7 +85,7 @@ class _Fn:
 class Emitter:
     def __init__(self, module: ir.Module) -> None:
         self.m = module
-        self.out = _Lines()
+        self.out = ir.Lines()
         self.constants: dict[str, Any] = {}
         self._stack_lists: dict[tuple[int, ...], str] = {}
         self._structs: dict[str, str] = {}
@@ -192,14 +184,14 @@ class Emitter:
         return name
 
     # ------------------------------------------------------------------ statements
-    def block(self, stmts: tuple[ir.Stmt, ...], ind: int, fn: _Fn, em: _Lines) -> None:
+    def block(self, stmts: tuple[ir.Stmt, ...], ind: int, fn: _Fn, em: ir.Lines) -> None:
         start = len(em.lines)
         for s in stmts:
             self.stmt(s, ind, fn, em)
         if len(em.lines) == start:
             em(ind, "pass")
 
-    def stmt(self, s: ir.Stmt, ind: int, fn: _Fn, em: _Lines) -> None:
+    def stmt(self, s: ir.Stmt, ind: int, fn: _Fn, em: ir.Lines) -> None:
         if isinstance(s, ir.Assign):
             em(ind, f"{fn.store(s.slot)} = {self.ex(s.value, fn)}")
         elif isinstance(s, ir.Let):
@@ -285,7 +277,7 @@ class Emitter:
         self.constants[name] = [0] * n
         return name
 
-    def loop(self, s: ir.Loop, ind: int, fn: _Fn, em: _Lines) -> None:
+    def loop(self, s: ir.Loop, ind: int, fn: _Fn, em: ir.Lines) -> None:
         em(ind, "pc = 0")
         em(ind, "steps = 0")
         em(ind, "while True:")
@@ -301,7 +293,7 @@ class Emitter:
         em(ind + 1, "else:" if s.blocks else "if True:")
         em(ind + 2, "return")
 
-    def extract(self, h: ir.HeaderShape, short: int, ind: int, em: _Lines) -> None:
+    def extract(self, h: ir.HeaderShape, short: int, ind: int, em: ir.Lines) -> None:
         nb = _n(h.nbytes)
         em(ind, f"if L - o < {nb}:")
         em(ind + 1, f"err = {_n(short)}")
@@ -330,7 +322,7 @@ class Emitter:
     # ------------------------------------------------------------------ functions
     def action(self, k: int, a: ir.Action) -> None:
         fn = _Fn(cached=_cacheable(a.body))
-        body = _Lines()
+        body = ir.Lines()
         self.block(a.body, 1, fn, body)
         em = self.out
         em(0, f"def a_{_n(k)}(F, P):")
