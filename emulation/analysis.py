@@ -65,6 +65,8 @@ class Rep:
     snr_db: float
     max_error_ratio: float
     parts: dict[str, float]
+    speculated: bool = False  # in-network: the workers guessed the exponents (no exponent rounds)
+    missed_exponents: int = 0  # ... chunks sent again because a guess missed (the same on every rank)
 
     @property
     def t_over_wire(self) -> float:
@@ -119,6 +121,8 @@ def repetitions(samples: Sequence[Sample]) -> list[Rep]:
             max_abs_error=checker.max_abs_error if checker else math.nan,
             snr_db=checker.snr_db if checker else math.nan,
             max_error_ratio=checker.max_error_ratio if checker else math.nan, parts=parts,
+            speculated=bool(good) and all(s.speculated for s in good),
+            missed_exponents=max((s.missed_exponents for s in good), default=0),
         ))
     return out
 
@@ -177,6 +181,8 @@ class Point:
             "bytes_per_element_up": _median(r.host_up_bytes / self.elements for r in reps),
             "bytes_per_element_down": _median(r.host_down_bytes / self.elements for r in reps),
             "retransmissions": sum(r.retransmissions for r in reps),
+            "speculated_reps": sum(r.speculated for r in reps),
+            "missed_exponents": sum(r.missed_exponents for r in reps),
             "rel_l2_error": worst.rel_l2_error if worst else math.nan,
             "rel_l2_target": METHODS[self.method].rel_l2_target,
             "accuracy_ok": all(r.rel_l2_error <= r.rel_l2_target and r.max_error_ratio <= 1.0 for r in reps),

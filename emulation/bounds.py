@@ -9,7 +9,8 @@
   two frames in all). Nothing can finish sooner.
 - T_path (computed): the method's chain of dependent hops. An in-network
   all-reduce needs 1 + ceil(chunks / window) rounds in its busiest slot (the
-  exponent round, then its data rounds), each a trip up the tree and back; a
+  exponent round, then its data rounds), each a trip up the tree and back
+  (ceil(chunks / window) when the worker speculated its exponents); a
   pipelined ring passes its last chunk through 2(n-1) neighbour hops; hier
   passes a chunk from a member to its leader, through the leaders' ring (up to
   2(L-1) hops for L leaders) and down to a member again; a pipelined tree
@@ -76,11 +77,13 @@ def tree_height(plan: JobPlan) -> int:
     return 1 + max(depth(sp.switch) for sp in plan.switches if any(c.node in members for c in sp.children))
 
 
-def inc_path(method: Method, *, elements: int, height: int, slots: int, delay_s: float) -> float:
-    """The busiest slot's rounds (its exponent round, then its data rounds), each up `height` links and back down."""
+def inc_path(method: Method, *, elements: int, height: int, slots: int, delay_s: float,
+             exponent_rounds: bool = True) -> float:
+    """The busiest slot's rounds (its exponent round, unless speculated, then its data rounds), each up `height`
+    links and back down."""
     chunks = max(1, -(-elements // AGG.num_lanes))
     window = min(slots, chunks)
-    rounds = 1 + -(-chunks // window)
+    rounds = int(exponent_rounds) + -(-chunks // window)
     return rounds * 2 * height * delay_s
 
 
@@ -137,7 +140,8 @@ def tree_path(method: Method, *, elements: int, depths: Sequence[int], delay_s: 
 
 
 def path_bound(method: Method, *, elements: int, rate_bps: float | None, delay_s: float, plan: JobPlan | None = None,
-               slots: int = 0, topo: Topology | None = None, ring_order: Sequence[str] = ()) -> float:
+               slots: int = 0, topo: Topology | None = None, ring_order: Sequence[str] = (),
+               exponent_rounds: bool = True) -> float:
     """T_path of one all-reduce; NaN when the links have no delay (then nothing but software is on the path).
 
     ring_order: the job's hosts in topology order (hosts.ring.topology_order), which is the ring's
@@ -148,7 +152,8 @@ def path_bound(method: Method, *, elements: int, rate_bps: float | None, delay_s
     if method.in_network:
         if plan is None:
             raise ValueError(f"{method.name}: the path bound needs the job's tree")
-        return inc_path(method, elements=elements, height=tree_height(plan), slots=slots, delay_s=delay_s)
+        return inc_path(method, elements=elements, height=tree_height(plan), slots=slots, delay_s=delay_s,
+                        exponent_rounds=exponent_rounds)
     if topo is None or not ring_order:
         raise ValueError(f"{method.name}: the path bound needs the topology and the ring's order")
     dist = switch_distances(topo)

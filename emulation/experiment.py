@@ -166,6 +166,8 @@ class Sample:
     bytes_sent: int = 0
     packets_received: int = 0
     duplicates: int = 0
+    speculated: bool = False  # in-network: no exponent rounds (the previous all-reduce's exponents were the guess)
+    missed_exponents: int = 0  # ... chunks sent again because the guess was not the agreed exponent
     digest: str = ""
     checker: bool = False
     rel_l2_error: float = math.nan

@@ -268,7 +268,9 @@ class Runner:
         return self.config.step_timeout_s + 20 * wire
 
     def run_step(self, server: CoordinatorServer, m: Method, hosts: tuple[str, ...], size: int, rep: int, order: int,
-                 job: dict[str, Any] | None, t_path: float) -> list[Sample]:
+                 job: dict[str, Any] | None, t_path: tuple[float, float]) -> list[Sample]:
+        """One repetition on every host. t_path: the path bound with the exponent rounds and without them
+        (an in-network worker that speculated its exponents, hosts.inc_worker)."""
         cfg = self.config
         self.step += 1
         step = self.step
@@ -287,7 +289,7 @@ class Runner:
         rows = []
         for rank in range(n):
             s = Sample(method=m.name, hosts=n, elements=size, rep=rep, warmup=rep < cfg.warmup, order=order, step=step,
-                       rank=rank, t_path_s=t_path, **rep_cols)
+                       rank=rank, t_path_s=t_path[0], **rep_cols)
             r = reports.get(rank)
             if r is None:
                 s.error = "no report (agent died or the step timed out)"
@@ -295,6 +297,8 @@ class Runner:
                 s.error = str(r["error"])
             else:
                 _fill(s, r)
+                if s.speculated:
+                    s.t_path_s = t_path[1]
             rows.append(s)
         if len(reports) < n:
             dead = [h for h, p in self._agents if p.poll() is not None]
@@ -310,10 +314,11 @@ class Runner:
         try:
             with self.agents(hosts, f"n{n}") as server:
                 for size in cfg.sizes:
-                    paths = {name: bounds.path_bound(METHODS[name], elements=size, rate_bps=self.rate_bps,
-                                                     delay_s=self.delay_s, plan=jobs[name][0] if name in jobs else None,
-                                                     slots=cfg.slots, topo=self.model, ring_order=ring_order)
-                             for name in cfg.methods}
+                    paths = {name: tuple(bounds.path_bound(
+                        METHODS[name], elements=size, rate_bps=self.rate_bps, delay_s=self.delay_s,
+                        plan=jobs[name][0] if name in jobs else None, slots=cfg.slots, topo=self.model,
+                        ring_order=ring_order, exponent_rounds=rounds) for rounds in (True, False))
+                        for name in cfg.methods}
                     for rep in range(cfg.iterations):
                         for order, name in enumerate(method_order(cfg, n, size, rep)):
                             if progress:
@@ -349,8 +354,9 @@ def _fill(s: Sample, r: dict[str, Any]) -> None:
     s.quantize_s = float(parts.get("quantize", 0.0))
     s.dequantize_s = float(parts.get("dequantize", 0.0))
     s.network_s = s.latency_s - (s.t_start - s.t_release) - s.agree_s - s.quantize_s - s.dequantize_s
-    for key in ("packets_sent", "retransmissions", "bytes_sent", "packets_received", "duplicates"):
+    for key in ("packets_sent", "retransmissions", "bytes_sent", "packets_received", "duplicates", "missed_exponents"):
         setattr(s, key, int(r.get(key, 0)))
+    s.speculated = METHODS[s.method].in_network and int(r.get("exponent_rounds", 1)) == 0
     s.digest = str(r.get("digest", ""))
     if "rel_l2_error" in r:
         s.checker = True

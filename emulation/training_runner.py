@@ -73,7 +73,8 @@ class TrainingRunner(Runner):
                     plan = jobs[name][0] if name in jobs else None
                     t_path = bounds.path_bound(m, elements=self.training.elements, rate_bps=self.rate_bps,
                                                delay_s=self.delay_s, plan=plan, slots=self.config.slots,
-                                               topo=self.model, ring_order=ring_order)
+                                               topo=self.model, ring_order=ring_order,
+                                               exponent_rounds=False)  # from step 2 on, speculated (inc_worker)
                     run = RunRow(hosts=n, method=name, t_path_s=t_path)
                     result.runs.append(run)
                     try:

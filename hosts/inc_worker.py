@@ -15,6 +15,26 @@ or, if its bit is already set, answers with the stored result, so lost
 contributions and lost results are both recovered without double counting.
 Results that do not match the outstanding round of their slot (duplicates, a
 late copy from an earlier round or all-reduce) are counted and ignored.
+
+Speculative exponents (the "delayed scaling" of FP8 training, here for the
+fixed-point scale): a training job all-reduces the same tensor every step, and a
+block's exponent rarely changes much from one step to the next. Where the
+exponent round would double the latency (every slot carries a single chunk), and
+the previous all-reduce had as many chunks, the worker skips the exponent rounds:
+chunk k is quantized with a guess, the exponent agreed for chunk k last time less
+SPEC_GUARD steps (room to grow), and proposes its own; the result carries the
+agreed one, the largest every worker could have used. The guess is kept when it
+is at most SPEC_WINDOW steps below the agreed exponent (a scale that much
+coarser than the best: at most one bit for int32 and int16, a quarter bit for int8;
+the error bound is computed with the exponent used). Otherwise the speculation
+missed: every worker sees it in the same result and sends the chunk again, in
+the slot's next round, at the agreed exponent. A value too large for the guessed
+scale is clipped to the lane limit first, so no sum can overflow, and such a
+sum is never kept (the agreed exponent is then below the guess). What
+speculation changes is the time: one round trip less when it holds, one more
+for each missed chunk. Every worker of a job makes the same choice, as they
+share the history (the same calls, the same agreed exponents); a failure (and
+resume) starts afresh.
 """
 
 from __future__ import annotations
@@ -36,6 +56,16 @@ from hosts.stats import AllreduceStats
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
+
+# Speculation's margins in exponent steps, by contribution lane type (quantization.EXPONENT_STEPS per octave).
+SPEC_GUARD = {qz.ELEM_INT32: 0, qz.ELEM_INT16: 1, qz.ELEM_INT8: 1}
+SPEC_WINDOW = {qz.ELEM_INT32: 1, qz.ELEM_INT16: 2, qz.ELEM_INT8: 1}
+
+
+def speculates(chunks: int, slot_count: int) -> bool:
+    """Whether an all-reduce of `chunks` chunks guesses its exponents (when it has a previous one of that size):
+    only where every slot carries one chunk, so that the exponent round would be half of the time."""
+    return chunks <= slot_count
 
 
 class Transport(Protocol):
@@ -116,6 +146,9 @@ class IncJob:
     failure_timeouts: int = 2
     first_epoch: int = 1
     strict_overflow: bool = True
+    # Skip the exponent rounds when the previous all-reduce had as many chunks (its agreed exponents are the
+    # guess; a miss costs that chunk one more round). Every worker of a job must use the same setting.
+    speculate: bool = True
     # The controller's bound on the sum's rounding error, in units of 2^-exponent (JobPlan.error_lsb); None: one
     # root switch does all the shifting (the model switch, a single-switch job).
     error_lsb: float | None = None
@@ -165,6 +198,8 @@ class IncWorker:
         if job.failure_timeout_s is not None:  # backed-off timers must still expire failure_timeouts times in time
             max_s = max(min(max_s, job.failure_timeout_s / job.failure_timeouts), job.timeout_s, job.min_timeout_s)
         self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s), max_s=max_s)
+        # The agreed exponents of the last all-reduce that completed normally (None: none, or a failure since).
+        self._last_exps: np.ndarray | None = None
 
     @property
     def epoch(self) -> int:
@@ -181,9 +216,16 @@ class IncWorker:
         x = np.asarray(tensor, dtype=np.float32)
         blocks = self._blocks(x)
         n = len(blocks)
+        guess = None
+        if self.job.speculate and self._last_exps is not None and len(self._last_exps) == n \
+                and speculates(n, self.job.slot_count):
+            guess = np.maximum(self._last_exps - SPEC_GUARD[self.job.contrib_type], qz.EXPONENT_MIN)
+        self._last_exps = None  # set again only if this call completes
         sums, exps, stats = self._run(blocks, t_start, np.ones(n, dtype=bool), np.zeros((n, AGG.num_lanes), np.int64),
-                                      np.zeros(n, np.int64))
-        return self._finish(x, sums, exps, stats, t_start)
+                                      np.zeros(n, np.int64), guess)
+        out = self._finish(x, sums, exps, stats, t_start)
+        self._last_exps = exps.copy()
+        return out
 
     def resume(self, tensor: np.ndarray, partial: Partial, redo: np.ndarray) -> np.ndarray:
         """Finish an all-reduce interrupted by a switch failure on this (re-installed) job: the chunks in `redo`
@@ -193,6 +235,7 @@ class IncWorker:
         t_start = clock.now()
         x = np.asarray(tensor, dtype=np.float32)
         blocks = self._blocks(x)
+        self._last_exps = None
         redo = np.asarray(redo, dtype=bool)
         if redo.shape != partial.done.shape or redo.shape[0] != len(blocks):
             raise ValueError(f"redo mask of {redo.shape} for {len(blocks)} chunks")
@@ -218,22 +261,24 @@ class IncWorker:
         return padded.reshape(n_chunks, AGG.num_lanes)
 
     def _run(self, blocks: np.ndarray, t_start: float, todo: np.ndarray, sums: np.ndarray,
-             exps: np.ndarray) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
-        """Stream the chunks in `todo` (one epoch) and put their sums and exponents into sums/exps."""
+             exps: np.ndarray, guess: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
+        """Stream the chunks in `todo` (one epoch) and put their sums and exponents into sums/exps.
+
+        guess: speculated exponents of every chunk (all chunks are to do), or None for exponent rounds."""
         job = self.job
         sub = blocks[todo]
         if not len(sub):  # every chunk arrived everywhere before the failure: nothing to stream
             return sums, exps, AllreduceStats(method="inc", elements=0, latency_s=0.0, packets_sent=0, retransmissions=0,
                                               packets_received=0, duplicates=0, bytes_sent=0, t_start=t_start)
-        proposals = qz.block_exponents(qz.block_max_abs(sub.ravel()), job.q_limit)  # refuses NaN/inf first
+        proposals = qz.block_exponents(qz.block_max_abs(sub.ravel()), job.q_limit, job.contrib_type)  # NaN/inf first
         epoch = self.epoch
         self.calls += 1
         frames = ContributionFrames(self.endpoint, proposals, job_id=job.job_id, rank=job.rank, epoch=epoch,
-                                    elem_type=job.contrib_type, slot_count=job.slot_count)
+                                    elem_type=job.contrib_type, slot_count=job.slot_count, speculative=guess is not None)
         index = np.flatnonzero(todo)
         t_framed = clock.now()
         try:
-            sub_sums, sub_exps, stats = self._stream(frames, sub, proposals, epoch, t_start)
+            sub_sums, sub_exps, stats = self._stream(frames, sub, proposals, epoch, t_start, guess)
         except SwitchFailureSuspected as ex:
             done = ~todo.copy()
             done[index] = ex.partial.done
@@ -251,7 +296,8 @@ class IncWorker:
         job = self.job
         size = x.size
         t0 = clock.now()
-        result = qz.dequantize(sums, exps[:, None], job.shift).ravel()[:size].astype(np.float32).reshape(x.shape)
+        result = qz.dequantize(sums, exps[:, None], job.shift, job.contrib_type).ravel()[:size].astype(
+            np.float32).reshape(x.shape)
         t_done = clock.now()
         parts = dict(stats.parts)
         parts["dequantize"] = t_done - t0
@@ -262,14 +308,18 @@ class IncWorker:
         return result
 
     def _stream(self, frames: ContributionFrames, blocks: np.ndarray, proposals: np.ndarray, epoch: int,
-                t_start: float) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
-        """Run every slot's rounds to the end; (int64 sums per chunk, exponent per chunk, stats)."""
+                t_start: float, guess: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
+        """Run every slot's rounds to the end; (int64 sums per chunk, exponent per chunk, stats).
+
+        guess: the speculated exponent of each chunk (no exponent rounds), or None."""
         job, send, recv = self.job, self.transport.send, self.transport.recv
         n_chunks, window = len(frames), job.slot_count
         n_slots = frames.n_slots
         header = self._decoder.header
         lane_dtype = qz.ELEM_DTYPE[job.contrib_type]
         lane_info = np.iinfo(lane_dtype)
+        q_max = job.q_limit
+        window_steps = SPEC_WINDOW[job.contrib_type]
         sums = np.zeros((n_chunks, AGG.num_lanes), dtype=np.int64)
         exps = np.zeros(n_chunks, dtype=np.int64)
         got = np.zeros(n_chunks, dtype=bool)
@@ -279,10 +329,12 @@ class IncWorker:
         # A round is a packet id: chunk k is k, the exponent round of slot s is n_chunks + s.
         n_ids = n_chunks + n_slots
         outstanding = np.full(window, -1, dtype=np.int64)  # round in flight per slot
+        rounds = np.zeros(window, dtype=np.int64)  # rounds begun per slot (shadow copy = round % 2)
         sends = np.zeros(n_ids, dtype=np.int64)
+        round_from = np.zeros(n_ids, dtype=np.int64)  # sends[rid] when its current round began
         first_sent = np.zeros(n_ids, dtype=np.float64)
         deadlines: list[tuple[float, int, int]] = []  # heap of (deadline, round, send number)
-        sent = retrans = received = duplicates = overflows = sent_bytes = corrupt = 0
+        sent = retrans = received = duplicates = overflows = sent_bytes = corrupt = missed = 0
         done = 0
         quantize_s = 0.0
         agreed_at: float | None = None
@@ -292,7 +344,7 @@ class IncWorker:
             nonlocal sent, retrans, sent_bytes
             now = clock.now()
             is_exp = rid >= n_chunks
-            if sends[rid]:
+            if sends[rid] > round_from[rid]:
                 send(frames.exponent_retransmission(rid - n_chunks) if is_exp else frames.retransmission(rid))
                 retrans += 1
             else:
@@ -303,25 +355,35 @@ class IncWorker:
             sent_bytes += frames.exp_frame_len if is_exp else frames.frame_len
             heapq.heappush(deadlines, (now + rto.timeout(int(sends[rid])), rid, int(sends[rid])))
 
-        def start_chunk(chunk: int, exponent: int) -> None:
+        def start_chunk(chunk: int, exponent: int, speculated: bool = False) -> None:
+            """Quantize and send a chunk's next round: at an agreed exponent, or a speculated one (clipped)."""
             nonlocal quantize_s
-            if exponent > proposals[chunk]:
+            if exponent > proposals[chunk] and not speculated:
                 raise ProtocolError(
                     f"job {job.job_id} rank {job.rank}: chunk {chunk} agreed exponent {exponent} is above this "
                     f"worker's proposal {int(proposals[chunk])}: the switches must return the minimum")
             t0 = clock.now()
-            q = np.rint(np.ldexp(blocks[chunk].astype(np.float64), exponent))
+            q = np.rint(blocks[chunk].astype(np.float64) * qz.scale(exponent, job.contrib_type))
+            if speculated and exponent > proposals[chunk]:
+                np.clip(q, -q_max, q_max, out=q)  # too fine a scale for this block: the round will be sent again
             if q.max(initial=0) > lane_info.max or q.min(initial=0) < lane_info.min:
                 raise ProtocolError(f"chunk {chunk}: exponent {exponent} overflows {lane_dtype}")
+            slot = chunk % window
             frames.fill(chunk, exponent, q)
+            frames.set_shadow(chunk, int(rounds[slot] % 2))
             exps[chunk] = exponent
             quantize_s += clock.now() - t0
-            outstanding[chunk % window] = chunk
+            outstanding[slot] = chunk
+            round_from[chunk] = sends[chunk]
             transmit(chunk)
 
-        for slot in range(n_slots):
-            outstanding[slot] = n_chunks + slot
-            transmit(n_chunks + slot)
+        if guess is None:
+            for slot in range(n_slots):
+                outstanding[slot] = n_chunks + slot
+                transmit(n_chunks + slot)
+        else:
+            for slot in range(n_slots):
+                start_chunk(slot, int(guess[slot]), speculated=True)
 
         def stalled(now: float) -> SwitchFailureSuspected:
             stats = AllreduceStats(method="inc", elements=int(blocks.size), latency_s=now - t_start, packets_sent=sent,
@@ -350,7 +412,7 @@ class IncWorker:
                 if due > now:
                     break
                 heapq.heappop(deadlines)
-                if sends[rid] > job.max_retries:
+                if sends[rid] - round_from[rid] > job.max_retries:
                     what = "exponent round" if rid >= n_chunks else f"offset {rid * AGG.num_lanes}"
                     raise AllreduceTimeoutError(
                         f"job {job.job_id} rank {job.rank}: no result for slot {slot} ({what}) after "
@@ -392,7 +454,7 @@ class IncWorker:
                     agreed_at = clock.now()
             else:
                 if (h["elem_type"] == ELEM_NONE or h["offset"] != rid * AGG.num_lanes
-                        or h["shadow"] != (1 + rid // window) % 2 or h["exponent"] != exps[rid]):
+                        or h["shadow"] != rounds[slot] % 2 or h["exponent"] != exps[rid]):
                     duplicates += 1
                     continue
                 try:
@@ -409,25 +471,42 @@ class IncWorker:
                         f"was configured with {job.result_type} / {job.shift}: pass the result type and shift the "
                         "controller installed (set_job)"
                     )
+                agreed = int(h["next_exponent"])
+                if guess is not None and agreed > proposals[rid]:
+                    corrupt += 1  # no switch returns more than the minimum: a damaged header; fetched again
+                    continue
+                if guess is not None and not 0 <= agreed - exps[rid] <= window_steps:  # missed: again, agreed scale
+                    last_progress, expired_since = clock.now(), 0
+                    if sends[rid] - round_from[rid] == 1:
+                        rto.sample(clock.now() - first_sent[rid])
+                    missed += 1
+                    rounds[slot] += 1
+                    start_chunk(rid, agreed)
+                    continue
                 if h["flags"] & FLAG_OVERFLOW:
                     overflows += 1
                 sums[rid] = lanes
                 got[rid] = True
                 done += 1
             last_progress, expired_since = clock.now(), 0
-            if sends[rid] == 1:  # Karn: only unambiguous round trips
+            if sends[rid] - round_from[rid] == 1:  # Karn: only unambiguous round trips
                 rto.sample(clock.now() - first_sent[rid])
             nxt = rid + window if rid < n_chunks else slot
             if nxt < n_chunks:
-                start_chunk(nxt, int(h["next_exponent"]))
+                rounds[slot] += 1
+                if guess is not None:
+                    start_chunk(nxt, int(guess[nxt]), speculated=True)
+                else:
+                    start_chunk(nxt, int(h["next_exponent"]))
             else:
                 outstanding[slot] = -1
         t_end = clock.now()
-        parts = {"quantize": quantize_s, "agree": (agreed_at or t_end) - t_start}
+        parts = {"quantize": quantize_s, "agree": ((agreed_at or t_end) - t_start) if guess is None else 0.0}
         stats = AllreduceStats(
             method="inc", elements=int(blocks.size), latency_s=t_end - t_start, packets_sent=sent,
             retransmissions=retrans, packets_received=received, duplicates=duplicates,
             bytes_sent=sent_bytes, overflows=overflows, corrupt=corrupt, parts=parts,
+            exponent_rounds=0 if guess is not None else n_slots, missed_exponents=missed,
         )
         if overflows:
             msg = f"{overflows} result(s) flagged overflow (shift {job.shift})"

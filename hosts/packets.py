@@ -129,6 +129,12 @@ class ContributionFrames:
     proposes the exponent of chunk k + slot_count (the slot's next round). Headers
     are packed for all frames at once; a chunk's exponent and lanes are written
     into its row when the agreed exponent is known (`fill`), just before it is sent.
+
+    speculative=True (hosts.inc_worker: the exponents of the previous all-reduce
+    of the same tensor): no exponent rounds; chunk k starts in round k // slot_count
+    and proposes its own exponent, so its result tells whether the speculation held.
+    A chunk sent again as a new round (a missed speculation) gets its shadow from
+    `set_shadow`.
     """
 
     def __init__(
@@ -141,6 +147,7 @@ class ContributionFrames:
         epoch: int,
         elem_type: int,
         slot_count: int,
+        speculative: bool = False,
     ) -> None:
         if slot_count < 1:
             raise ValueError(f"slot_count must be >= 1, got {slot_count}")
@@ -157,10 +164,14 @@ class ContributionFrames:
         self.n_slots = min(slot_count, n)
         k = np.arange(n, dtype=np.int64)
         self.slots = k % slot_count
-        self.shadows = (1 + k // slot_count) % 2
+        self.speculative = speculative
+        self.shadows = (k // slot_count + (0 if speculative else 1)) % 2
         self.offsets = k * AGG.num_lanes
-        nxt = np.full(n, EXPONENT_MAX, dtype=np.int64)
-        nxt[: max(0, n - slot_count)] = proposals[slot_count:]
+        if speculative:
+            nxt = np.asarray(proposals, dtype=np.int64)
+        else:
+            nxt = np.full(n, EXPONENT_MAX, dtype=np.int64)
+            nxt[: max(0, n - slot_count)] = proposals[slot_count:]
         self.salts = salts(self.offsets, job_id, epoch)
         common = dict(version=AGG.version, op=OP_CONTRIB, job_id=job_id, contributor=rank, epoch=epoch)
         self.frames = self._rows(n, frame_prefix(src, elem_type), self.frame_len, pack_headers(
@@ -172,6 +183,8 @@ class ContributionFrames:
             next_exponent=proposals[: self.n_slots], checksum=self.salts[: self.n_slots], **common))
         self._lane_view = self.frames[:, PREFIX_LEN + HEADER_LEN :].view(LANE_DTYPE[self.width]) if self.width else None
         self._flag_at = PREFIX_LEN + _byte_of("flags")
+        word, shift, _mask = LAYOUT["shadow"]
+        self._shadow_at, self._shadow_bit = PREFIX_LEN + word * 8 + (63 - shift) // 8, 1 << (shift % 8)
 
     @staticmethod
     def _rows(n: int, prefix: bytes, length: int, headers: np.ndarray) -> np.ndarray:
@@ -189,6 +202,13 @@ class ContributionFrames:
         self._lane_view[chunk] = lanes  # type: ignore[index]
         total = (int(np.asarray(lanes, dtype=np.int64).sum()) + int(self.salts[chunk])) & 0xFFFFFFFF
         self.frames[chunk, CHECKSUM_AT : CHECKSUM_AT + 4] = np.frombuffer(total.to_bytes(4, "big"), dtype=np.uint8)
+
+    def set_shadow(self, chunk: int, shadow: int) -> None:
+        """The shadow copy of the round a chunk is (re)sent in."""
+        if shadow:
+            self.frames[chunk, self._shadow_at] |= self._shadow_bit
+        else:
+            self.frames[chunk, self._shadow_at] &= 0xFF ^ self._shadow_bit
 
     def frame(self, chunk: int) -> memoryview:
         """A chunk's first transmission (a view; no copy)."""

@@ -30,6 +30,8 @@ class AllreduceStats:
     bytes_sent: int
     overflows: int = 0
     corrupt: int = 0  # results whose checksum did not match their lanes (dropped; the chunk was fetched again)
+    exponent_rounds: int = 0  # in-network: header-only rounds that agreed the first exponents (0: speculated)
+    missed_exponents: int = 0  # in-network: chunks sent again because the speculated exponent was not the agreed one
     t_start: float = 0.0
     t_done: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)

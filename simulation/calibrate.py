@@ -84,6 +84,7 @@ class Point:
     bound: str = ""  # what the emulation says bounded it: link, latency, cpu, unexplained ("" when not said)
     t_wire_s: float = math.nan  # the busiest link's bytes over its rate, as the emulation measured them
     start_s: float = 0.0  # the slowest worker's wake-up after the barrier's release (parts_s.start), as measured
+    speculated: bool = False  # in-network: most repetitions guessed their exponents (no exponent rounds)
 
 
 @dataclass
@@ -139,8 +140,10 @@ def _summary_points(summary: Mapping[str, Any]) -> dict[tuple[str, int, int], di
         med = _float(e.get("median_latency_s"))
         if med > 0 and e.get("ok", True):
             start = _float((e.get("parts_s") or {}).get("start"))
+            reps = int(e.get("reps") or 0)
             out[key] = {"median": med, "bound": str(e.get("bound") or ""), "t_wire": _float(e.get("t_wire_s")),
-                        "start": start if start >= 0 else 0.0}
+                        "start": start if start >= 0 else 0.0,
+                        "speculated": reps > 0 and 2 * int(e.get("speculated_reps") or 0) > reps}
     return out
 
 
@@ -169,6 +172,7 @@ def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[
     bad: set[tuple[str, int, int, str]] = set()
     wire: dict[tuple[str, int, int], list[float]] = {}
     lanes_seen: list[int] = []
+    guessed: dict[tuple[str, int, int], list[bool]] = {}
     with raw.open(newline="") as fh:
         for row in csv.DictReader(fh):
             try:
@@ -183,13 +187,15 @@ def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[
                 bad.add(rep)
                 continue
             reps.setdefault(rep, []).append(lat)
+            guessed.setdefault(key, []).append(_truthy(row.get("speculated", "0")))
             up = _float(row.get("t_start")) - _float(row.get("t_release"))
             if up >= 0:
                 wake.setdefault(rep, []).append((lat, up))
             tw = _float(row.get("t_wire_s"))
             if tw > 0:
                 wire.setdefault(key, []).append(tw)
-            if key[0].startswith("inc-") and row.get("packets_sent") and row.get("retransmissions", "0") in ("0", ""):
+            if (key[0].startswith("inc-") and row.get("packets_sent") and row.get("retransmissions", "0") in ("0", "")
+                    and not _truthy(row.get("speculated", "0"))):
                 per = int(row["packets_sent"])
                 if "rank" not in row:  # one row per repetition: packets of all workers together
                     per //= max(1, key[1])
@@ -205,7 +211,8 @@ def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[
             if rep in wake:
                 start.setdefault(rep[:3], []).append(max(wake[rep])[1])  # the slowest worker's, as analysis does
     out = {k: {"median": statistics.median(v), "bound": "", "t_wire": statistics.median(wire[k]) if k in wire else math.nan,
-               "start": statistics.median(start[k]) if k in start else 0.0} for k, v in per_point.items()}
+               "start": statistics.median(start[k]) if k in start else 0.0,
+               "speculated": 2 * sum(guessed.get(k, [])) > len(guessed.get(k, []))} for k, v in per_point.items()}
     lanes = statistics.mode(lanes_seen) if lanes_seen else None
     return out, lanes
 
@@ -233,6 +240,7 @@ def read_results(folder: Path | str) -> Results:
             if key in found:
                 if math.isnan(found[key]["t_wire"]):
                     found[key]["t_wire"] = entry["t_wire"]
+                found[key]["speculated"] = found[key]["speculated"] or entry["speculated"]
             else:
                 found[key] = entry
     if not found:
@@ -243,7 +251,8 @@ def read_results(folder: Path | str) -> Results:
         if method not in METHOD_MAP:
             skipped[method] = "the simulator has no model of this method"
             continue
-        points.append(Point(method, hosts, elements, e["median"], e["bound"], e["t_wire"], e.get("start", 0.0)))
+        points.append(Point(method, hosts, elements, e["median"], e["bound"], e["t_wire"], e.get("start", 0.0),
+                            bool(e.get("speculated", False))))
     topo_json = _json(folder / "topology.json") or None
     res = Results(folder, str(cfg.get("topology", "fat-tree:4")), topo_json, float(shape.get("bw_mbps") or 0.0),
                   float(shape.get("delay_ms") or 0.0), slots, float(env.get("cpus") or 2), points, skipped, lanes)
@@ -301,7 +310,7 @@ class Model:
         out = []
         for pt in self.res.points:
             ev = self.evals[pt.hosts]
-            ev.preset = preset.with_(start_cost=preset.start_cost + pt.start_s) if pt.start_s else preset
+            ev.preset = preset.with_(start_cost=preset.start_cost + pt.start_s, speculate=pt.speculated)
             plan = next(pl for pl in ev.plans if pl.method == METHOD_MAP[pt.method])
             out.append(ev.times(plan, pt.elements * 4))
         return out

@@ -78,7 +78,7 @@ def checks(preset: Preset = NDR, engine: Engine | None = None) -> list[Check]:
     # in-network on a 3-tier fat-tree: up GPU-leaf-spine-core (3 switches entered), down core-spine-leaf-GPU (2)
     n, size = 64, 1 << 22
     packets = math.ceil(size / 4 / agg_elements())
-    slots = min(p.inc_slots, packets)  # every slot opens with one exponent round (header-only frames)
+    slots = p.exponent_slots(packets, p.inc_slots)  # every slot opens with one exponent round (header-only frames)
     f_up, f_dn = agg_frame("int32"), agg_frame("int32")
     up = 3 * (p.cable_latency + p.switch_latency)
     down = 3 * p.cable_latency + 2 * p.switch_latency

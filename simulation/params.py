@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from controller.names import NUM_SLOTS
+from hosts.inc_worker import speculates
 from hosts.reliable import (
     ACK_ENTRY, ACK_HDR, DATA_HDR, FRAME_OVERHEAD, MAX_UDP_PAYLOAD, WIRE_BYTES, CollectiveConfig, elements_per_packet,
 )
@@ -153,6 +154,10 @@ class Preset:
     pipeline_chunk: int = 1 << 20  # bytes per pipelined chunk (tree, ring segments larger than this)
     inc_slots: int = 128  # in-network window: aggregation slots per job on each switch
     exponent_rounds: bool = True  # p4ina's v2 format opens each slot with an exponent round (False: SHARP-like float sums)
+    # ... except where every slot carries one chunk: then p4ina's workers guess the exponents from the previous
+    # all-reduce of the tensor (hosts.inc_worker) and skip the rounds. The model takes the guesses to hold
+    # (the steady state of a training job; the emulation reports its misses per point).
+    speculate: bool = True
     switch_slots: int = NUM_SLOTS  # slots per switch, shared by the jobs on it
     routing: str = "dmodk"  # "dmodk" (destination-based, InfiniBand ftree-like) or "ecmp" (hash of the flow)
 
@@ -173,6 +178,12 @@ class Preset:
             raise ParamError(f"preset {self.name!r}: inc_slots {self.inc_slots} must be in 1..switch_slots ({self.switch_slots})")
         if self.routing not in ("dmodk", "ecmp"):
             raise ParamError(f"preset {self.name!r}: routing must be 'dmodk' or 'ecmp', got {self.routing!r}")
+
+    def exponent_slots(self, packets: int, window: int) -> int:
+        """Slots that open with an exponent round in an in-network all-reduce of `packets` chunks."""
+        if not self.exponent_rounds or (self.speculate and speculates(packets, window)):
+            return 0
+        return min(max(1, window), packets)
 
     def with_(self, **changes: Any) -> Preset:
         unknown = set(changes) - {f.name for f in fields(self)}

@@ -29,6 +29,10 @@ ELEM_BITS = {AGG.elem_types["ELEM_INT32"]: 32, AGG.elem_types["ELEM_INT16"]: 16,
 BITS_ELEM = {bits: code for code, bits in ELEM_BITS.items()}
 ELEM_NAMES = {"int32": 32, "int16": 16, "int8": 8}
 SUM_BITS = 32  # the switches' registers
+# Exponent units per octave, by contribution lane width: a block's scale is 2^(exponent / steps). Finer steps
+# waste less of a narrow lane's range on rounding the scale down to a power of two; the 8-bit field still spans
+# 2^-32..2^32 for int8 and 2^-64..2^64 for int16 (hosts.quantization). The switches only compare exponents.
+EXPONENT_STEPS = {AGG.elem_types["ELEM_INT32"]: 1, AGG.elem_types["ELEM_INT16"]: 2, AGG.elem_types["ELEM_INT8"]: 4}
 
 
 class FixedPointConfigError(ValueError):

@@ -38,10 +38,10 @@ header agg_h {
     bit<1> shadow;  // Which of the slot's two shadow copies this packet uses; a worker alternates it each time it reuses a slot.
     bit<15> slot;  // Slot index within the job's slot range (0 .. slot_count-1), the same on every switch of the tree.
     bit<16> contributor;  // Rank of the sending worker (informational: switches identify children by ingress port).
-    int<8> exponent;  // Fixed-point exponent of this packet's lanes: value = lane * 2^shift * 2^-exponent. Agreed in the previous round of the slot (next_exponent), so all contributions to a cell carry the same one; a mismatch is dropped.
+    int<8> exponent;  // Fixed-point exponent of this packet's lanes, in 1/k octaves (k = 1 for int32 contributions, 2 for int16, 4 for int8): value = lane * 2^shift * 2^(-exponent/k). Agreed in the previous round of the slot (next_exponent), so all contributions to a cell carry the same one; a mismatch is dropped.
     bit<8> epoch;  // All-reduce generation of the job, chosen by the workers (the coordinator hands it out): it must advance (serial-number order, mod 256) for each all-reduce; a cell holding an older epoch is reset, a packet older than its cell is dropped as stale.
     bit<32> offset;  // Index in the tensor of the element carried in lane 0.
-    int<8> next_exponent;  // Exponent proposed for the next round of this slot: each worker sends the largest that fits its own next block; switches keep the minimum over the round's contributions and results carry it down, so every worker quantizes that block alike (SwitchML's in-band agreement).
+    int<8> next_exponent;  // Exponent proposed for the next round of this slot: each worker sends the largest that fits its own next block; switches keep the minimum over the round's contributions and results carry it down, so every worker quantizes that block alike (SwitchML's in-band agreement). Where the workers guessed the exponents from the previous all-reduce (no exponent rounds), each proposes for this same block instead, and the result tells every worker whether the guess holds.
     bit<32> checksum;  // End-to-end check of the lanes: (sum of the lanes as integers + salt) mod 2^32, salt = offset ^ (job_id << 16) ^ (epoch << 8) ^ 0x9e3779b9. Sums are linear, so a cell's accumulated checksum must equal its lanes' sum plus fan_in x salt: switches check that before they send a sum on (and drop the round when it fails: the hosts resend), and seal what they send; hosts check every result.
 }
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from hosts import quantization as qz
-from hosts.inc_worker import IncJob, IncWorker
+from hosts.inc_worker import SPEC_GUARD, IncJob, IncWorker
 from hosts.packets import PREFIX_LEN, Endpoint
 from softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
 from wireformat import AGG
@@ -111,6 +111,92 @@ def test_sums_and_counters(n: int) -> None:
     assert counter(switch, "completions") == ROUNDS * 2, "a reused cell did not complete a new round"
     assert counter(switch, "retransmissions") == 0
     assert all(w.last_stats is not None and w.last_stats.retransmissions == 0 for w in workers)
+    # 5 chunks in 4 slots: a slot carries two, so the second call has its exponent rounds too (no speculation)
+    assert all(w.last_stats.exponent_rounds == 4 for w in workers)
+
+
+def run_calls(switch: Processor, n: int, calls: list[list[np.ndarray]], **job: Any) -> list[list[Any]]:
+    """Each call's inputs (one per rank) through n workers of one job: per call, every rank's (result, stats)."""
+    wire = Wire(switch, n)
+    workers = [IncWorker(IncJob(job_id=JOB_ID, rank=r, n_workers=n, slot_count=4, timeout_s=10.0, min_timeout_s=10.0,
+                                **job), wire.transport(r), Endpoint(*ADDRS[r])) for r in range(n)]
+    out: list[list[Any]] = [[None] * n for _ in calls]
+    errors: list[BaseException] = []
+
+    def body(r: int) -> None:
+        try:
+            for c, inputs in enumerate(calls):
+                res = workers[r].allreduce(inputs[r])
+                out[c][r] = (res, workers[r].last_stats, workers[r].last_plan)
+        except BaseException as ex:
+            errors.append(ex)
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    if errors:
+        raise errors[0]
+    assert not wire.strays
+    return out
+
+
+SPEC_SIZE = 4 * L - 30  # 4 chunks in 4 slots: one round each, the case where speculation pays
+
+
+@pytest.mark.parametrize("contrib", ["int32", "int8"])
+def test_speculated_exponents(contrib: str) -> None:
+    """The same tensor again (the guess holds), scaled by 16 (too fine a guess: clipped, sent again), by 1/64 (far
+    too coarse: sent again), and the same again: each sum within its bound, and where every chunk was either kept
+    at the agreed exponent or sent again at it, equal bit for bit to the exponent rounds' sum; misses counted."""
+    n = 3
+    job = {} if contrib == "int32" else {"contrib_type": qz.ELEM_INT8, "result_type": qz.ELEM_INT8, "shift": 2}
+    rng = np.random.default_rng(7)
+    base = [rng.normal(0, r + 1, SPEC_SIZE).astype(np.float32) for r in range(n)]
+    calls = [[x * np.float32(sc) for x in base] for sc in (1.0, 1.0, 16.0, 16.0, 1 / 64, 1 / 64)]
+    sw = {k: v for k, v in job.items() if k != "contrib_type"}
+    spec = run_calls(real_switch(ADDRS[:n], slot_count=4, **sw), n, calls, **job)
+    plain = run_calls(real_switch(ADDRS[:n], slot_count=4, **sw), n, calls, speculate=False, **job)
+    chunks = 4
+    guard = SPEC_GUARD[job.get("contrib_type", qz.ELEM_INT32)]
+    for c, inputs in enumerate(calls):
+        ref = np.sum([x.astype(np.float64) for x in inputs], axis=0)
+        for r in range(n):
+            res, stats, plan = spec[c][r]
+            assert (np.abs(res - ref) <= plan.tolerance(ref)).all(), f"call {c} rank {r}"
+            assert plain[c][r][1].exponent_rounds == 4 and plain[c][r][1].missed_exponents == 0
+            assert stats.exponent_rounds == (4 if c == 0 else 0)
+            if guard == 0 or c in (0, 2, 4):  # kept at the agreed exponent, or sent again at it: the same sum
+                assert np.array_equal(res, plain[c][r][0]), f"call {c} rank {r}: speculation changed the sum"
+    missed = [spec[c][0][1].missed_exponents for c in range(len(calls))]
+    assert missed == [0, 0, chunks, 0, chunks, 0], missed
+
+
+def test_a_guess_within_the_window_is_kept_and_checked() -> None:
+    """Halved inputs: the agreed int32 exponent is one above the guess, which is kept (a scale one bit coarser),
+    and the sum is within the bound computed with the exponent used."""
+    n = 2
+    rng = np.random.default_rng(5)
+    base = [rng.normal(0, 1, SPEC_SIZE).astype(np.float32) for _ in range(n)]
+    calls = [base, [x * np.float32(0.5) for x in base]]
+    out = run_calls(real_switch(ADDRS[:n], slot_count=4), n, calls)
+    res, stats, plan = out[1][0]
+    assert stats.exponent_rounds == 0 and stats.missed_exponents == 0
+    first_plan = out[0][0][2]
+    assert np.array_equal(plan.exponent, first_plan.exponent), "the guess (last call's exponents) was not used"
+    ref = np.sum([x.astype(np.float64) for x in calls[1]], axis=0)
+    assert (np.abs(res - ref) <= plan.tolerance(ref)).all()
+
+
+def test_a_new_tensor_size_goes_back_to_exponent_rounds() -> None:
+    n = 2
+    rng = np.random.default_rng(3)
+    sizes = (SPEC_SIZE, SPEC_SIZE, 2 * L, SPEC_SIZE, SIZE, SIZE)
+    calls = [[rng.normal(0, 1, size).astype(np.float32) for _ in range(n)] for size in sizes]
+    out = run_calls(real_switch(ADDRS[:n], slot_count=4), n, calls)
+    # SIZE has 5 chunks for 4 slots: no speculation even after a call of the same size
+    assert [out[c][0][1].exponent_rounds for c in range(len(sizes))] == [4, 0, 2, 4, 4, 4]
 
 
 def test_dropped_contribution_and_result_recovered_without_double_counting() -> None:

@@ -66,12 +66,12 @@ def test_exponent_is_the_largest_that_cannot_overflow(m: float, n: int, case: tu
     try:
         e = qz.choose_exponent(m, n, contrib_type=contrib, result_type=result, shift=shift)
     except qz.QuantizationError:
-        assert math.ldexp(m, qz.EXPONENT_MIN) > limit  # only refused when even the smallest exponent overflows
+        assert m * qz.scale(qz.EXPONENT_MIN, contrib) > limit  # only refused when even the coarsest scale overflows
         return
-    q = abs(int(np.rint(math.ldexp(m, e))))
+    q = abs(int(np.rint(m * qz.scale(e, contrib))))
     headroom = min(31, qz.ELEM_BITS[result] - 1 + shift)
     assert q <= limit and n * q <= 2**headroom - 1
-    assert e == qz.EXPONENT_MAX or math.ldexp(m, e + 1) > limit
+    assert e == qz.EXPONENT_MAX or m * qz.scale(e + 1, contrib) > limit
 
 
 @pytest.mark.parametrize(("contrib", "result", "shift"), WIDTH_CASES)
@@ -97,12 +97,33 @@ def test_adversarial_all_equal_at_the_maximum_does_not_overflow(contrib: int, re
 
 @pytest.mark.parametrize(("contrib", "result", "shift"), WIDTH_CASES)
 def test_adversarial_large_dynamic_range(contrib: int, result: int, shift: int) -> None:
-    """1e-20..1e20 in one tensor: small values lose relative precision, the absolute bound holds."""
+    """1e-20..1e20 in one tensor (1e-9..1e9 for int8 contributions, whose quarter-octave exponent spans
+    2^-32..2^32): small values lose relative precision, the absolute bound holds."""
     rng = np.random.default_rng(7)
-    xs = [(rng.choice([-1.0, 1.0], 1000) * 10.0 ** rng.uniform(-20, 20, 1000)).astype(np.float32) for _ in range(4)]
+    decades = 9 if contrib == qz.ELEM_INT8 else 20
+    xs = [(rng.choice([-1.0, 1.0], 1000) * 10.0 ** rng.uniform(-decades, decades, 1000)).astype(np.float32)
+          for _ in range(4)]
     out, fp, overflow = run_allreduce(xs, contrib, result, shift)
     assert not overflow
     assert_within_bound(xs, out, fp)
+
+
+def test_int8_scale_range_is_refused_beyond_the_header() -> None:
+    """int8 contributions count exponents in quarter octaves: above 127 * 2^32 nothing fits, and it says so."""
+    with pytest.raises(qz.QuantizationError, match="below the header's minimum"):
+        qz.choose_exponent(1e12, 4, contrib_type=qz.ELEM_INT8, result_type=qz.ELEM_INT32)
+    assert qz.choose_exponent(1e11, 4, contrib_type=qz.ELEM_INT8, result_type=qz.ELEM_INT32) >= qz.EXPONENT_MIN
+
+
+@pytest.mark.parametrize("contrib", [qz.ELEM_INT32, qz.ELEM_INT16, qz.ELEM_INT8])
+def test_finer_steps_waste_less_of_the_lane(contrib: int) -> None:
+    """The chosen scale uses more than 2^(-1/steps) of the lane limit for any block maximum (whole octaves: half)."""
+    limit = qz.q_limit(16, contrib_type=contrib, result_type=contrib, shift=0 if contrib == qz.ELEM_INT32 else 4)
+    maxima = np.geomspace(0.01, 100.0, 2001)
+    used = maxima * qz.scale(qz.block_exponents(maxima, limit, contrib), contrib) / limit
+    assert (used <= 1.0).all()
+    assert used.min() > 2.0 ** (-1.0 / qz.steps(contrib)) * 0.999
+    assert qz.steps(contrib) == {qz.ELEM_INT32: 1, qz.ELEM_INT16: 2, qz.ELEM_INT8: 4}[contrib]
 
 
 def test_extremes_of_float32() -> None:
@@ -146,7 +167,7 @@ def test_non_finite_refused_with_a_clear_error(bad: float) -> None:
 
 def test_exponent_too_large_for_the_data_is_refused() -> None:
     with pytest.raises(qz.QuantizationError, match="beyond int8"):
-        qz.quantize(np.array([1.0], dtype=np.float32), 7, qz.ELEM_INT8)
+        qz.quantize(np.array([1.0], dtype=np.float32), 28, qz.ELEM_INT8)  # 2^(28/4) = 128
 
 
 def test_too_many_workers_for_a_narrow_result_is_refused() -> None:

@@ -75,6 +75,9 @@ def test_inc_path_counts_the_exponent_round() -> None:
     # 3 chunks in a 2-slot window: slot 0 has the exponent round and 2 data rounds, each up 3 links and down
     assert bounds.inc_path(METHODS["inc-int32"], elements=3 * AGG.num_lanes, height=3, slots=2,
                            delay_s=DELAY) == pytest.approx(3 * 6 * DELAY)
+    # guessed exponents (hosts.inc_worker): no exponent round, one trip per data round
+    assert bounds.inc_path(METHODS["inc-int32"], elements=2 * AGG.num_lanes, height=3, slots=2, delay_s=DELAY,
+                           exponent_rounds=False) == pytest.approx(1 * 6 * DELAY)
 
 
 def test_path_bound_on_a_fat_tree() -> None:
