@@ -174,8 +174,8 @@ def test_speculated_exponents(contrib: str) -> None:
 
 
 def test_a_guess_within_the_window_is_kept_and_checked() -> None:
-    """Halved inputs: the agreed int32 exponent is one above the guess, which is kept (a scale one bit coarser),
-    and the sum is within the bound computed with the exponent used."""
+    """Halved inputs: the agreed int32 exponent is one above last call's, so the guess (one guard step below) is
+    two steps coarse, the most the window keeps; the sum is within the bound computed with the exponent used."""
     n = 2
     rng = np.random.default_rng(5)
     base = [rng.normal(0, 1, SPEC_SIZE).astype(np.float32) for _ in range(n)]
@@ -184,7 +184,7 @@ def test_a_guess_within_the_window_is_kept_and_checked() -> None:
     res, stats, plan = out[1][0]
     assert stats.exponent_rounds == 0 and stats.missed_exponents == 0
     first_plan = out[0][0][2]
-    assert np.array_equal(plan.exponent, first_plan.exponent), "the guess (last call's exponents) was not used"
+    assert np.array_equal(plan.exponent, first_plan.exponent - SPEC_GUARD[qz.ELEM_INT32]), "the guess was not used"
     ref = np.sum([x.astype(np.float64) for x in calls[1]], axis=0)
     assert (np.abs(res - ref) <= plan.tolerance(ref)).all()
 
