@@ -26,6 +26,7 @@ import collections
 import errno
 import fcntl
 import logging
+import math
 import os
 import select
 import socket
@@ -392,7 +393,9 @@ class PortIO:
         held = self._held
         while not self._stop.is_set():
             due = held.next_due()
-            timeout = -1.0 if due is None else max(0.0, due - time.monotonic())
+            # epoll counts whole milliseconds and CPython rounds a wait up: a frame would leave up to 1 ms late
+            # at every delayed hop. So wait whole ms rounded down, and poll without blocking for the last one.
+            timeout = -1.0 if due is None else math.floor(max(0.0, due - time.monotonic()) * 1000.0) / 1000.0
             try:
                 events = self._epoll.poll(timeout)
             except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for clarity
