@@ -207,8 +207,10 @@ class IncWorker:
         if job.failure_timeout_s is not None:  # backed-off timers must still expire failure_timeouts times in time
             max_s = max(min(max_s, job.failure_timeout_s / job.failure_timeouts), job.timeout_s, job.min_timeout_s)
         self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s), max_s=max_s)
-        # The agreed exponents of the last all-reduce that completed normally (None: none, or a failure since).
+        # The agreed exponents of the last all-reduce that completed normally (None: none, or a failure since):
+        # the agreed ones, not the ones used, which a kept guess makes coarser (the next guess would drift).
         self._last_exps: np.ndarray | None = None
+        self._agreed: np.ndarray | None = None  # the last stream's agreed exponent per chunk
 
     @property
     def epoch(self) -> int:
@@ -233,7 +235,7 @@ class IncWorker:
         sums, exps, stats = self._run(blocks, t_start, np.ones(n, dtype=bool), np.zeros((n, AGG.num_lanes), np.int64),
                                       np.zeros(n, np.int64), guess)
         out = self._finish(x, sums, exps, stats, t_start)
-        self._last_exps = exps.copy()
+        self._last_exps = self._agreed
         return out
 
     def resume(self, tensor: np.ndarray, partial: Partial, redo: np.ndarray) -> np.ndarray:
@@ -331,6 +333,8 @@ class IncWorker:
         window_steps = SPEC_WINDOW[job.contrib_type]
         sums = np.zeros((n_chunks, AGG.num_lanes), dtype=np.int64)
         exps = np.zeros(n_chunks, dtype=np.int64)
+        agreed_exps = exps if guess is None else np.zeros(n_chunks, dtype=np.int64)  # the same without a guess
+        self._agreed = agreed_exps
         got = np.zeros(n_chunks, dtype=bool)
         failure_s = job.failure_timeout_s
         last_progress = clock.now()  # the last result (of any round) that arrived
@@ -494,6 +498,8 @@ class IncWorker:
                     continue
                 if h["flags"] & FLAG_OVERFLOW:
                     overflows += 1
+                if guess is not None:
+                    agreed_exps[rid] = agreed
                 sums[rid] = lanes
                 got[rid] = True
                 done += 1

@@ -251,3 +251,17 @@ def test_the_switches_agree_the_smallest_exponent() -> None:
     expected = qz.block_exponents(np.max([qz.block_max_abs(x) for x in inputs], axis=0), q)
     assert exps.tolist() == expected.tolist()
     assert all(np.array_equal(np.asarray(p.exponent), np.asarray(plans[0].exponent)) for p in plans)  # type: ignore[union-attr]
+
+
+def test_the_guess_follows_the_agreed_exponents_not_the_used_ones() -> None:
+    """The same tensor five times: each guess is the agreed exponent less the guard, every time (a guess taken
+    from the exponents used would grow one guard coarser per call until it missed)."""
+    n = 2
+    rng = np.random.default_rng(11)
+    base = [rng.normal(0, 1, SPEC_SIZE).astype(np.float32) for _ in range(n)]
+    out = run_calls(real_switch(ADDRS[:n], slot_count=4), n, [base] * 5)
+    first = np.asarray(out[0][0][2].exponent)
+    for c in range(1, 5):
+        res, stats, plan = out[c][0]
+        assert stats.exponent_rounds == 0 and stats.missed_exponents == 0, f"call {c}"
+        assert np.array_equal(plan.exponent, first - SPEC_GUARD[qz.ELEM_INT32]), f"call {c}: the guess drifted"
