@@ -211,6 +211,11 @@ class IncWorker:
         # the agreed ones, not the ones used, which a kept guess makes coarser (the next guess would drift).
         self._last_exps: np.ndarray | None = None
         self._agreed: np.ndarray | None = None  # the last stream's agreed exponent per chunk
+        # Per slot, the round its next round is (its shadow copy: the parity). It carries on across all-reduces:
+        # a slot's first round of a call must use the other copy than its last round of the call before, which
+        # keeps that result for a worker that has not got it yet (without a barrier between calls, the others
+        # may start the next call while it still asks). Every worker of a job counts alike.
+        self._next_round = np.zeros(job.slot_count, dtype=np.int64)
 
     @property
     def epoch(self) -> int:
@@ -342,7 +347,7 @@ class IncWorker:
         # A round is a packet id: chunk k is k, the exponent round of slot s is n_chunks + s.
         n_ids = n_chunks + n_slots
         outstanding = np.full(window, -1, dtype=np.int64)  # round in flight per slot
-        rounds = np.zeros(window, dtype=np.int64)  # rounds begun per slot (shadow copy = round % 2)
+        rounds = self._next_round[:window].copy()  # the round each slot is in (shadow copy = round % 2)
         sends = np.zeros(n_ids, dtype=np.int64)
         round_from = np.zeros(n_ids, dtype=np.int64)  # sends[rid] when its current round began
         first_sent = np.zeros(n_ids, dtype=np.float64)
@@ -392,6 +397,7 @@ class IncWorker:
 
         if guess is None:
             for slot in range(n_slots):
+                frames.set_exponent_shadow(slot, int(rounds[slot] % 2))
                 outstanding[slot] = n_chunks + slot
                 transmit(n_chunks + slot)
         else:
@@ -457,7 +463,8 @@ class IncWorker:
                 duplicates += 1
                 continue
             if rid >= n_chunks:  # the slot's exponent round
-                if h["elem_type"] != ELEM_NONE or h["shadow"] != 0 or h["offset"] != slot * AGG.num_lanes:
+                if (h["elem_type"] != ELEM_NONE or h["shadow"] != rounds[slot] % 2
+                        or h["offset"] != slot * AGG.num_lanes):
                     duplicates += 1
                     continue
                 if h["checksum"] != frames.salts[slot]:
@@ -516,6 +523,7 @@ class IncWorker:
             else:
                 outstanding[slot] = -1
         t_end = clock.now()
+        self._next_round[:n_slots] = rounds[:n_slots] + 1
         parts = {"quantize": quantize_s, "agree": ((agreed_at or t_end) - t_start) if guess is None else 0.0}
         stats = AllreduceStats(
             method="inc", elements=int(blocks.size), latency_s=t_end - t_start, packets_sent=sent,

@@ -129,6 +129,9 @@ class ContributionFrames:
     proposes the exponent of chunk k + slot_count (the slot's next round). Headers
     are packed for all frames at once; a chunk's exponent and lanes are written
     into its row when the agreed exponent is known (`fill`), just before it is sent.
+    The shadows here assume a slot's first round is its round 0; the worker sets each
+    round's own (`set_shadow`, `set_exponent_shadow`) from its per-slot round count,
+    which carries on across all-reduces.
 
     speculative=True (hosts.inc_worker: the exponents of the previous all-reduce
     of the same tensor): no exponent rounds; chunk k starts in round k // slot_count
@@ -209,6 +212,13 @@ class ContributionFrames:
             self.frames[chunk, self._shadow_at] |= self._shadow_bit
         else:
             self.frames[chunk, self._shadow_at] &= 0xFF ^ self._shadow_bit
+
+    def set_exponent_shadow(self, slot: int, shadow: int) -> None:
+        """The shadow copy of a slot's exponent round (the other one than the slot's last round)."""
+        if shadow:
+            self.exp_frames[slot, self._shadow_at] |= self._shadow_bit
+        else:
+            self.exp_frames[slot, self._shadow_at] &= 0xFF ^ self._shadow_bit
 
     def frame(self, chunk: int) -> memoryview:
         """A chunk's first transmission (a view; no copy)."""

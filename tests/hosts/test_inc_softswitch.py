@@ -115,11 +115,13 @@ def test_sums_and_counters(n: int) -> None:
     assert all(w.last_stats.exponent_rounds == 4 for w in workers)
 
 
-def run_calls(switch: Processor, n: int, calls: list[list[np.ndarray]], **job: Any) -> list[list[Any]]:
+def run_calls(switch: Processor, n: int, calls: list[list[np.ndarray]], timeout_s: float = 10.0,
+              **job: Any) -> list[list[Any]]:
     """Each call's inputs (one per rank) through n workers of one job: per call, every rank's (result, stats)."""
     wire = Wire(switch, n)
-    workers = [IncWorker(IncJob(job_id=JOB_ID, rank=r, n_workers=n, slot_count=4, timeout_s=10.0, min_timeout_s=10.0,
-                                **job), wire.transport(r), Endpoint(*ADDRS[r])) for r in range(n)]
+    workers = [IncWorker(IncJob(job_id=JOB_ID, rank=r, n_workers=n, slot_count=4, timeout_s=timeout_s,
+                                min_timeout_s=timeout_s, **job), wire.transport(r), Endpoint(*ADDRS[r]))
+               for r in range(n)]
     out: list[list[Any]] = [[None] * n for _ in calls]
     errors: list[BaseException] = []
 
@@ -265,3 +267,47 @@ def test_the_guess_follows_the_agreed_exponents_not_the_used_ones() -> None:
         res, stats, plan = out[c][0]
         assert stats.exponent_rounds == 0 and stats.missed_exponents == 0, f"call {c}"
         assert np.array_equal(plan.exponent, first - SPEC_GUARD[qz.ELEM_INT32]), f"call {c}: the guess drifted"
+
+
+class EveryNth:
+    """Between the ports and the switch: drops every nth frame each way (contributions, results, both)."""
+
+    def __init__(self, inner: Processor, nth: int) -> None:
+        self.inner, self.nth, self.seen, self.dropped = inner, nth, 0, 0
+
+    def _drop(self) -> bool:
+        self.seen += 1
+        if self.seen % self.nth == 0:
+            self.dropped += 1
+            return True
+        return False
+
+    def process_packet(self, ingress_port: int, data: bytes) -> list[tuple[int, bytes]]:
+        if self._drop():
+            return []
+        return [(port, frame) for port, frame in self.inner.process_packet(ingress_port, data) if not self._drop()]
+
+
+def test_guesses_that_miss_under_loss_still_sum_exactly_once() -> None:
+    """Lost contributions and results while guesses hold and miss (a x16 and a x1/64 jump): every sum within its
+    bound and the same on every rank, the switch's contributions counted once per round, misses counted."""
+    n = 3
+    rng = np.random.default_rng(13)
+    base = [rng.normal(0, r + 1, SPEC_SIZE).astype(np.float32) for r in range(n)]
+    calls = [[x * np.float32(sc) for x in base] for sc in (1.0, 1.0, 16.0, 16.0, 1 / 64)]
+    switch = real_switch(ADDRS[:n], slot_count=4)
+    lossy = EveryNth(switch, 7)
+    out = run_calls(lossy, n, calls, timeout_s=0.05)
+    assert lossy.dropped > 10
+    rounds = 0
+    for c, inputs in enumerate(calls):
+        ref = np.sum([x.astype(np.float64) for x in inputs], axis=0)
+        for r in range(n):
+            res, stats, plan = out[c][r]
+            assert np.array_equal(res, out[c][0][0]), f"call {c}: ranks disagree"
+            assert (np.abs(res - ref) <= plan.tolerance(ref)).all(), f"call {c} rank {r}"
+        stats = out[c][0][1]
+        rounds += 4 + stats.exponent_rounds + stats.missed_exponents
+    assert [out[c][0][1].missed_exponents for c in range(len(calls))] == [0, 0, 4, 0, 4]
+    assert sum(out[c][r][1].retransmissions for c in range(len(calls)) for r in range(n)) > 0
+    assert counter(switch, "contributions") == n * rounds  # every round's contributions added exactly once
