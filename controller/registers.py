@@ -43,3 +43,16 @@ def flip_bit(client: SwitchClient, schema: P4Schema, name: str, index: int, bit:
     after = before ^ (1 << bit)
     write_register(client, schema, name, index, after)
     return before, after
+
+
+def read_register_all(client: SwitchClient, schema: P4Schema, name: str) -> list[int]:
+    """Every cell of a register in one Read (an entry without an index: the whole array), in index order."""
+    info = schema.register(name)
+    ent = p4runtime_pb2.Entity()
+    ent.register_entry.register_id = info.id
+    cells: dict[int, int] = {}
+    for got in client.read([ent]):
+        cells[got.register_entry.index.index] = decode_int(got.register_entry.data.bitstring)
+    if len(cells) != info.size:
+        raise LookupError(f"register {name}: {client.name} returned {len(cells)} of {info.size} cells")
+    return [cells[i] for i in range(info.size)]

@@ -16,14 +16,18 @@ exact, checked against numpy's float64 sum), agents on every member host, then:
    a flip counts as injected once a read-back shows it landed in a live round;
    detected is what the switches' `corrupt` counters and the hosts' checks
    caught; every sum still exact;
-4. a switch failure: the job's root (or an aggregation switch) is killed in the
+4. load and isolation (before the main job's agents start; emulation.isolation):
+   four 3-host jobs at once on shared switches and a host ring beside them,
+   every sum exact, each job's slowdown against running alone, and the switch
+   counters and a slot_token read-back showing no job touched another's cells;
+5. a switch failure: the job's root (or an aggregation switch) is killed in the
    middle of an all-reduce; the workers suspect it after `failure_timeout_s`
    without a result, report at a coordinator barrier, the controller finds the
    dead switch (P4Runtime no longer answers), re-plans and re-installs the job
    around it (new tokens), and the workers redo the chunks anyone lacks; the
    time from the kill to the completed all-reduce is the recovery time; later
    all-reduces run on the new tree;
-5. an edge-switch failure (last: it cuts hosts off): reported by name.
+6. an edge-switch failure (last: it cuts hosts off): reported by name.
 
 Writes summary.json, reports.json (every agent report) and faults.png.
 """
@@ -82,6 +86,11 @@ class FaultsConfig:
     # fraction held back behind later ones, per link end (a packet crosses up to six ends on the fat-tree)
     dup_rate: float = 0.01
     reorder_rate: float = 0.02
+    # load and isolation (emulation.isolation): four 3-host jobs at once on shared switches plus a 4-host ring;
+    # skipped (and said so in the summary) on a topology with fewer than 16 hosts
+    isolation: bool = True
+    isolation_reps: int = 3
+    isolation_size: int | None = None  # elements per all-reduce; None: size
     sdc_flips: int = 20  # bit flips to land in live rounds
     sdc_loss: float = 0.01  # loss while flipping: a lost contribution holds its round open long enough to flip into
     failure_size_factor: int = 4  # the interrupted all-reduce is this many times `size` (so the kill lands mid-way)
@@ -488,13 +497,31 @@ class FaultsRun:
                 "message": s.errors[0] if s.errors else None}
 
 
+def isolation_phase(cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, runner: R.Runner, sock_dir: Path,
+                    log_dir: Path) -> dict[str, Any]:
+    """Four jobs and a ring at once (emulation.isolation), before the main job's agents start (they would share
+    the hosts' interfaces); skipped, with the reason, where the topology has too few hosts."""
+    from emulation.isolation import IsolationError, IsolationRun
+
+    try:
+        iso = IsolationRun(net, ctl, sock_dir, log_dir, size=cfg.isolation_size or cfg.size, slots=cfg.slots,
+                           reps=cfg.isolation_reps, timeout_s=runner.tmo["inc"], ring_timeout_s=runner.tmo["ring"],
+                           seed=cfg.seed)
+    except IsolationError as ex:
+        LOG.warning("isolation phase skipped: %s", ex)
+        return {"skipped": str(ex)}
+    return iso.run()
+
+
 def summarize(cfg: FaultsConfig, lossless: dict[str, Any], loss: dict[str, Any], sdc: dict[str, Any] | None,
               failure: dict[str, Any] | None, edge: dict[str, Any] | None, problems: list[str],
-              dup_reorder: dict[str, Any] | None = None) -> dict[str, Any]:
+              dup_reorder: dict[str, Any] | None = None, isolation: dict[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
                            "lossless": lossless, "loss": loss, "problems": problems}
     if dup_reorder is not None:
         out["dup_reorder"] = dup_reorder
+    if isolation is not None:
+        out["isolation"] = isolation
     if failure is not None:
         out["switch_failure"] = failure
     if edge is not None:
@@ -504,6 +531,7 @@ def summarize(cfg: FaultsConfig, lossless: dict[str, Any], loss: dict[str, Any],
     out["ok"] = (not problems and lossless.get("exact", False) and all(v["exact"] for v in loss.values())
                  and (failure is None or bool(failure["exact"] and failure["later_exact"]))
                  and (dup_reorder is None or dup_reorder["exact"])
+                 and (isolation is None or "skipped" in isolation or bool(isolation["exact"] and isolation["isolated"]))
                  and (sdc is None or (sdc["exact"] and sdc["detected"] >= sdc["injected"]))
                  and (edge is None or edge["reported"]))
     return out
@@ -558,7 +586,7 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                            input_kind="ones", seed=cfg.seed, results_root=cfg.results_root)
     lossless: dict[str, Any] = {}
     loss: dict[str, Any] = {}
-    sdc = failure = edge = dup = None
+    sdc = failure = edge = dup = iso = None
     t0 = clock.now()
     try:
         with R._short_tmpdir() as sock_dir, EmulatedNetwork(model, NetworkConfig(run_dir=log_dir, backend=cfg.backend, shape=exp.shape)) as net:  # noqa: SLF001
@@ -571,6 +599,8 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                 run = FaultsRun(cfg, net, ctl, runner, hosts)
                 runner.decide, runner.ask = run.decide, run.ask
                 run.install(runner.tmo["inc"], runner.tmo["inc"])
+                if cfg.isolation:
+                    iso = isolation_phase(cfg, net, ctl, runner, sock_dir, log_dir)
                 try:
                     with runner.agents(hosts, "faults") as server:
                         run.server = server
@@ -593,7 +623,7 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
     except Exception as ex:
         result.problems.append(f"{type(ex).__name__}: {ex}")
         LOG.exception("faults experiment failed")
-    result.summary = summarize(cfg, lossless, loss, sdc, failure, edge, result.problems, dup)
+    result.summary = summarize(cfg, lossless, loss, sdc, failure, edge, result.problems, dup, iso)
     result.summary["duration_s"] = clock.now() - t0
     (out / "summary.json").write_text(json.dumps(result.summary, indent=1, default=str) + "\n")
     if lossless:
