@@ -229,6 +229,14 @@ def _faults_table(s: dict[str, Any]) -> str:
                      f"{dr['duplicated_packets']} copied and {dr['held_packets']} held back on the links, switches "
                      f"saw {dr['switch_retransmissions']} repeats and dropped {dr['switch_stale_drops']} stale, "
                      f"workers {dr['worker_duplicates']} duplicates")
+    iso = s.get("isolation")
+    if iso and "skipped" in iso:
+        lines.append(f"isolation: skipped ({iso['skipped']})")
+    elif iso:
+        slow = ", ".join(f"{k} x{v:.2f}" for k, v in iso["slowdowns"].items())
+        lines.append(f"isolation: {len(iso['jobs'])} jobs and a ring at once, exact {iso['exact']}, isolated "
+                     f"{iso['isolated']} ({iso['foreign_cells']} foreign of {iso['register_cells_checked']} cells read "
+                     f"back); slowdowns {slow}")
     f = s.get("switch_failure")
     if f:
         lines.append(f"switch failure: {f['victim']} killed, {f['verdict']}; recovered in {f['recovery_s']} s "
