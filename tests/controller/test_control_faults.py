@@ -172,3 +172,11 @@ def test_reconcile_cli_reports_and_fixes(topo: Topology, tmp_path: Path, capsys:
     assert "repaired:" in capsys.readouterr().out
     assert cli_main(["reconcile", *st, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["clean"] is True
+
+
+def test_safe_installs_skips_the_tokens_a_switch_holds() -> None:
+    assert I.safe_installs("e1", 0, set()) == 0
+    assert I.safe_installs("e1", 0, {1, 2, 3}) == 3  # next token 4
+    assert next_token(I.safe_installs("e1", 254, {255, 1})) == 2  # past the wrap, 1 held too
+    with pytest.raises(I.InstallError, match="switch e1: all 255 install tokens are held"):
+        I.safe_installs("e1", 7, set(range(1, 256)))
