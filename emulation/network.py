@@ -82,7 +82,7 @@ class EmulatedNetwork:
         self._switch_delay = False
         self._loss_sinks: list[str] = []
         self._runtime_loss = False  # set_loss made its sinks and filters
-        self._reorder_split = False  # set_dup_reorder split every link's HTB class
+        self._reorder_split = False  # set_dup_reorder split every link's HTB class (reordering on)
         self._link_names: list[str] = []
         self.startup_s: float | None = None
 
@@ -279,10 +279,11 @@ class EmulatedNetwork:
                 raise NetworkError(f"{name} fraction {value}: need 0 <= fraction < 1")
         if not self._runtime_loss:
             self.set_loss(0.0)  # the clsact hooks (and loss sinks) on every link end, no loss
+        split = self._reorder_split
         for run, dev in self._link_ends():
             set_bpf_dup(run, dev, dup)
-            set_reorder(run, dev, reorder, shaping.rate_bps, shaping.queue_pkts, fresh=not self._reorder_split)
-        self._reorder_split = True
+            split = set_reorder(run, dev, reorder, shaping.rate_bps, shaping.queue_pkts, split=self._reorder_split)
+        self._reorder_split = split  # 0 puts every link's HTB class back as it was
         LOG.info("%.2f%% duplicated, %.2f%% held back on both ends of %d links", dup * 100, reorder * 100,
                  len(self.net.links))
 

@@ -242,23 +242,33 @@ def reorder_classes(rate_bps: float, fraction: float, queue_pkts: int) -> list[l
 
 
 def set_reorder(run: Callable[..., str], dev: str, fraction: float, rate_bps: float, queue_pkts: int,
-                fresh: bool) -> None:
-    """Hold back `fraction` of the packets leaving `dev` (0: none) behind later ones, while traffic flows.
+                split: bool) -> bool:
+    """Hold back `fraction` of the packets leaving `dev` behind later ones, while traffic flows; 0 puts the link
+    back as emulation.shaping made it. Returns whether the link's class is split now (pass it back next time).
 
-    `dev` must carry emulation.shaping's HTB tree (root 5:, class 5:1); `fresh`: its class 5:1 is not split
-    yet (reorder_classes). A classic-BPF classifier on the root qdisc draws the kernel's random number and
-    sends the unlucky packets to the held-back class.
+    `dev` must carry emulation.shaping's HTB tree (root 5:, class 5:1 with a pfifo 10: of `queue_pkts`);
+    `split`: whether an earlier call split class 5:1 (reorder_classes). A classic-BPF classifier on the root
+    qdisc draws the kernel's random number and sends the unlucky packets to the held-back class. Undoing the
+    split drops what the two classes still hold: call it between all-reduces.
     """
     if not 0.0 <= fraction < 1.0:
         raise ValueError(f"reorder fraction must be in [0, 1), got {fraction}")
-    if fresh:
+    if split:
+        _del_filter(run, dev, REORDER_PREF, "parent", "5:")
+    if fraction == 0:
+        if split:
+            _del_filter(run, dev, IN_ORDER_PREF, "parent", "5:")
+            for classid in (REORDER_CLASS, IN_ORDER_CLASS):
+                run("tc", "class", "del", "dev", dev, "classid", classid)
+            # HTB makes a class whose last child went a leaf again, with a default queue: ours back
+            run("tc", "qdisc", "replace", "dev", dev, "parent", "5:1", "handle", "10:", "pfifo", "limit", str(queue_pkts))
+        return False
+    if not split:
         for cmd in reorder_classes(rate_bps, max(fraction, 0.01), queue_pkts):
             run(*[dev if w == "{dev}" else w for w in cmd])
-    else:
-        _del_filter(run, dev, REORDER_PREF, "parent", "5:")
-    if fraction > 0:
-        run("tc", "filter", "add", "dev", dev, "parent", "5:", "pref", str(REORDER_PREF), "bpf", "bytecode",
-            bpf_loss_program(fraction), "flowid", REORDER_CLASS)
+    run("tc", "filter", "add", "dev", dev, "parent", "5:", "pref", str(REORDER_PREF), "bpf", "bytecode",
+        bpf_loss_program(fraction), "flowid", REORDER_CLASS)
+    return True
 
 
 def tc_counts(run: Callable[..., str], dev: str) -> dict[str, int]:

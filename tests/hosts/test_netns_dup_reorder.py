@@ -86,7 +86,7 @@ def inversions(seq: list[int]) -> int:
 def test_duplication_and_reordering_on_a_shaped_link(lab: NetnsLab) -> None:
     a, b, run = link(lab)
     set_bpf_dup(run, "eth0", 0.05)
-    set_reorder(run, "eth0", 0.05, 10e6, 1000, fresh=True)
+    assert set_reorder(run, "eth0", 0.05, 10e6, 1000, split=False)
     got = send_numbered(lab, a, b)
     counts = tc_counts(run, "eth0")
     assert set(got) == set(range(N_PACKETS)), "a datagram was lost"  # 600 x 1 kB fit the 1000-packet queues
@@ -98,10 +98,14 @@ def test_duplication_and_reordering_on_a_shaped_link(lab: NetnsLab) -> None:
 
 def test_off_again_leaves_the_link_in_order(lab: NetnsLab) -> None:
     a, b, run = link(lab)
+    shaped = run("tc", "class", "show", "dev", "eth0"), run("tc", "qdisc", "show", "dev", "eth0")
     set_bpf_dup(run, "eth0", 0.2)
-    set_reorder(run, "eth0", 0.2, 10e6, 1000, fresh=True)
+    assert set_reorder(run, "eth0", 0.2, 10e6, 1000, split=False)
+    assert set_reorder(run, "eth0", 0.1, 10e6, 1000, split=True)  # a new fraction on the split link
     set_bpf_dup(run, "eth0", 0.0)
-    set_reorder(run, "eth0", 0.0, 10e6, 1000, fresh=False)
+    assert not set_reorder(run, "eth0", 0.0, 10e6, 1000, split=True)
+    # the link is back as emulation.shaping made it: one HTB class and its pfifo
+    assert (run("tc", "class", "show", "dev", "eth0"), run("tc", "qdisc", "show", "dev", "eth0")) == shaped
     got = send_numbered(lab, a, b)
     assert got == list(range(N_PACKETS))
     assert tc_counts(run, "eth0") == {"duplicated": 0, "held": 0}
@@ -112,4 +116,4 @@ def test_bad_fractions_are_refused(lab: NetnsLab) -> None:
     with pytest.raises(ValueError, match="duplication fraction"):
         set_bpf_dup(run, "eth0", 1.5)
     with pytest.raises(ValueError, match="reorder fraction"):
-        set_reorder(run, "eth0", -0.1, 10e6, 1000, fresh=True)
+        set_reorder(run, "eth0", -0.1, 10e6, 1000, split=False)
