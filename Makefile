@@ -15,7 +15,7 @@ SIMULATE_ARGS ?=
 
 help:
 	@echo "make emulate   install what is missing, run the main experiment (embedded switch): bandwidth and latency presets"
-	@echo "make emulate-faults  a switch killed mid all-reduce, a loss sweep, register bit flips (emulation.faults)"
+	@echo "make emulate-faults  a switch killed mid all-reduce, loss, duplication and reordering, four jobs at once, register bit flips (emulation.faults)"
 	@echo "make simulate  the same methods at 16 to 100,000 GPUs on SimGrid, calibrated on the emulation"
 	@echo "make test      install what is missing, run the test suite"
 	@echo "make bench     run the benchmarks, write results/bench.json"

@@ -135,8 +135,34 @@ class Controller:
         return I.verify(self.fabric, self.state)
 
     def repair(self) -> dict[str, I.SyncResult]:
+        """Make the switches hold what the state says; a switch that restarted (no pipeline) gets the
+        pipeline pushed first, then everything the state has for it."""
         self._need_schema()
+        self.restore_pipelines()
         return I.repair(self.fabric, self.state)
+
+    def restore_pipelines(self) -> list[str]:
+        """Push the pipeline to the live switches that run none (restarted with empty tables); their names."""
+        names = [s.name for s in I.live_topology(self.fabric, self.state).switches]
+        bare = [n for n, cfg in self.fabric.run_all("pipeline check", lambda n: self.fabric.client(n).get_pipeline(),
+                                                    names).items() if cfg is None]
+        if bare:
+            LOG.warning("switch(es) %s run no pipeline (restarted?): pushing it", ", ".join(sorted(bare)))
+            self.push_pipeline(force=True, switches=bare)
+        return sorted(bare)
+
+    def reconcile(self, fix: bool = False) -> I.Reconciliation:
+        """A controller (re)started against running switches: compare what they hold with the state file
+        (installer.reconcile; install counts move past every token the switches hold) and, with fix, make
+        them match it (restarted switches get their pipeline and entries back, unknown jobs are deleted)."""
+        self._need_schema()
+        try:
+            rec = I.reconcile(self.fabric, self.state)
+            if fix and not rec.clean:
+                rec.repaired = self.repair()
+            return rec
+        finally:  # the install counts learned from the switches are kept even if the repair failed
+            self._save()
 
     def close(self) -> None:
         self.fabric.close()

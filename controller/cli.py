@@ -159,6 +159,26 @@ def cmd_verify(args: argparse.Namespace, ctl: Controller) -> int:
     return 1 if dirty else 0
 
 
+def cmd_reconcile(args: argparse.Namespace, ctl: Controller) -> int:
+    rec = ctl.reconcile(fix=args.fix)
+    lines = [f"jobs of the state on their switches: {', '.join(map(str, rec.ok)) or 'none'}"]
+    for job, sws in rec.drifted.items():
+        lines.append(f"job {job} drifted on {', '.join(sws)}")
+    for job, sws in rec.unknown.items():
+        lines.append(f"job {job} is on {', '.join(sws)} but not in the state")
+    if rec.no_pipeline:
+        lines.append(f"no pipeline (restarted?): {', '.join(rec.no_pipeline)}")
+    for sw, (before, after) in rec.tokens.items():
+        lines.append(f"{sw}: install count {before} -> {after} (tokens read back from the switch)")
+    if rec.repaired:
+        changed = {n: r for n, r in rec.repaired.items() if r.inserted or r.modified or r.deleted}
+        lines.append("repaired: " + (", ".join(f"{n} (+{r.inserted} ~{r.modified} -{r.deleted})" for n, r in changed.items()) or "nothing to do"))
+    elif not rec.clean:
+        lines.append("(`p4ina reconcile --fix` or `p4ina verify --repair` makes the switches match the state)")
+    _emit(args, rec.to_dict(), "\n".join(lines))
+    return 0 if rec.clean or args.fix else 1
+
+
 # -- parser ---------------------------------------------------------------------------
 # -- p4ina shell: p4runtime-shell on one switch ------------------------------------------------
 def _fix_p4runtime_shell() -> None:
@@ -272,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", type=int, help="one job (default: all jobs, plus drops of no job)")
     p = leaf(sub, "verify", cmd_verify, "read the switches back and compare with the state (exit 1 on drift)")
     p.add_argument("--repair", action="store_true", help="make the switches match the state instead")
+    p = leaf(sub, "reconcile", cmd_reconcile, "after a controller restart: compare what the switches hold with the "
+             "state, move install counts past the tokens they hold (exit 1 on differences)")
+    p.add_argument("--fix", action="store_true", help="then make the switches match the state")
     p = leaf(sub, "shell", cmd_shell, "open p4runtime-shell on one switch (P4Info read from the switch)")
     p.add_argument("switch", help="switch name, e.g. leaf1 or edge-0-0")
     p.add_argument("script", nargs="?", type=Path, help="run this Python script in the shell's namespace instead")

@@ -20,8 +20,9 @@ from controller.client import ReadError, SwitchClient, SwitchError, WriteError, 
 from controller.entities import Entity, MulticastGroup, TableEntry, decode_entity
 from controller.fabric import Fabric, FabricError
 from controller.jobentries import job_entries
-from controller.p4info import P4Schema, pipeline_cookie
-from controller.planner import DuplicateJobError, JobPlan, JobSpec, plan_job
+from controller.p4info import P4InfoError, P4Schema, pipeline_cookie
+from controller.planner import DuplicateJobError, JobPlan, JobSpec, next_token, plan_job
+from controller.registers import read_register_all, read_register_cells
 from controller.routing import all_route_entries
 from controller.state import State
 from controller.topology import Topology
@@ -220,6 +221,8 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec) -> JobPlan:
         _reconcile(fabric, schema, old)
         return old
     plan = plan_job(fabric.topo, spec, state.plans(), state.installs, exclude=state.failed)
+    if _avoid_used_tokens(fabric, schema, state, plan):  # the same tree and slots, tokens the switches lack
+        plan = plan_job(fabric.topo, spec, state.plans(), state.installs, exclude=state.failed)
     entries = job_entries(plan)
     for sw, ents in entries.items():
         for e in ents:
@@ -254,6 +257,62 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec) -> JobPlan:
     state.jobs[spec.job_id] = plan
     LOG.info("job %d installed on %d switches (root %s)", spec.job_id, len(plan.switches), plan.root)
     return plan
+
+
+# -- tokens ------------------------------------------------------------------------------
+TOKEN_REGISTER = "P4inaIngress.aggregation.slot_token"
+CELLS_PER_SLOT = 2  # a slot's two shadow cells (docs/DESIGN.md)
+
+
+def tokens_in_use(cl: SwitchClient, schema: P4Schema, cells: range | None = None) -> set[int]:
+    """The install tokens a switch holds: its job_config entries' and those its cells keep (all cells, or the
+    ones in `cells`), read back from the slot_token register. A cell keeps the token of the install that last
+    used it after that job is gone, so a new install with that token would take the cell's stale partial sum
+    for its own: these are the tokens a new install there must not get. A target that cannot read registers
+    (BMv2's PI: UNIMPLEMENTED) gives its entries' tokens only."""
+    used = {dict(e.params).get("token", 0) for e in read_entities(cl, schema, [N.T_JOB_CONFIG], groups=())
+            if isinstance(e, TableEntry) and e.action == N.A_SET_JOB}
+    try:
+        # only the cells asked for where a range is given: an install's 64 cells cost a twentieth of all 1024
+        # (the embedded switch answers each cell from Python)
+        held = (read_register_all(cl, schema, TOKEN_REGISTER) if cells is None
+                else list(read_register_cells(cl, schema, TOKEN_REGISTER, cells).values()))
+    except (ReadError, LookupError, P4InfoError) as ex:
+        LOG.debug("%s: cell tokens not readable (%s); checking its entries' tokens only", cl.name, ex)
+        return used - {0}
+    return (used | set(held)) - {0}
+
+
+def safe_installs(switch: str, installs: int, used: set[int]) -> int:
+    """The smallest install count >= `installs` whose next token (planner.next_token) is not in `used`."""
+    for step in range(255):
+        if next_token(installs + step) not in used:
+            return installs + step
+    raise InstallError(f"switch {switch}: all 255 install tokens are held by its entries or cells; remove jobs "
+                       "(or restart the switch) before installing another")
+
+
+def _avoid_used_tokens(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> bool:
+    """Read the tokens the plan's cells and entries hold on every switch of its tree, and move the state's
+    install counts past them where the next token is taken (a state file lost or older than the switches);
+    True when a count moved (the caller plans again, for the new tokens)."""
+
+    def one(name: str) -> set[int]:
+        sp = plan.on(name)
+        cells = range(sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT)
+        return tokens_in_use(fabric.client(name), schema, cells)
+
+    used = fabric.run_all("install tokens", one, [sp.switch for sp in plan.switches])
+    moved = False
+    for name, tokens in used.items():
+        have = state.installs.get(name, 0)
+        safe = safe_installs(name, have, tokens)
+        if safe != have:
+            LOG.warning("%s: token %d is still held by the switch (a lost or older state file?); install count "
+                        "%d -> %d, token %d", name, next_token(have), have, safe, next_token(safe))
+            state.installs[name] = safe
+            moved = True
+    return moved
 
 
 def _first_failure(err: WriteError) -> str:
@@ -374,14 +433,21 @@ def expected_entries(fabric: Fabric, state: State) -> dict[str, list[Entity]]:
     return out
 
 
+NO_PIPELINE = "pipeline (the switch runs none: restarted with empty tables?)"
+
+
 def verify(fabric: Fabric, state: State, switches: Iterable[str] | None = None) -> dict[str, Drift]:
-    """Read every switch back and compare with what the state says should be there."""
+    """Read every switch back and compare with what the state says should be there. A switch that runs no
+    pipeline (it restarted) has everything missing, its pipeline first."""
     schema = _schema(fabric)
     want = expected_entries(fabric, state)
     names = list(switches) if switches is not None else list(want)
 
     def one(name: str) -> Drift:
-        actual, groups_ok = _read_switch(fabric.client(name), schema, want[name])
+        cl = fabric.client(name)
+        if cl.get_pipeline() is None:
+            return Drift(missing=[NO_PIPELINE] + [str(e) for e in want[name]])
+        actual, groups_ok = _read_switch(cl, schema, want[name])
         return diff(_comparable(want[name], groups_ok), actual)
 
     return fabric.run_all("verify", one, names)
@@ -423,6 +489,77 @@ def repair(fabric: Fabric, state: State, switches: Iterable[str] | None = None) 
     return fabric.run_all("repair", one, names)
 
 
+# -- reconcile ---------------------------------------------------------------------------
+@dataclass
+class Reconciliation:
+    """What a controller starting against running switches found, compared with its state file."""
+
+    ok: list[int] = field(default_factory=list)  # the state's jobs, fully on their switches
+    drifted: dict[int, list[str]] = field(default_factory=dict)  # the state's jobs -> switches missing or differing
+    unknown: dict[int, list[str]] = field(default_factory=dict)  # job ids on switches the state does not have
+    no_pipeline: list[str] = field(default_factory=list)  # switches running no pipeline (restarted)
+    tokens: dict[str, list[int]] = field(default_factory=dict)  # switch -> [install count before, after]
+    repaired: dict[str, SyncResult] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.drifted or self.unknown or self.no_pipeline)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"clean": self.clean, "ok": self.ok, "drifted": {str(k): v for k, v in self.drifted.items()},
+                "unknown": {str(k): v for k, v in self.unknown.items()}, "no_pipeline": self.no_pipeline,
+                "tokens": self.tokens, "repaired": {n: vars(r) for n, r in self.repaired.items()}}
+
+
+def reconcile(fabric: Fabric, state: State) -> Reconciliation:
+    """Read back what every live switch holds (jobs, tokens) and compare with the state: which of its jobs are
+    fully installed, which drifted, which jobs the switches hold that it does not know, which switches
+    restarted (no pipeline). The state's install counts move past every token a switch still holds (entries
+    and cells), so a lost or older state file cannot hand out a token in use. Writes nothing to the switches:
+    `repair` makes them match the state."""
+    schema = _schema(fabric)
+    live = [s.name for s in live_topology(fabric, state).switches]
+    want = {plan.job_id: job_entries(plan) for plan in state.plans()}
+
+    def one(name: str) -> tuple[list[Entity], set[int]] | None:
+        cl = fabric.client(name)
+        if cl.get_pipeline() is None:
+            return None
+        return read_entities(cl, schema, N.JOB_TABLES, groups=()), tokens_in_use(cl, schema)
+
+    seen = fabric.run_all("reconcile", one, live)
+    out = Reconciliation()
+    for name in live:
+        got = seen[name]
+        if got is None:
+            out.no_pipeline.append(name)
+            continue
+        entries, tokens = got
+        have = state.installs.get(name, 0)
+        safe = safe_installs(name, have, tokens)
+        if safe != have:
+            state.installs[name] = safe
+            out.tokens[name] = [have, safe]
+        for job in sorted({dict(e.match).get(N.K_JOB_ID) for e in entries if isinstance(e, TableEntry)}):
+            if job not in want:
+                out.unknown.setdefault(int(job), []).append(name)
+    for job, per_switch in want.items():
+        bad = []
+        for name, ents in per_switch.items():
+            got = seen.get(name)
+            if got is None:
+                bad.append(name)
+                continue
+            mine = [e for e in got[0] if dict(e.match).get(N.K_JOB_ID) == job]
+            if not diff([e for e in ents if isinstance(e, TableEntry)], mine).clean:
+                bad.append(name)
+        if bad:
+            out.drifted[job] = sorted(bad)
+        else:
+            out.ok.append(job)
+    return out
+
+
 def _schema(fabric: Fabric) -> P4Schema:
     if fabric.schema is None:
         raise InstallError("no P4Info: pass --p4info (p4/build/p4ina.p4info.txtpb) or push a pipeline first")
@@ -433,4 +570,4 @@ def _spec_text(spec: JobSpec) -> str:
     return f"hosts {','.join(spec.hosts)}, quantize {spec.quantize}, shift {spec.shift}, {spec.slots} slots"
 
 
-__all__ = ["InstallError", "RollbackError", "RemoveError", "SyncResult", "Drift", "TableEntry", "install_job", "install_routes", "remove_job", "verify", "repair", "push_pipeline", "load_pipeline", "write_entities", "read_entities", "sync", "diff", "expected_entries"]
+__all__ = ["Reconciliation", "reconcile", "tokens_in_use", "safe_installs", "InstallError", "RollbackError", "RemoveError", "SyncResult", "Drift", "TableEntry", "install_job", "install_routes", "remove_job", "verify", "repair", "push_pipeline", "load_pipeline", "write_entities", "read_entities", "sync", "diff", "expected_entries"]

@@ -9,6 +9,8 @@ install tokens back from the switches after a lost state file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from p4.v1 import p4runtime_pb2
 
 from controller.client import SwitchClient
@@ -43,3 +45,33 @@ def flip_bit(client: SwitchClient, schema: P4Schema, name: str, index: int, bit:
     after = before ^ (1 << bit)
     write_register(client, schema, name, index, after)
     return before, after
+
+
+def read_register_all(client: SwitchClient, schema: P4Schema, name: str) -> list[int]:
+    """Every cell of a register in one Read (an entry without an index: the whole array), in index order."""
+    info = schema.register(name)
+    ent = p4runtime_pb2.Entity()
+    ent.register_entry.register_id = info.id
+    cells: dict[int, int] = {}
+    for got in client.read([ent]):
+        cells[got.register_entry.index.index] = decode_int(got.register_entry.data.bitstring)
+    if len(cells) != info.size:
+        raise LookupError(f"register {name}: {client.name} returned {len(cells)} of {info.size} cells")
+    return [cells[i] for i in range(info.size)]
+
+
+def read_register_cells(client: SwitchClient, schema: P4Schema, name: str, indices: Iterable[int]) -> dict[int, int]:
+    """Some cells of a register in one Read (an entry per index): index -> value."""
+    info = schema.register(name)
+    want = list(indices)
+    ents = []
+    for i in want:
+        ent = p4runtime_pb2.Entity()
+        ent.register_entry.register_id = info.id
+        ent.register_entry.index.index = i
+        ents.append(ent)
+    cells = {got.register_entry.index.index: decode_int(got.register_entry.data.bitstring) for got in client.read(ents)} if ents else {}
+    missing = [i for i in want if i not in cells]
+    if missing:
+        raise LookupError(f"register {name}: {client.name} did not return cells {missing[:5]}")
+    return cells

@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--loss-rates", default="0.1,1,5", help="faults: loss rates to sweep, percent (default 0.1,1,5)")
     ap.add_argument("--victim", default="root", help="faults: root, aggregation or a switch name to kill")
     ap.add_argument("--flips", type=int, default=20, help="faults: register bit flips to land in live rounds")
+    ap.add_argument("--dup", type=float, default=1.0, help="faults: percent of packets duplicated per link end (default 1)")
+    ap.add_argument("--reorder", type=float, default=2.0,
+                    help="faults: percent of packets held back behind later ones per link end (default 2)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--json", action="store_true", help="print summary.json instead of the table")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -196,6 +199,7 @@ def _faults(args: argparse.Namespace, config: ExperimentConfig) -> int:
             bw_mbps=10.0 if args.bw == DEFAULT_BW_MBPS else (args.bw or 10.0),
             loss_rates=tuple(float(x) / 100 for x in args.loss_rates.split(",") if x.strip()),
             reps=args.reps if args.reps != DEFAULT_REPS else 3, victim=args.victim, sdc_flips=args.flips,
+            dup_rate=args.dup / 100, reorder_rate=args.reorder / 100,
             backend=config.backend, results_root=args.out, seed=args.seed)
     except (FaultsError, ValueError) as ex:
         print(f"python -m emulation: error: {ex}", file=sys.stderr)
@@ -219,6 +223,20 @@ def _faults_table(s: dict[str, Any]) -> str:
         ratio = v["latency_over_lossless"]
         lines.append(f"loss {name:>5}: exact {v['exact']}, {v['retransmissions']} retransmissions, "
                      f"latency x{ratio:.2f}" if ratio else f"loss {name}: {v['errors']}")
+    dr = s.get("dup_reorder")
+    if dr:
+        lines.append(f"duplication {dr['dup'] * 100:g}% / reorder {dr['reorder'] * 100:g}%: exact {dr['exact']}, "
+                     f"{dr['duplicated_packets']} copied and {dr['held_packets']} held back on the links, switches "
+                     f"saw {dr['switch_retransmissions']} repeats and dropped {dr['switch_stale_drops']} stale, "
+                     f"workers {dr['worker_duplicates']} duplicates")
+    iso = s.get("isolation")
+    if iso and "skipped" in iso:
+        lines.append(f"isolation: skipped ({iso['skipped']})")
+    elif iso:
+        slow = ", ".join(f"{k} x{v:.2f}" for k, v in iso["slowdowns"].items())
+        lines.append(f"isolation: {len(iso['jobs'])} jobs and a ring at once, exact {iso['exact']}, isolated "
+                     f"{iso['isolated']} ({iso['foreign_cells']} foreign of {iso['register_cells_checked']} cells read "
+                     f"back); slowdowns {slow}")
     f = s.get("switch_failure")
     if f:
         lines.append(f"switch failure: {f['victim']} killed, {f['verdict']}; recovered in {f['recovery_s']} s "

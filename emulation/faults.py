@@ -7,20 +7,27 @@ exact, checked against numpy's float64 sum), agents on every member host, then:
    trips, from which the retransmission timer's floor is derived (SwitchML's
    ~1 ms timer is the same idea: a few round trips, not a fixed 0.5 s);
 2. a loss sweep: random loss on both ends of every link (tc BPF), every sum
-   exact, retransmissions counted, latency over the loss-free latency;
+   exact, retransmissions counted, latency over the loss-free latency; then
+   duplication and reordering (tc BPF: a copy mirrored back into the link, a
+   packet held back in a slow low-priority HTB class): every sum exact, the
+   copies and late packets counted by tc, the switches and the workers;
 3. silent data corruption: single bit flips in the lanes of cells that are
    mid-round on the tree's switches (controller.registers over P4Runtime);
    a flip counts as injected once a read-back shows it landed in a live round;
    detected is what the switches' `corrupt` counters and the hosts' checks
    caught; every sum still exact;
-4. a switch failure: the job's root (or an aggregation switch) is killed in the
+4. load and isolation (before the main job's agents start; emulation.isolation):
+   four 3-host jobs at once on shared switches and a host ring beside them,
+   every sum exact, each job's slowdown against running alone, and the switch
+   counters and a slot_token read-back showing no job touched another's cells;
+5. a switch failure: the job's root (or an aggregation switch) is killed in the
    middle of an all-reduce; the workers suspect it after `failure_timeout_s`
    without a result, report at a coordinator barrier, the controller finds the
    dead switch (P4Runtime no longer answers), re-plans and re-installs the job
    around it (new tokens), and the workers redo the chunks anyone lacks; the
    time from the kill to the completed all-reduce is the recovery time; later
    all-reduces run on the new tree;
-5. an edge-switch failure (last: it cuts hosts off): reported by name.
+6. an edge-switch failure (last: it cuts hosts off): reported by name.
 
 Writes summary.json, reports.json (every agent report) and faults.png.
 """
@@ -73,7 +80,17 @@ class FaultsConfig:
     loss_rates: tuple[float, ...] = (0.001, 0.01, 0.05)  # fractions
     reps: int = 3  # all-reduces per loss rate (and loss-free)
     victim: str = "root"  # "root", "aggregation", or a switch name: killed mid all-reduce
+    switch_failure: bool = True  # False: no switch is killed (the other phases alone)
     edge_failure: bool = True
+    # duplication and reordering (tc BPF on both ends of every link): the fraction of packets copied and the
+    # fraction held back behind later ones, per link end (a packet crosses up to six ends on the fat-tree)
+    dup_rate: float = 0.01
+    reorder_rate: float = 0.02
+    # load and isolation (emulation.isolation): four 3-host jobs at once on shared switches plus a 4-host ring;
+    # skipped (and said so in the summary) on a topology with fewer than 16 hosts
+    isolation: bool = True
+    isolation_reps: int = 3
+    isolation_size: int | None = None  # elements per all-reduce; None: size
     sdc_flips: int = 20  # bit flips to land in live rounds
     sdc_loss: float = 0.01  # loss while flipping: a lost contribution holds its round open long enough to flip into
     failure_size_factor: int = 4  # the interrupted all-reduce is this many times `size` (so the kill lands mid-way)
@@ -94,6 +111,8 @@ class FaultsConfig:
             raise FaultsError(f"hosts {self.hosts}: need at least 2")
         if any(not 0 < r < 1 for r in self.loss_rates):
             raise FaultsError(f"loss rates {self.loss_rates}: fractions in (0, 1)")
+        if not (0 <= self.dup_rate < 1 and 0 <= self.reorder_rate < 1):
+            raise FaultsError(f"duplication {self.dup_rate} and reorder {self.reorder_rate}: fractions in [0, 1)")
         if self.reps < 1 or self.sdc_flips < 0 or (self.failure_timeout_s is not None and self.failure_timeout_s <= 0):
             raise FaultsError("reps >= 1, sdc_flips >= 0 and failure_timeout_s > 0, please")
 
@@ -312,6 +331,36 @@ class FaultsRun:
             self.net.set_loss(0.0)
         return out
 
+    def dup_reorder(self, lossless_s: float) -> dict[str, Any]:
+        """All-reduces with packets duplicated and held back on every link: every sum exact, and the copies and
+        late packets seen where they land (the switches' retransmission and stale counters, the workers'
+        duplicates)."""
+        assert self.plan is not None
+        before = totals(self.ctl.counters(JOB_ID))
+        tc_before = self.net.dup_reorder_counts()
+        self.net.set_dup_reorder(self.cfg.dup_rate, self.cfg.reorder_rate)
+        try:
+            steps = [self.run("dup-reorder") for _ in range(self.cfg.reps)]
+            tc_after = self.net.dup_reorder_counts()  # before the filters (and their counters) go
+        finally:
+            self.net.set_dup_reorder(0.0, 0.0)
+        after = totals(self.ctl.counters(JOB_ID))
+        lat = statistics.median(s.latency_s for s in steps)
+        delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        return {
+            "dup": self.cfg.dup_rate, "reorder": self.cfg.reorder_rate, "allreduces": len(steps),
+            "exact": all(s.exact for s in steps), "errors": [e for s in steps for e in s.errors][:5],
+            "duplicated_packets": tc_after["duplicated"] - tc_before["duplicated"],
+            "held_packets": tc_after["held"] - tc_before["held"],
+            "switch_retransmissions": delta.get("retransmissions", 0),
+            "switch_stale_drops": delta.get("drops.stale", 0),
+            "switch_contributions": delta.get("contributions", 0),
+            "worker_duplicates": sum(s.total("duplicates") for s in steps),
+            "worker_retransmissions": sum(s.total("retransmissions") for s in steps),
+            "packets_sent": sum(s.total("packets_sent") for s in steps),
+            "latency_s": lat, "latency_over_lossless": lat / lossless_s if lossless_s else None,
+        }
+
     def sdc(self) -> dict[str, Any]:
         """Flip lane bits of cells mid-round while all-reduces run; count what landed and what was caught."""
         assert self.plan is not None
@@ -448,10 +497,31 @@ class FaultsRun:
                 "message": s.errors[0] if s.errors else None}
 
 
+def isolation_phase(cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, runner: R.Runner, sock_dir: Path,
+                    log_dir: Path) -> dict[str, Any]:
+    """Four jobs and a ring at once (emulation.isolation), before the main job's agents start (they would share
+    the hosts' interfaces); skipped, with the reason, where the topology has too few hosts."""
+    from emulation.isolation import IsolationError, IsolationRun
+
+    try:
+        iso = IsolationRun(net, ctl, sock_dir, log_dir, size=cfg.isolation_size or cfg.size, slots=cfg.slots,
+                           reps=cfg.isolation_reps, timeout_s=runner.tmo["inc"], ring_timeout_s=runner.tmo["ring"],
+                           seed=cfg.seed)
+    except IsolationError as ex:
+        LOG.warning("isolation phase skipped: %s", ex)
+        return {"skipped": str(ex)}
+    return iso.run()
+
+
 def summarize(cfg: FaultsConfig, lossless: dict[str, Any], loss: dict[str, Any], sdc: dict[str, Any] | None,
-              failure: dict[str, Any] | None, edge: dict[str, Any] | None, problems: list[str]) -> dict[str, Any]:
+              failure: dict[str, Any] | None, edge: dict[str, Any] | None, problems: list[str],
+              dup_reorder: dict[str, Any] | None = None, isolation: dict[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
                            "lossless": lossless, "loss": loss, "problems": problems}
+    if dup_reorder is not None:
+        out["dup_reorder"] = dup_reorder
+    if isolation is not None:
+        out["isolation"] = isolation
     if failure is not None:
         out["switch_failure"] = failure
     if edge is not None:
@@ -460,6 +530,8 @@ def summarize(cfg: FaultsConfig, lossless: dict[str, Any], loss: dict[str, Any],
         out["sdc"] = sdc
     out["ok"] = (not problems and lossless.get("exact", False) and all(v["exact"] for v in loss.values())
                  and (failure is None or bool(failure["exact"] and failure["later_exact"]))
+                 and (dup_reorder is None or dup_reorder["exact"])
+                 and (isolation is None or "skipped" in isolation or bool(isolation["exact"] and isolation["isolated"]))
                  and (sdc is None or (sdc["exact"] and sdc["detected"] >= sdc["injected"]))
                  and (edge is None or edge["reported"]))
     return out
@@ -514,7 +586,7 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                            input_kind="ones", seed=cfg.seed, results_root=cfg.results_root)
     lossless: dict[str, Any] = {}
     loss: dict[str, Any] = {}
-    sdc = failure = edge = None
+    sdc = failure = edge = dup = iso = None
     t0 = clock.now()
     try:
         with R._short_tmpdir() as sock_dir, EmulatedNetwork(model, NetworkConfig(run_dir=log_dir, backend=cfg.backend, shape=exp.shape)) as net:  # noqa: SLF001
@@ -527,14 +599,19 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                 run = FaultsRun(cfg, net, ctl, runner, hosts)
                 runner.decide, runner.ask = run.decide, run.ask
                 run.install(runner.tmo["inc"], runner.tmo["inc"])
+                if cfg.isolation:
+                    iso = isolation_phase(cfg, net, ctl, runner, sock_dir, log_dir)
                 try:
                     with runner.agents(hosts, "faults") as server:
                         run.server = server
                         lossless = run.lossless()
                         loss = run.loss_sweep(lossless["latency_s"])
+                        if cfg.dup_rate or cfg.reorder_rate:
+                            dup = run.dup_reorder(lossless["latency_s"])
                         if cfg.sdc_flips:
                             sdc = run.sdc()
-                        failure = run.switch_failure(lossless["latency_s"])
+                        if cfg.switch_failure:
+                            failure = run.switch_failure(lossless["latency_s"])
                         if cfg.edge_failure:
                             edge = run.edge_failure()
                 finally:
@@ -546,7 +623,7 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
     except Exception as ex:
         result.problems.append(f"{type(ex).__name__}: {ex}")
         LOG.exception("faults experiment failed")
-    result.summary = summarize(cfg, lossless, loss, sdc, failure, edge, result.problems)
+    result.summary = summarize(cfg, lossless, loss, sdc, failure, edge, result.problems, dup, iso)
     result.summary["duration_s"] = clock.now() - t0
     (out / "summary.json").write_text(json.dumps(result.summary, indent=1, default=str) + "\n")
     if lossless:

@@ -39,7 +39,7 @@ from emulation import cleanup
 from emulation.nodes import BACKENDS, IFACE_PREFIX, SWITCH_CLASSES, P4Switch, default_backend, port_iface, stop_process, wait_ready
 from emulation.shaping import LinkShape
 from emulation.topo import ModelTopo
-from hosts.netns import NetnsError, add_random_loss, set_bpf_loss, sh
+from hosts.netns import NetnsError, add_random_loss, set_bpf_dup, set_bpf_loss, set_reorder, sh, tc_counts
 
 LOG = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class EmulatedNetwork:
         self._switch_delay = False
         self._loss_sinks: list[str] = []
         self._runtime_loss = False  # set_loss made its sinks and filters
+        self._reorder_split = False  # set_dup_reorder split every link's HTB class (reordering on)
         self._link_names: list[str] = []
         self.startup_s: float | None = None
 
@@ -254,6 +255,47 @@ class EmulatedNetwork:
                 set_bpf_loss(run, intf.name, fraction, sink, fresh=not self._runtime_loss)
         self._runtime_loss = True
         LOG.info("%.2f%% random loss on both ends of %d links", fraction * 100, len(self.net.links))
+
+    def _link_ends(self) -> Iterator[tuple[Any, str]]:
+        assert self.net is not None
+        for link in self.net.links:
+            for intf in (link.intf1, link.intf2):
+                yield self._runner(intf.node), intf.name
+
+    def set_dup_reorder(self, dup: float, reorder: float) -> None:
+        """From now on, on both ends of every link: copy `dup` of the packets (the copy right behind the
+        original) and hold `reorder` of them back behind later ones (0, 0: neither), while traffic flows.
+
+        tc BPF filters, no netem (hosts.netns.set_bpf_dup, set_reorder); needs shaped links (--bw: the
+        held-back packets wait in a second HTB class) and a network started without --loss.
+        """
+        assert self.net is not None
+        shaping = self.config.shape.shaping()
+        if shaping is None:
+            raise NetworkError("duplication and reordering need shaped links (a bandwidth): the held-back packets "
+                               "wait in a second HTB class of each link")
+        for name, value in (("duplication", dup), ("reorder", reorder)):
+            if not 0.0 <= value < 1.0:
+                raise NetworkError(f"{name} fraction {value}: need 0 <= fraction < 1")
+        if not self._runtime_loss:
+            self.set_loss(0.0)  # the clsact hooks (and loss sinks) on every link end, no loss
+        split = self._reorder_split
+        for run, dev in self._link_ends():
+            set_bpf_dup(run, dev, dup)
+            split = set_reorder(run, dev, reorder, shaping.rate_bps, shaping.queue_pkts, split=self._reorder_split)
+        self._reorder_split = split  # 0 puts every link's HTB class back as it was
+        LOG.info("%.2f%% duplicated, %.2f%% held back on both ends of %d links", dup * 100, reorder * 100,
+                 len(self.net.links))
+
+    def dup_reorder_counts(self) -> dict[str, int]:
+        """Packets copied and held back on all link ends so far (tc's counters; zero before set_dup_reorder)."""
+        out = {"duplicated": 0, "held": 0}
+        if self.net is None or not self._runtime_loss:
+            return out
+        for run, dev in self._link_ends():
+            for k, v in tc_counts(run, dev).items():
+                out[k] += v
+        return out
 
     def kill_switch(self, name: str) -> int:
         """SIGKILL one switch process (a switch failure); returns its PID. Teardown skips it."""

@@ -173,10 +173,127 @@ def set_bpf_loss(run: Callable[..., str], dev: str, fraction: float, sink: str, 
         run("ip", "link", "add", sink, "type", "veth", "peer", "name", f"{sink[:13]}p")
         run("tc", "qdisc", "add", "dev", dev, "clsact")
     else:
-        run("tc", "filter", "del", "dev", dev, "egress")
+        _del_filter(run, dev, LOSS_PREF)
     if fraction > 0:
-        run("tc", "filter", "add", "dev", dev, "egress", "bpf", "bytecode", bpf_loss_program(fraction),
-            "action", "mirred", "egress", "redirect", "dev", sink)
+        run("tc", "filter", "add", "dev", dev, "egress", "pref", str(LOSS_PREF), "bpf", "bytecode",
+            bpf_loss_program(fraction), "action", "mirred", "egress", "redirect", "dev", sink)
+
+
+# clsact egress filters run by preference: loss first (a lost packet is neither duplicated nor held), then
+# duplication; the reorder filter sits on the root HTB qdisc, which sees the packets after clsact
+LOSS_PREF = 10
+DUP_PREF = 20
+REORDER_PREF = 30
+IN_ORDER_PREF = 40
+REORDER_CLASS = "5:20"  # HTB class of held-back packets (emulation.shaping's tree: 5:1 the link, 5:10 in order)
+IN_ORDER_CLASS = "5:10"
+
+
+def _del_filter(run: Callable[..., str], dev: str, pref: int, *where: str) -> None:
+    """Delete the filter of preference `pref` (absent is fine: nothing was set yet)."""
+    try:
+        run("tc", "filter", "del", "dev", dev, *(where or ("egress",)), "pref", str(pref))
+    except NetnsError as ex:
+        if "not find" not in str(ex).lower() and "no such" not in str(ex).lower():
+            raise
+
+
+def set_bpf_dup(run: Callable[..., str], dev: str, fraction: float) -> None:
+    """Send a copy of `fraction` of the packets leaving `dev` (0: none), changeable while traffic flows.
+
+    A classic-BPF filter on the clsact egress hook (which must exist) draws the kernel's random number and
+    mirrors the lucky packets back into `dev` itself: the copy goes through the egress hook again (it may be
+    lost or copied once more; mirred stops at a nesting depth of four) and then the link's own queue, right
+    behind the original. No netem needed.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"duplication fraction must be in [0, 1), got {fraction}")
+    _del_filter(run, dev, DUP_PREF)
+    if fraction > 0:
+        run("tc", "filter", "add", "dev", dev, "egress", "pref", str(DUP_PREF), "bpf", "bytecode",
+            bpf_loss_program(fraction), "action", "mirred", "egress", "mirror", "dev", dev)
+
+
+def reorder_classes(rate_bps: float, fraction: float, queue_pkts: int) -> list[list[str]]:
+    """The tc commands that split a shaped link's HTB class 5:1 (emulation.shaping) into two children:
+
+    5:10, priority 0, the link's full rate: where packets go by default (in order, as before);
+    5:20, priority 7, a small rate with a burst of 1 byte: the held-back packets. HTB serves the
+    higher priority first while both can send, and the small rate makes a held packet wait for its
+    predecessors in that class (a packet costs size / rate of credit), so a held packet leaves after
+    packets that came later: reordered, by a few frames up to tens of milliseconds.
+
+    The held class's rate is four times the share the filter sends it (at least 8 kbit/s), so it
+    never backs up for good. The link's rate stays the parent's ceiling.
+    """
+    slow = max(8000, int(4 * fraction * rate_bps))
+    fast = int(round(rate_bps))
+    return [
+        ["tc", "class", "add", "dev", "{dev}", "parent", "5:1", "classid", IN_ORDER_CLASS, "htb", "rate", f"{fast}bit",
+         "ceil", f"{fast}bit", "burst", "1514", "cburst", "1514", "quantum", "1514", "prio", "0"],
+        ["tc", "qdisc", "add", "dev", "{dev}", "parent", IN_ORDER_CLASS, "handle", "11:", "pfifo", "limit", str(queue_pkts)],
+        ["tc", "class", "add", "dev", "{dev}", "parent", "5:1", "classid", REORDER_CLASS, "htb", "rate", f"{slow}bit",
+         "ceil", f"{slow}bit", "burst", "1", "cburst", "1", "quantum", "1514", "prio", "7"],
+        ["tc", "qdisc", "add", "dev", "{dev}", "parent", REORDER_CLASS, "handle", "12:", "pfifo", "limit", str(queue_pkts)],
+        # HTB's default class cannot change, and 5:1 is no leaf now: a catch-all filter after the reorder one
+        ["tc", "filter", "add", "dev", "{dev}", "parent", "5:", "pref", str(IN_ORDER_PREF), "bpf", "bytecode",
+         "1,6 0 0 4294967295", "flowid", IN_ORDER_CLASS],
+    ]
+
+
+def set_reorder(run: Callable[..., str], dev: str, fraction: float, rate_bps: float, queue_pkts: int,
+                split: bool) -> bool:
+    """Hold back `fraction` of the packets leaving `dev` behind later ones, while traffic flows; 0 puts the link
+    back as emulation.shaping made it. Returns whether the link's class is split now (pass it back next time).
+
+    `dev` must carry emulation.shaping's HTB tree (root 5:, class 5:1 with a pfifo 10: of `queue_pkts`);
+    `split`: whether an earlier call split class 5:1 (reorder_classes). A classic-BPF classifier on the root
+    qdisc draws the kernel's random number and sends the unlucky packets to the held-back class. Undoing the
+    split drops what the two classes still hold: call it between all-reduces.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"reorder fraction must be in [0, 1), got {fraction}")
+    if split:
+        _del_filter(run, dev, REORDER_PREF, "parent", "5:")
+    if fraction == 0:
+        if split:
+            _del_filter(run, dev, IN_ORDER_PREF, "parent", "5:")
+            for classid in (REORDER_CLASS, IN_ORDER_CLASS):
+                run("tc", "class", "del", "dev", dev, "classid", classid)
+            # HTB makes a class whose last child went a leaf again, with a default queue: ours back
+            run("tc", "qdisc", "replace", "dev", dev, "parent", "5:1", "handle", "10:", "pfifo", "limit", str(queue_pkts))
+        return False
+    if not split:
+        for cmd in reorder_classes(rate_bps, max(fraction, 0.01), queue_pkts):
+            run(*[dev if w == "{dev}" else w for w in cmd])
+    run("tc", "filter", "add", "dev", dev, "parent", "5:", "pref", str(REORDER_PREF), "bpf", "bytecode",
+        bpf_loss_program(fraction), "flowid", REORDER_CLASS)
+    return True
+
+
+def tc_counts(run: Callable[..., str], dev: str) -> dict[str, int]:
+    """What the duplication and reorder stages of `dev` did so far: packets copied, packets held back."""
+    out = {"duplicated": 0, "held": 0}
+    try:
+        filters = run("tc", "-s", "filter", "show", "dev", dev, "egress", "pref", str(DUP_PREF))
+    except NetnsError:
+        filters = ""
+    out["duplicated"] = _sent_pkts(filters)
+    try:
+        classes = run("tc", "-s", "class", "show", "dev", dev, "classid", REORDER_CLASS)
+    except NetnsError:
+        classes = ""
+    out["held"] = _sent_pkts(classes)
+    return out
+
+
+def _sent_pkts(show: str) -> int:
+    """The packet count of the first 'Sent N bytes M pkt' line of tc -s output (0 when there is none)."""
+    words = show.split()
+    for i, w in enumerate(words[:-4]):
+        if w == "Sent" and words[i + 4] == "pkt":
+            return int(words[i + 3])
+    return 0
 
 
 def enter(ns: str) -> None:

@@ -51,3 +51,53 @@ def test_faults_cli_refuses_a_bad_loss_rate(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "emulation", "--experiment", "faults", "--loss-rates", "150",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 2 and "fractions in (0, 1)" in done.stderr, done.stderr
+
+
+def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_check: None) -> None:
+    # no loss sweep, no flips, no kill: every link end copies 3% of its packets and holds 5% back
+    cfg = FaultsConfig(topology="leaf-spine:2x2x2", hosts=4, size=4096, reps=3, loss_rates=(), sdc_flips=0,
+                       switch_failure=False, edge_failure=False, dup_rate=0.03, reorder_rate=0.05,
+                       results_root=tmp_path)
+    result = run_faults(cfg, out_dir=tmp_path / "run")
+    s = result.summary
+    assert not s["problems"], s["problems"]
+    d = s["dup_reorder"]
+    assert d["exact"] and not d["errors"] and d["allreduces"] == cfg.reps, d
+    # the links made copies and held packets back, and both ends saw them: a copied contribution is a
+    # repeat at the switch (its child's bit is already set), a copied result a duplicate at the worker
+    assert d["duplicated_packets"] > 0 and d["held_packets"] > 0, d
+    assert d["switch_retransmissions"] > 0 and d["worker_duplicates"] > 0, d
+    assert s["ok"] and "switch_failure" not in s
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["dup_reorder"]["exact"] is True
+
+
+def test_faults_cli_refuses_a_bad_duplication_rate(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "emulation", "--experiment", "faults", "--dup", "120",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2 and "duplication 1.2 and reorder 0.02: fractions in [0, 1)" in done.stderr, done.stderr
+
+
+def test_four_jobs_and_a_ring_at_once_stay_exact_and_isolated(tmp_path: Path, leak_check: None) -> None:
+    # the k=4 fat-tree: four 3-host jobs spread over the pods (sharing edge, aggregation and core switches,
+    # distinct slot ranges) and a 4-host ring, all at once; only the loss-free baseline besides
+    cfg = FaultsConfig(topology="fat-tree:4", hosts=16, size=4096, reps=1, loss_rates=(), sdc_flips=0,
+                       dup_rate=0.0, reorder_rate=0.0, switch_failure=False, edge_failure=False,
+                       isolation_reps=2, results_root=tmp_path)
+    result = run_faults(cfg, out_dir=tmp_path / "run")
+    s = result.summary
+    assert not s["problems"], s["problems"]
+    iso = s["isolation"]
+    assert len(iso["jobs"]) == 4 and iso["ring"]["hosts"], iso
+    for job, v in iso["jobs"].items():
+        assert v["exact"] and not v["errors"], (job, v)
+        assert not v["counter_mismatches"] and not v["foreign_drops"], (job, v)
+        assert v["slowdown"] > 0 and all(c > 0 for c in v["completions_per_allreduce"].values()), (job, v)
+    assert iso["ring"]["exact"] and iso["ring"]["slowdown"] > 0, iso["ring"]
+    # the trees really share switches, and the read-back saw every job's cells hold its own token only
+    assert iso["shared_switches"], iso
+    assert iso["register_cells_checked"] > 0 and iso["foreign_cells"] == 0 and iso["stray_cells"] == 0, iso
+    assert iso["unused_cells"] < iso["register_cells_checked"]
+    assert iso["exact"] and iso["isolated"] and s["ok"]
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert set(saved["isolation"]["slowdowns"]) == set(iso["jobs"]) | {"ring"}
