@@ -35,6 +35,7 @@ from controller.planner import JobPlan
 from controller.registers import read_register_all
 from controller.topology import Topology
 from emulation.network import EmulatedNetwork
+from emulation.nodes import reap
 from hosts import clock
 from hosts.coordination import CoordinatorServer
 
@@ -103,15 +104,7 @@ def agent_group(net: EmulatedNetwork, model: Topology, name: str, hosts: tuple[s
         yield group
     finally:
         server.post(10**9, {"op": "quit"})
-        deadline = clock.now() + 10
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - clock.now()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-            if proc.stdout:
-                proc.stdout.close()
+        reap(procs)
         server.close()
 
 

@@ -75,6 +75,19 @@ def port_listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def reap(procs: list[subprocess.Popen[Any]], grace_s: float = 10.0) -> None:
+    """Wait for processes we started and told to quit (all together within grace_s), kill the ones still running."""
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        if proc.stdout:
+            proc.stdout.close()
+
+
 def proc_start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat: tells a process from a later one that reuses its PID."""
     try:

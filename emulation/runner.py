@@ -47,7 +47,7 @@ from controller.topospec import load_topology
 from emulation import analysis, bounds, report
 from emulation.experiment import ConfigError, ExperimentConfig, ExperimentResult, Sample
 from emulation.network import EmulatedNetwork, NetworkConfig
-from emulation.nodes import BMV2_BINARY, proc_cpu_seconds
+from emulation.nodes import BMV2_BINARY, proc_cpu_seconds, reap
 from hosts import clock
 from hosts.coordination import CoordinatorServer
 from hosts.methods import METHODS, Method
@@ -247,15 +247,7 @@ class Runner:
         finally:
             self.step += 1
             server.post(self.step, {"op": "quit"})
-            deadline = clock.now() + 10
-            for _h, proc in self._agents:
-                try:
-                    proc.wait(max(0.1, deadline - clock.now()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
-                if proc.stdout:
-                    proc.stdout.close()
+            reap([proc for _h, proc in self._agents])
             self._agents = []
             server.close()
 

@@ -47,9 +47,13 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
     assert (tmp_path / "run" / "faults.png").stat().st_size > 0
 
 
+def faults_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "emulation", "--experiment", "faults", *args, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
 def test_faults_cli_refuses_a_bad_loss_rate(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "emulation", "--experiment", "faults", "--loss-rates", "150",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    done = faults_cli(tmp_path, "--loss-rates", "150")
     assert done.returncode == 2 and "fractions in (0, 1)" in done.stderr, done.stderr
 
 
@@ -73,8 +77,7 @@ def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_ch
 
 
 def test_faults_cli_refuses_a_bad_duplication_rate(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "emulation", "--experiment", "faults", "--dup", "120",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    done = faults_cli(tmp_path, "--dup", "120")
     assert done.returncode == 2 and "duplication 1.2 and reorder 0.02: fractions in [0, 1)" in done.stderr, done.stderr
 
 

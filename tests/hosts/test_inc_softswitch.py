@@ -61,31 +61,42 @@ class Wire:
         return Transport()
 
 
-def allreduce(wire: Wire, n: int, inputs: list[np.ndarray], calls: int = 1, timeout_s: float = 0.1,
-              **job: Any) -> list[IncWorker]:
-    """timeout_s is short where packets are dropped on purpose, long where a retransmission would be a bug."""
-    workers = [
-        IncWorker(IncJob(job_id=JOB_ID, rank=r, n_workers=n, slot_count=4, timeout_s=timeout_s,
-                         min_timeout_s=timeout_s, **job), wire.transport(r), Endpoint(*ADDRS[r]))
-        for r in range(n)
-    ]
-    results: list[list[np.ndarray]] = [[] for _ in range(n)]
+def workers_on(wire: Wire, n: int, timeout_s: float, **job: Any) -> list[IncWorker]:
+    return [IncWorker(IncJob(job_id=JOB_ID, rank=r, n_workers=n, slot_count=4, timeout_s=timeout_s,
+                             min_timeout_s=timeout_s, **job), wire.transport(r), Endpoint(*ADDRS[r]))
+            for r in range(n)]
+
+
+def run_ranks(workers: list[IncWorker], calls: list[list[np.ndarray]]) -> list[list[Any]]:
+    """Every rank in a thread of its own, the calls one after the other (no barrier between them): per call and
+    rank, (result, stats, plan); the first error of any rank is raised."""
+    out: list[list[Any]] = [[None] * len(workers) for _ in calls]
     errors: list[BaseException] = []
 
     def body(r: int) -> None:
         try:
-            for _ in range(calls):
-                results[r].append(workers[r].allreduce(inputs[r]))
+            for c, inputs in enumerate(calls):
+                res = workers[r].allreduce(inputs[r])
+                out[c][r] = (res, workers[r].last_stats, workers[r].last_plan)
         except BaseException as ex:
             errors.append(ex)
 
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(len(workers))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
     if errors:
         raise errors[0]
+    return out
+
+
+def allreduce(wire: Wire, n: int, inputs: list[np.ndarray], calls: int = 1, timeout_s: float = 0.1,
+              **job: Any) -> list[IncWorker]:
+    """timeout_s is short where packets are dropped on purpose, long where a retransmission would be a bug."""
+    workers = workers_on(wire, n, timeout_s, **job)
+    out = run_ranks(workers, [inputs] * calls)
+    results = [[out[c][r][0] for c in range(calls)] for r in range(n)]
     ref = np.sum([x.astype(np.float64) for x in inputs], axis=0)
     for call in range(calls):
         for w, res in zip(workers, results):
@@ -119,27 +130,7 @@ def run_calls(switch: Processor, n: int, calls: list[list[np.ndarray]], timeout_
               **job: Any) -> list[list[Any]]:
     """Each call's inputs (one per rank) through n workers of one job: per call, every rank's (result, stats)."""
     wire = Wire(switch, n)
-    workers = [IncWorker(IncJob(job_id=JOB_ID, rank=r, n_workers=n, slot_count=4, timeout_s=timeout_s,
-                                min_timeout_s=timeout_s, **job), wire.transport(r), Endpoint(*ADDRS[r]))
-               for r in range(n)]
-    out: list[list[Any]] = [[None] * n for _ in calls]
-    errors: list[BaseException] = []
-
-    def body(r: int) -> None:
-        try:
-            for c, inputs in enumerate(calls):
-                res = workers[r].allreduce(inputs[r])
-                out[c][r] = (res, workers[r].last_stats, workers[r].last_plan)
-        except BaseException as ex:
-            errors.append(ex)
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    if errors:
-        raise errors[0]
+    out = run_ranks(workers_on(wire, n, timeout_s, **job), calls)
     assert not wire.strays
     return out
 
