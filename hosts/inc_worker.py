@@ -25,7 +25,7 @@ chunk k is quantized with a guess, the exponent agreed for chunk k last time les
 SPEC_GUARD steps (room to grow), and proposes its own; the result carries the
 agreed one, the largest every worker could have used. The guess is kept when it
 is at most SPEC_WINDOW steps below the agreed exponent (a scale that much
-coarser than the best: at most two bits for int32, 1.5 for int16, a quarter for int8;
+coarser than the best: at most two bits for int32, 1.5 for int16 (int8 does not guess);
 the error bound is computed with the exponent used). Otherwise the speculation
 missed: every worker sees it in the same result and sends the chunk again, in
 the slot's next round, at the agreed exponent. A value too large for the guessed
@@ -60,9 +60,11 @@ LOG = logging.getLogger(__name__)
 # Speculation's margins in exponent steps, by contribution lane type (quantization.EXPONENT_STEPS per octave).
 # int32 and int16 have precision to spare (errors 1e-8 and 4e-4 against targets 1e-6 and 7.8e-3): a guess up to
 # two bits (int32) or 1.5 bits (int16) coarse is kept, and a guard step lets a block grow. int8 has none (0.075
-# against 0.125): its guess may be a quarter bit coarse at most, and more chunks miss (about 1 in 5 here).
+# against 0.125): a guess could be a quarter bit coarse at most, and then about 1 chunk in 5 missed (7 of 20 in
+# the latency preset at 1K; in the training experiment the resent frames took int8's bytes per step from under
+# 0.4 to 0.46 of int32's), so int8 contributions do not guess (SPEC_WINDOW None).
 SPEC_GUARD = {qz.ELEM_INT32: 1, qz.ELEM_INT16: 1, qz.ELEM_INT8: 1}
-SPEC_WINDOW = {qz.ELEM_INT32: 2, qz.ELEM_INT16: 3, qz.ELEM_INT8: 1}
+SPEC_WINDOW: dict[int, int | None] = {qz.ELEM_INT32: 2, qz.ELEM_INT16: 3, qz.ELEM_INT8: None}
 
 
 # Speculation saves one round trip and costs a frame per missed chunk: a gain where round trips set the time
@@ -71,10 +73,11 @@ SPEC_WINDOW = {qz.ELEM_INT32: 2, qz.ELEM_INT16: 3, qz.ELEM_INT8: 1}
 SPEC_MAX_CHUNKS = 16
 
 
-def speculates(chunks: int, slot_count: int) -> bool:
+def speculates(chunks: int, slot_count: int, contrib_type: int = qz.ELEM_INT32) -> bool:
     """Whether an all-reduce of `chunks` chunks guesses its exponents (when it has a previous one of that size):
-    only a small one, where every slot carries one chunk, so that the exponent round would be half of the time."""
-    return chunks <= min(slot_count, SPEC_MAX_CHUNKS)
+    only a small one, where every slot carries one chunk, so that the exponent round would be half of the time,
+    and only with lanes that have precision to spare for a guess (not int8)."""
+    return SPEC_WINDOW[contrib_type] is not None and chunks <= min(slot_count, SPEC_MAX_CHUNKS)
 
 
 class Transport(Protocol):
@@ -234,7 +237,7 @@ class IncWorker:
         n = len(blocks)
         guess = None
         if self.job.speculate and self._last_exps is not None and len(self._last_exps) == n \
-                and speculates(n, self.job.slot_count):
+                and speculates(n, self.job.slot_count, self.job.contrib_type):
             guess = np.maximum(self._last_exps - SPEC_GUARD[self.job.contrib_type], qz.EXPONENT_MIN)
         self._last_exps = None  # set again only if this call completes
         sums, exps, stats = self._run(blocks, t_start, np.ones(n, dtype=bool), np.zeros((n, AGG.num_lanes), np.int64),
@@ -335,7 +338,7 @@ class IncWorker:
         lane_dtype = qz.ELEM_DTYPE[job.contrib_type]
         lane_info = np.iinfo(lane_dtype)
         q_max = job.q_limit
-        window_steps = SPEC_WINDOW[job.contrib_type]
+        window_steps = SPEC_WINDOW[job.contrib_type] or 0
         sums = np.zeros((n_chunks, AGG.num_lanes), dtype=np.int64)
         exps = np.zeros(n_chunks, dtype=np.int64)
         agreed_exps = exps if guess is None else np.zeros(n_chunks, dtype=np.int64)  # the same without a guess

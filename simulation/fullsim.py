@@ -93,7 +93,7 @@ def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
         frames = IncFrames.of(LANES[method], len(tree.gpus), tree.balanced)
         spec = plat.spec({"name": "inc", "root": tree.root, "parent": [[c, q] for c, q in tree.parent.items()],
                           "gpus": list(tree.gpus), "packets": packets, "up": frames.host_up, "up_switch": frames.switch_up,
-                          "down": frames.down, "exponent": frames.exponent, "exp_rounds": p.exponent_slots(packets, tree.window),
+                          "down": frames.down, "exponent": frames.exponent, "exp_rounds": p.exponent_slots(packets, tree.window, frames.lanes),
                           "window": tree.window})
         # a switch adds its aggregation latency to every packet it sends on (up from an inner switch, down from any)
         spec["extra_latency"] = {str(sw): p.switch_agg_latency for sw in tree.children}

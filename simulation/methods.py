@@ -503,7 +503,7 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     lanes = agg_elements()
     packets = math.ceil(elements / lanes)
     w = max(1, tree.window)
-    slots = p.exponent_slots(packets, w)
+    slots = p.exponent_slots(packets, w, frames.lanes)
     inner = math.isfinite(m.rate_switch_up)
     payload = min(lanes, elements) * 4  # float32 bytes of gradient a (full) packet carries: what a host converts
     host_d = 2 * (p.host_packet_cost + payload * p.host_byte_cost)

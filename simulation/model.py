@@ -349,7 +349,7 @@ class Evaluation:
                 tree = ph.tree
                 fr = IncFrames.of(LANES[plan.method], len(tree.gpus), tree.balanced)
                 packets = math.ceil(size * ph.share / 4 / agg_elements())
-                slots = p.exponent_slots(packets, tree.window)
+                slots = p.exponent_slots(packets, tree.window, fr.lanes)
                 members = set(tree.gpus)
                 up = [slots * fr.exponent + packets * (fr.host_up if c in members else fr.switch_up) for c, _ in tree.edges()]
                 add(ph.flowset, ph.flows, up)

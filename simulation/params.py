@@ -26,11 +26,15 @@ import numpy as np
 
 from controller.names import NUM_SLOTS
 from hosts.inc_worker import speculates
+from hosts.quantization import ELEM_INT8, ELEM_INT16, ELEM_INT32
 from hosts.reliable import (
     ACK_ENTRY, ACK_HDR, DATA_HDR, FRAME_OVERHEAD, MAX_UDP_PAYLOAD, WIRE_BYTES, CollectiveConfig, elements_per_packet,
 )
 from wireformat import AGG
 from wireformat import fixedpoint as fxp
+
+
+ELEM_OF_LANES = {"int32": ELEM_INT32, "int16": ELEM_INT16, "int8": ELEM_INT8}
 
 
 class ParamError(ValueError):
@@ -179,9 +183,9 @@ class Preset:
         if self.routing not in ("dmodk", "ecmp"):
             raise ParamError(f"preset {self.name!r}: routing must be 'dmodk' or 'ecmp', got {self.routing!r}")
 
-    def exponent_slots(self, packets: int, window: int) -> int:
-        """Slots that open with an exponent round in an in-network all-reduce of `packets` chunks."""
-        if not self.exponent_rounds or (self.speculate and speculates(packets, window)):
+    def exponent_slots(self, packets: int, window: int, lanes: str = "int32") -> int:
+        """Slots that open with an exponent round in an in-network all-reduce of `packets` chunks of `lanes`."""
+        if not self.exponent_rounds or (self.speculate and speculates(packets, window, ELEM_OF_LANES[lanes])):
             return 0
         return min(max(1, window), packets)
 

@@ -138,13 +138,23 @@ def run_calls(switch: Processor, n: int, calls: list[list[np.ndarray]], timeout_
 SPEC_SIZE = 4 * L - 30  # 4 chunks in 4 slots: one round each, the case where speculation pays
 
 
-@pytest.mark.parametrize("contrib", ["int32", "int8"])
+def test_int8_contributions_do_not_guess() -> None:
+    n = 2
+    job = {"contrib_type": qz.ELEM_INT8, "result_type": qz.ELEM_INT8, "shift": 1}
+    sw = {"result_type": qz.ELEM_INT8, "shift": 1}
+    rng = np.random.default_rng(2)
+    base = [rng.normal(0, 1, SPEC_SIZE).astype(np.float32) for _ in range(n)]
+    out = run_calls(real_switch(ADDRS[:n], slot_count=4, **sw), n, [base, base], **job)
+    assert [out[c][0][1].exponent_rounds for c in range(2)] == [4, 4]
+
+
+@pytest.mark.parametrize("contrib", ["int32", "int16"])
 def test_speculated_exponents(contrib: str) -> None:
     """The same tensor again (the guess holds), scaled by 16 (too fine a guess: clipped, sent again), by 1/64 (far
     too coarse: sent again), and the same again: each sum within its bound, and where every chunk was either kept
     at the agreed exponent or sent again at it, equal bit for bit to the exponent rounds' sum; misses counted."""
     n = 3
-    job = {} if contrib == "int32" else {"contrib_type": qz.ELEM_INT8, "result_type": qz.ELEM_INT8, "shift": 2}
+    job = {} if contrib == "int32" else {"contrib_type": qz.ELEM_INT16, "result_type": qz.ELEM_INT16, "shift": 2}
     rng = np.random.default_rng(7)
     base = [rng.normal(0, r + 1, SPEC_SIZE).astype(np.float32) for r in range(n)]
     calls = [[x * np.float32(sc) for x in base] for sc in (1.0, 1.0, 16.0, 16.0, 1 / 64, 1 / 64)]
