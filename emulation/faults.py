@@ -372,13 +372,14 @@ class FaultsRun:
         attempts = 0
         stop = threading.Event()
         plan = self.plan
+        chunks = -(-self.cfg.size // AGG.num_lanes)  # an all-reduce uses the first min(slots, chunks) slots
 
         def flipper() -> None:
             nonlocal attempts
             while not stop.is_set() and len(landed) < self.cfg.sdc_flips:
                 sp = rng.choice(plan.switches)
                 cl = self.ctl.fabric.client(sp.switch)
-                cell = (sp.slot_base + rng.randrange(sp.slot_count)) * 2 + rng.randrange(2)
+                cell = (sp.slot_base + rng.randrange(min(sp.slot_count, chunks))) * 2 + rng.randrange(2)
                 full = (1 << sp.fan_in) - 1
 
                 def live() -> tuple[int, int] | None:
@@ -416,7 +417,10 @@ class FaultsRun:
             self.net.set_loss(self.cfg.sdc_loss)
         thread.start()
         try:
-            while thread.is_alive() and len(steps) < 40:
+            # at least 40 all-reduces and 10 s of them (short all-reduces close their rounds before the flipper's
+            # P4Runtime reads find one open), at most 200 (the epoch is 8 bits)
+            t0 = clock.now()
+            while thread.is_alive() and len(steps) < 200 and (len(steps) < 40 or clock.now() - t0 < 10.0):
                 steps.append(self.run("sdc"))
         finally:
             stop.set()
