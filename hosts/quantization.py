@@ -80,6 +80,9 @@ def _bits(elem_type: int) -> int:
         raise QuantizationError(f"unknown elem_type {elem_type}; known: {sorted(ELEM_BITS)}") from ex
 
 
+_FRACTIONS = {k: np.exp2(np.arange(k) / k) for k in set(EXPONENT_STEPS.values())}  # 2^(i/k), built once
+
+
 def steps(elem_type: int) -> int:
     """Exponent units per octave for contributions of this lane type."""
     _bits(elem_type)
@@ -90,9 +93,8 @@ def scale(exponent: int | np.ndarray, elem_type: int = ELEM_INT32) -> np.ndarray
     """2^(exponent / steps) as float64, computed the same way everywhere (an exact power of two times one of
     `steps` fixed fractions), so that every worker quantizes and decodes alike."""
     k = steps(elem_type)
-    e = np.asarray(exponent, dtype=np.int64)
-    whole, frac = np.divmod(e, k)
-    return np.ldexp(np.exp2(np.arange(k) / k)[frac], whole)
+    whole, frac = np.divmod(np.asarray(exponent, dtype=np.int64), k)
+    return np.ldexp(_FRACTIONS[k][frac], whole)
 
 
 def check_finite(x: np.ndarray) -> None:
