@@ -278,7 +278,9 @@ def tc_counts(run: Callable[..., str], dev: str) -> dict[str, int]:
         filters = run("tc", "-s", "filter", "show", "dev", dev, "egress", "pref", str(DUP_PREF))
     except NetnsError:
         filters = ""
-    out["duplicated"] = _sent_pkts(filters)
+    # mirred counts a copy it could not send (its nesting limit: a copy of a copy of ...) as an overlimit
+    sent, failed = _sent_line(filters)
+    out["duplicated"] = sent - failed
     try:
         classes = run("tc", "-s", "class", "show", "dev", dev, "classid", REORDER_CLASS)
     except NetnsError:
@@ -289,11 +291,17 @@ def tc_counts(run: Callable[..., str], dev: str) -> dict[str, int]:
 
 def _sent_pkts(show: str) -> int:
     """The packet count of the first 'Sent N bytes M pkt' line of tc -s output (0 when there is none)."""
+    return _sent_line(show)[0]
+
+
+def _sent_line(show: str) -> tuple[int, int]:
+    """(M, O) of the first 'Sent N bytes M pkt (dropped D, overlimits O ...)' line of tc -s output ((0, 0): none)."""
     words = show.split()
     for i, w in enumerate(words[:-4]):
         if w == "Sent" and words[i + 4] == "pkt":
-            return int(words[i + 3])
-    return 0
+            over = words[i + 8] if len(words) > i + 8 and words[i + 7] == "overlimits" else "0"
+            return int(words[i + 3]), int(over)
+    return 0, 0
 
 
 def enter(ns: str) -> None:

@@ -164,15 +164,19 @@ static void cio_send_run(struct cio *io, struct cio_port *p, uint32_t from, uint
             io->smsg[j].msg_hdr.msg_iov = &io->siov[j];
             io->smsg[j].msg_hdr.msg_iovlen = 1;
         }
+        /* counted first (as the Python loop does), so that a reader who saw a frame also sees its count;
+           what was not sent is taken back */
+        cio_add(&p->tx, (uint64_t)n);
         sent = sendmmsg(p->fd, io->smsg, n, 0);
         if (sent < 0) {
+            cio_add(&p->tx, -(uint64_t)n);
             if (errno == EINTR) continue;
             cio_add(&p->tx_errors, 1);
             if (cio_gone_errno(errno)) cio_check_gone(io, p);
             from += 1; /* that frame is lost; the rest are tried again */
             continue;
         }
-        cio_add(&p->tx, (uint64_t)sent);
+        if ((uint32_t)sent < n) cio_add(&p->tx, -(uint64_t)(n - (uint32_t)sent));
         from += (uint32_t)sent;
         if ((uint32_t)sent < n && sent == 0) from += 1;
     }
@@ -351,12 +355,13 @@ CIO_EXPORT int cio_send(struct cio *io, int port, const uint8_t *data, uint32_t 
         cio_add(&io->tx_no_port, 1);
         return -1;
     }
+    cio_add(&p->tx, 1); /* counted first, as above */
     if (send(p->fd, data, len, 0) < 0) {
+        cio_add(&p->tx, -(uint64_t)1);
         cio_add(&p->tx_errors, 1);
         if (cio_gone_errno(errno)) cio_check_gone(io, p);
         return -2;
     }
-    cio_add(&p->tx, 1);
     return 0;
 }
 
