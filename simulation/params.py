@@ -116,6 +116,17 @@ class IncFrames:
         return cls(lanes, partial, agg_frame(lanes), agg_frame(partial), agg_frame(lanes), EXPONENT_FRAME)
 
 
+_FIELDS: tuple[str, ...] = ()
+
+
+def _preset_fields() -> tuple[str, ...]:
+    """Preset's field names, looked up once (the calibration builds hundreds of thousands of presets)."""
+    global _FIELDS
+    if not _FIELDS:
+        _FIELDS = tuple(f.name for f in fields(Preset))
+    return _FIELDS
+
+
 @dataclass(frozen=True)
 class Preset:
     """One cluster: link physics, host and switch costs, protocol sizes.
@@ -166,10 +177,10 @@ class Preset:
     routing: str = "dmodk"  # "dmodk" (destination-based, InfiniBand ftree-like) or "ecmp" (hash of the flow)
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
+        for name in _preset_fields():
+            v = getattr(self, name)
             if isinstance(v, float | int) and not isinstance(v, bool) and (v < 0 or math.isnan(v)):
-                raise ParamError(f"preset {self.name!r}: {f.name} = {v} must be >= 0")
+                raise ParamError(f"preset {self.name!r}: {name} = {v} must be >= 0")
         if self.nic_bw <= 0 or self.fabric_bw <= 0:
             raise ParamError(f"preset {self.name!r}: nic_bw and fabric_bw must be > 0")
         if self.gpus_per_server < 1:
@@ -190,7 +201,7 @@ class Preset:
         return min(max(1, window), packets)
 
     def with_(self, **changes: Any) -> Preset:
-        unknown = set(changes) - {f.name for f in fields(self)}
+        unknown = set(changes) - set(_preset_fields())
         if unknown:
             raise ParamError(f"preset has no parameter(s) {sorted(unknown)}")
         return replace(self, **changes)
@@ -217,6 +228,10 @@ class Preset:
         cap = self.ack_every if frames is None else max(1, min(self.ack_every, frames))
         if rate is None:
             batch: Any = float(cap)
+        elif isinstance(rate, float | int | np.floating):  # the same formula without numpy's per-call cost
+            gap = (frame_data + self.frame_overhead) / max(float(rate), 1e-300)
+            q = self.ack_delay / gap
+            batch = float(cap) if q >= cap else min(max(1.0 + math.floor(q), 1.0), float(cap))
         else:
             gap = (frame_data + self.frame_overhead) / np.maximum(np.asarray(rate, dtype=np.float64), 1e-300)
             batch = np.clip(1.0 + np.floor(self.ack_delay / gap), 1.0, cap)
