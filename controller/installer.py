@@ -21,7 +21,7 @@ from controller.entities import Entity, MulticastGroup, TableEntry, decode_entit
 from controller.fabric import Fabric, FabricError
 from controller.jobentries import job_entries
 from controller.p4info import P4InfoError, P4Schema, pipeline_cookie
-from controller.planner import DuplicateJobError, JobPlan, JobSpec, next_token, plan_job
+from controller.planner import DuplicateJobError, JobPlan, JobSpec, SwitchPlan, SwitchUsage, next_token, plan_job
 from controller.registers import read_register_all, read_register_cells
 from controller.routing import all_route_entries
 from controller.state import State
@@ -220,9 +220,7 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec) -> JobPlan:
             raise DuplicateJobError(f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; remove it first or pick another id")
         _reconcile(fabric, schema, old)
         return old
-    plan = plan_job(fabric.topo, spec, state.plans(), state.installs, exclude=state.failed)
-    if _avoid_used_tokens(fabric, schema, state, plan):  # the same tree and slots, tokens the switches lack
-        plan = plan_job(fabric.topo, spec, state.plans(), state.installs, exclude=state.failed)
+    plan = _plan_around_the_switches(fabric, schema, state, spec)
     entries = job_entries(plan)
     for sw, ents in entries.items():
         for e in ents:
@@ -264,14 +262,92 @@ TOKEN_REGISTER = "P4inaIngress.aggregation.slot_token"
 CELLS_PER_SLOT = 2  # a slot's two shadow cells (docs/DESIGN.md)
 
 
-def tokens_in_use(cl: SwitchClient, schema: P4Schema, cells: range | None = None) -> set[int]:
+READ_BACK_ROUNDS = 4  # plans tried against what the switches hold before giving up (they keep changing)
+
+
+def _plan_around_the_switches(fabric: Fabric, schema: P4Schema, state: State, spec: JobSpec) -> JobPlan:
+    """Plan the job, then read back what the tree's switches hold: jobs this state does not know (another
+    controller's, or a lost state file's) keep their job indexes, multicast groups and slot ranges, and tokens
+    still held are not handed out again. A plan that clashes is made again around what was found."""
+    reserved: dict[str, SwitchUsage] = {}
+    for _ in range(READ_BACK_ROUNDS):
+        plan = plan_job(fabric.topo, spec, state.plans(), state.installs, exclude=state.failed, reserved=reserved)
+        held = _holdings(fabric, schema, state, plan)
+        dup = sorted(name for name, h in held.items() if spec.job_id in h.foreign.job_indexes.values())
+        if dup:
+            raise DuplicateJobError(
+                f"job {spec.job_id} is already on {', '.join(dup)}, and this controller's state does not have it: "
+                "another controller installed it (or this state file is older than the switches); `p4ina "
+                "reconcile` lists such jobs: remove it where it was installed, or pick another id")
+        clash = sorted(name for name, h in held.items() if _clashes(plan.on(name), h.foreign))
+        if clash:
+            LOG.warning("job %d: %s hold(s) another controller's job where the plan put it; planning around it",
+                        spec.job_id, ", ".join(clash))
+            for name, h in held.items():
+                reserved[name] = h.foreign
+            continue
+        if _move_past_held_tokens(state, {name: h.tokens for name, h in held.items()}):
+            # the same tree and slots (tokens do not steer the plan), with tokens the switches lack
+            plan = plan_job(fabric.topo, spec, state.plans(), state.installs, exclude=state.failed, reserved=reserved)
+        return plan
+    raise InstallError(f"job {spec.job_id}: what the switches hold kept changing over {READ_BACK_ROUNDS} plans "
+                       "(is another controller installing jobs at the same time?); try again")
+
+
+@dataclass
+class Holdings:
+    """What one switch holds, read back: install tokens in use, and jobs the state does not know."""
+
+    tokens: set[int]
+    foreign: SwitchUsage
+
+
+def _clashes(sp: SwitchPlan, foreign: SwitchUsage) -> bool:
+    if sp.job_index in foreign.job_indexes:
+        return True
+    return any(b < sp.slot_base + sp.slot_count and sp.slot_base < b + n for b, n, _ in foreign.ranges)
+
+
+def _holdings(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> dict[str, Holdings]:
+    def one(name: str) -> Holdings:
+        sp = plan.on(name)
+        cl = fabric.client(name)
+        entries = read_entities(cl, schema, [N.T_JOB_CONFIG], groups=())
+        mine = {p.job_id: p.on(name) for p in state.jobs.values() if any(s.switch == name for s in p.switches)}
+        foreign = SwitchUsage()
+        for e in entries:
+            if not (isinstance(e, TableEntry) and e.action == N.A_SET_JOB):
+                continue
+            job, params = dict(e.match).get(N.K_JOB_ID, -1), dict(e.params)
+            if job in mine:
+                continue
+            foreign.job_indexes[int(params.get("job_index", 0))] = int(job)
+            foreign.ranges.append((int(params.get("slot_base", 0)), int(params.get("slot_count", 0)), int(job)))
+        try:  # a multicast group with no job_config (an install cut short elsewhere) still holds its job index
+            groups = [e.group_id for e in read_entities(cl, schema, [], groups=None) if isinstance(e, MulticastGroup)]
+        except ReadError as ex:  # a target that cannot read groups back (BMv2's PI, some versions)
+            LOG.debug("%s: multicast groups not readable (%s)", name, ex)
+            groups = []
+        ours = {s.mcast_grp for s in mine.values()}
+        for gid in groups:
+            if gid not in ours and gid not in foreign.job_indexes:
+                foreign.job_indexes[gid] = -1  # a group without a job
+        cells = range(sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT)
+        return Holdings(tokens_in_use(cl, schema, cells, entries), foreign)
+
+    return fabric.run_all("read back", one, [sp.switch for sp in plan.switches])
+
+
+def tokens_in_use(cl: SwitchClient, schema: P4Schema, cells: range | None = None,
+                  entries: Sequence[Entity] | None = None) -> set[int]:
     """The install tokens a switch holds: its job_config entries' and those its cells keep (all cells, or the
     ones in `cells`), read back from the slot_token register. A cell keeps the token of the install that last
     used it after that job is gone, so a new install with that token would take the cell's stale partial sum
     for its own: these are the tokens a new install there must not get. A target that cannot read registers
     (BMv2's PI: UNIMPLEMENTED) gives its entries' tokens only."""
-    used = {dict(e.params).get("token", 0) for e in read_entities(cl, schema, [N.T_JOB_CONFIG], groups=())
-            if isinstance(e, TableEntry) and e.action == N.A_SET_JOB}
+    if entries is None:
+        entries = read_entities(cl, schema, [N.T_JOB_CONFIG], groups=())
+    used = {dict(e.params).get("token", 0) for e in entries if isinstance(e, TableEntry) and e.action == N.A_SET_JOB}
     try:
         # only the cells asked for where a range is given: an install's 64 cells cost a twentieth of all 1024
         # (the embedded switch answers each cell from Python)
@@ -292,17 +368,10 @@ def safe_installs(switch: str, installs: int, used: set[int]) -> int:
                        "(or restart the switch) before installing another")
 
 
-def _avoid_used_tokens(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> bool:
-    """Read the tokens the plan's cells and entries hold on every switch of its tree, and move the state's
-    install counts past them where the next token is taken (a state file lost or older than the switches);
-    True when a count moved (the caller plans again, for the new tokens)."""
-
-    def one(name: str) -> set[int]:
-        sp = plan.on(name)
-        cells = range(sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT)
-        return tokens_in_use(fabric.client(name), schema, cells)
-
-    used = fabric.run_all("install tokens", one, [sp.switch for sp in plan.switches])
+def _move_past_held_tokens(state: State, used: dict[str, set[int]]) -> bool:
+    """Move the state's install counts past the tokens a switch still holds in the plan's cells and entries,
+    where the next token is taken (a state file lost or older than the switches); True when a count moved
+    (the caller plans again, for the new tokens)."""
     moved = False
     for name, tokens in used.items():
         have = state.installs.get(name, 0)

@@ -282,11 +282,13 @@ def next_token(installs: int) -> int:
 
 
 def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), installs: Mapping[str, int] | None = None,
-             exclude: Iterable[str] = ()) -> JobPlan:
+             exclude: Iterable[str] = (), reserved: Mapping[str, SwitchUsage] | None = None) -> JobPlan:
     """Plan `spec` next to the `existing` plans, or raise a PlanError that says why not.
 
     `installs` counts the job installs each switch has had so far (for its token); `exclude` names failed
-    switches the tree must avoid (HostsCutOffError when a member's own edge switch is one of them).
+    switches the tree must avoid (HostsCutOffError when a member's own edge switch is one of them);
+    `reserved`: job indexes (and so multicast groups) and slot ranges a switch holds for jobs the `existing`
+    plans do not know (another controller's, read back from the switches), which the plan must not take.
     """
     exclude = frozenset(exclude)
     unknown_sw = sorted(exclude - {s.name for s in topo.switches})
@@ -307,6 +309,10 @@ def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), in
     if cut:
         raise HostsCutOffError(spec.job_id, cut)
     use = usage(existing)
+    for name, r in (reserved or {}).items():
+        u = use.setdefault(name, SwitchUsage())
+        u.job_indexes.update({i: j for i, j in r.job_indexes.items() if i not in u.job_indexes})
+        u.ranges.extend(r.ranges)
     load = {name: len(u.job_indexes) for name, u in use.items()}
     below = _below(topo, set(members), exclude)
     reasons: list[str] = []

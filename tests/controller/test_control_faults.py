@@ -19,12 +19,13 @@ from controller.client import update
 from controller.entities import TableEntry
 from controller.fattree import fat_tree
 from controller.installer import read_entities
-from controller.planner import next_token
+from controller.planner import DuplicateJobError, next_token
 from controller.state import State
 from controller.topology import Topology
 from emulation.localnet import embedded_switches
 from emulation.softswitch.cli import start_switch
 from tests.controller.test_integration import _contribution
+from wireformat import AGG
 
 TIMEOUT = 120.0  # a loaded machine makes RPCs slow; nothing here is about speed
 
@@ -119,6 +120,49 @@ def test_a_lost_state_file_reuses_no_token(net: tuple[Topology, dict[str, Any]],
         # one (which would send 5 + 7 down to the hosts: the lane checksums agree, the same job id in both)
         assert sw.process_packet(second, _contribution(h1.ip, 5, 0, 7)) == []
         ctl.remove_job(5)
+
+
+def _lanes_of(frame: bytes) -> tuple[dict[str, int], tuple[int, ...]]:
+    agg = frame[14 + 20 + 8:]
+    h = AGG.unpack_header(agg)
+    return h, AGG.lane_struct(h["elem_type"]).unpack_from(agg, AGG.header_bytes)
+
+
+def test_two_controllers_with_their_own_state_files_keep_apart(
+        net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path) -> None:
+    """A second controller (its own state file) plans around the jobs the switches hold for the first: other
+    job indexes, multicast groups and slots; the first's job id is refused by name. Without the read-back both
+    jobs get slots from 0 on and their rounds overwrite each other's cells (the traffic below checks it)."""
+    _, handles = net
+    with controller(topo, tmp_path / "a.json") as a:
+        five = a.install_job(5, ["h1", "h2"])
+    try:
+        with controller(topo, tmp_path / "b.json", election_id=2) as b:
+            with pytest.raises(DuplicateJobError, match=r"job 5 is already on .*another controller"):
+                b.install_job(5, ["h1", "h2"])
+            six = b.install_job(6, ["h1", "h2"])
+            try:
+                assert not b.state.jobs.get(5)
+                for sp in six.switches:  # fat_tree(2): one tree, c1 over a1/e1 and a2/e2, for both jobs
+                    x = five.on(sp.switch)
+                    assert (sp.job_index, sp.mcast_grp) != (x.job_index, x.mcast_grp)
+                    assert sp.slot_base >= x.slot_base + x.slot_count or x.slot_base >= sp.slot_base + sp.slot_count
+                root = handles[five.root].switch
+                first, second = [c.port for c in five.on(five.root).children]
+                h1 = topo.host("h1")
+                assert root.process_packet(first, _contribution(h1.ip, 5, 0, 5)) == []  # job 5's round waits
+                assert root.process_packet(first, _contribution(h1.ip, 6, 0, 1)) == []
+                down6 = root.process_packet(second, _contribution(h1.ip, 6, 0, 2))  # job 6's round completes...
+                assert down6 and all(_lanes_of(f)[1] == (3,) * AGG.num_lanes for _, f in down6)
+                down5 = root.process_packet(second, _contribution(h1.ip, 5, 0, 7))  # ...and job 5's cell kept its 5
+                assert down5, "job 5's round was lost: job 6 used its cell"
+                h, lanes = _lanes_of(down5[0][1])
+                assert h["job_id"] == 5 and lanes == (12,) * AGG.num_lanes
+            finally:
+                b.remove_job(6)
+    finally:
+        with controller(topo, tmp_path / "a.json", election_id=3) as a:
+            a.remove_job(5)
 
 
 def test_restarted_switch_is_found_and_reinstalled_by_verify_repair(
