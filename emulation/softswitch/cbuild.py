@@ -14,7 +14,10 @@ someone else could have written:
   through the descriptor that is then loaded, /proc/self/fd/N, so the file checked is the file
   mapped) must match. Anything else is discarded and compiled again;
 * concurrent compiles of one key (twenty switch processes loading one program) are serialised by an
-  flock on KEY.lock: the first compiles, the others wait and load its result.
+  flock on KEY.lock: the first compiles, the others wait and load its result;
+* the cache is bounded (CACHE_MAX_BYTES, CACHE_MAX_ENTRIES; $P4INA_SOFTSWITCH_CACHE_MB overrides the
+  size): after each compile the least recently used entries go, except one another process holds the
+  lock of (it is being compiled or loaded).
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ LOG = logging.getLogger(__name__)
 CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fwrapv", "-fno-strict-aliasing", "-fvisibility=hidden", "-pthread", "-w")
 COMPILE_TIMEOUT_S = 900.0  # p4ina.json takes 20-40 s on a busy 2-core machine
 MAX_SOURCE_BYTES = 256 << 20
+CACHE_MAX_BYTES = 512 << 20  # p4ina.json's entry is about 30 MB (source and library); a test program's 70 kB
+CACHE_MAX_ENTRIES = 256
+_ENTRY_SUFFIXES = (".so", ".c", ".sha256")
 
 
 class CompilerMissingError(RuntimeError):
@@ -229,7 +235,9 @@ def _load_cached(d: Path, key: str, source: bytes) -> ctypes.CDLL | None:
             LOG.warning("cached library %s does not match its recorded digest; discarded and compiled again", so_p)
             _discard(src_p, so_p, sum_p)
             return None
-        return _dlopen(so_p)
+        lib = _dlopen(so_p)
+        os.utime(sum_fd)  # last used now: what the size bound keeps longest (atime is often not kept)
+        return lib
     except CacheUnsafeError as ex:
         LOG.warning("%s; the entry is discarded and compiled again", ex)
         _discard(src_p, so_p, sum_p)
@@ -278,7 +286,69 @@ def load(source: str, what: str) -> ctypes.CDLL:
         lib = _load_cached(d, key, data)
         if lib is None:
             raise CacheUnsafeError(f"{what}: the library just compiled in {d} did not pass its own checks")
-        return lib
+    prune(d, keep=key)
+    return lib
+
+
+def _max_bytes() -> int:
+    mb = os.environ.get("P4INA_SOFTSWITCH_CACHE_MB")
+    if mb is None:
+        return CACHE_MAX_BYTES
+    try:
+        value = int(mb)
+    except ValueError:
+        value = -1
+    if value < 0:
+        LOG.warning("P4INA_SOFTSWITCH_CACHE_MB=%r is not a size in MB; using %d MB", mb, CACHE_MAX_BYTES >> 20)
+        return CACHE_MAX_BYTES
+    return value << 20
+
+
+def prune(d: Path, keep: str | None = None, max_bytes: int | None = None, max_entries: int | None = None) -> list[str]:
+    """Delete the least recently used entries until the cache is within its bounds; the keys removed.
+
+    `keep` (the entry just compiled) and entries whose lock another process holds are never removed. Lock
+    files stay (an empty file each): removing one that a process waits on would let a second compile begin.
+    """
+    max_bytes = _max_bytes() if max_bytes is None else max_bytes
+    max_entries = CACHE_MAX_ENTRIES if max_entries is None else max_entries
+    entries: list[tuple[float, str, int]] = []  # (last used, key, bytes)
+    for so in d.glob("*.so"):
+        key = so.stem
+        try:
+            size = sum((d / f"{key}{suf}").stat().st_size for suf in _ENTRY_SUFFIXES if (d / f"{key}{suf}").exists())
+            used = (d / f"{key}.sha256").stat().st_mtime if (d / f"{key}.sha256").exists() else so.stat().st_mtime
+        except OSError:
+            continue
+        entries.append((used, key, size))
+    total = sum(e[2] for e in entries)
+    removed: list[str] = []
+    for used, key, size in sorted(entries):
+        if total <= max_bytes and len(entries) - len(removed) <= max_entries:
+            break
+        if key == keep:
+            continue
+        try:
+            fd = os.open(d / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # in use by another process
+            _discard(*(d / f"{key}{suf}" for suf in _ENTRY_SUFFIXES))
+        except CacheUnsafeError as ex:
+            LOG.warning("cache bound: %s", ex)
+            continue
+        finally:
+            os.close(fd)
+        total -= size
+        removed.append(key)
+    if removed:
+        LOG.info("C engine cache %s: removed %d least recently used entr%s (now %.1f MB)", d, len(removed),
+                 "y" if len(removed) == 1 else "ies", total / 1e6)
+    return removed
 
 
 def _load_uncached(tc: Toolchain, data: bytes, what: str) -> ctypes.CDLL:

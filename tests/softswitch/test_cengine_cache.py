@@ -207,3 +207,34 @@ def test_many_processes_loading_one_program_compile_it_once(tmp_path: Path) -> N
     assert all(rc == 0 and out.strip() == "c" for out, _, rc in outs), outs
     compiles = sum(err.count("compiled to C") for _, err, _ in outs)
     assert compiles == 1, [err[-500:] for _, err, _ in outs]
+
+
+def test_the_cache_keeps_within_its_bound_least_recently_used_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+
+    cache = tmp_path / "cache"
+    fresh(monkeypatch, cache)
+    monkeypatch.setattr(cbuild, "CACHE_MAX_ENTRIES", 2)
+    a, b, c, d = (unique_program(900 + i) for i in range(4))
+    load(a)
+    load(b)
+    assert len(list(cache.glob("*.so"))) == 2
+    fresh(monkeypatch, cache)  # forget the programs in memory: the next load of a comes from the cache...
+    load(a)  # ...and makes it the most recently used
+    load(c)  # three entries, two allowed: b, used longest ago, goes
+    keys = {p.stem for p in cache.glob("*.so")}
+    assert keys == {key_for(a), key_for(c)}
+    assert not (cache / f"{key_for(b)}.c").exists() and not (cache / f"{key_for(b)}.sha256").exists()
+    # an entry another process holds the lock of (compiling or loading it) is never removed
+    fd = os.open(cache / f"{key_for(a)}.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        removed = cbuild.prune(cache, keep=None, max_entries=0, max_bytes=0)
+        assert key_for(a) not in removed and key_for(c) in removed
+    finally:
+        os.close(fd)
+    assert {p.stem for p in cache.glob("*.so")} == {key_for(a)}
+    assert cbuild.prune(cache, keep=key_for(a), max_bytes=0, max_entries=0) == []  # nor the one just compiled
+    monkeypatch.setenv("P4INA_SOFTSWITCH_CACHE_MB", "0")
+    load(d)  # a size bound of 0 keeps just the entry just compiled
+    assert {p.stem for p in cache.glob("*.so")} == {key_for(d)}
