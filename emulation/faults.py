@@ -323,6 +323,7 @@ class FaultsRun:
                 out[f"{rate * 100:g}%"] = {
                     "loss": rate, "exact": all(s.exact for s in steps),
                     "retransmissions": sum(s.total("retransmissions") for s in steps),
+                    "early_retransmissions": sum(s.total("fast_retransmissions") for s in steps),
                     "packets_sent": sum(s.total("packets_sent") for s in steps),
                     "latency_s": lat, "latency_over_lossless": lat / lossless_s if lat else None,
                     "false_alarms": sum(int(r.get("false_alarms", 0)) for s in steps for r in s.reports.values()),

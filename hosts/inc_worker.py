@@ -39,6 +39,7 @@ resume) starts afresh.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 import logging
@@ -156,6 +157,11 @@ class IncJob:
     # timer's backoff is capped at failure_timeout_s / failure_timeouts so that the timeouts do happen.
     failure_timeout_s: float | None = None
     failure_timeouts: int = 2
+    # Early retransmission (RACK, RFC 8985, for rounds): a round whose result is missing while a round sent after
+    # it has been answered is sent again once it is a round trip plus early_window x srtt old, without waiting
+    # for the timeout (every worker sends in the order the results came, so results return in send order; a
+    # later one answered first means a lost frame). 0 turns it off: only the timeout resends.
+    early_window: float = 0.25
     first_epoch: int = 1
     strict_overflow: bool = True
     # Skip the exponent rounds when the previous all-reduce had as many chunks (its agreed exponents are the
@@ -177,6 +183,8 @@ class IncJob:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.failure_timeout_s is not None and self.failure_timeout_s <= 0:
             raise ValueError(f"failure_timeout_s must be > 0 (or None), got {self.failure_timeout_s}")
+        if not self.early_window >= 0:
+            raise ValueError(f"early_window must be >= 0 (0: off), got {self.early_window}")
         # The same check as `p4ina job install`: refuse what cannot represent the sum, naming the numbers.
         qz.check_job(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
         formula = qz.q_limit(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
@@ -354,8 +362,13 @@ class IncWorker:
         sends = np.zeros(n_ids, dtype=np.int64)
         round_from = np.zeros(n_ids, dtype=np.int64)  # sends[rid] when its current round began
         first_sent = np.zeros(n_ids, dtype=np.float64)
-        deadlines: list[tuple[float, int, int]] = []  # heap of (deadline, round, send number)
-        sent = retrans = received = duplicates = overflows = sent_bytes = corrupt = missed = 0
+        expiries = np.zeros(n_ids, dtype=np.int64)  # timeouts of the round in flight (its backoff)
+        deadlines: list[tuple[float, int, int, bool]] = []  # heap of (deadline, round, send number, early)
+        # early retransmission: every send in time order (time, round, send number), and the latest send time
+        # answered (unambiguously) with its round trip; sends before it still unanswered are presumed lost
+        in_order: collections.deque[tuple[float, int, int]] = collections.deque()
+        early = job.early_window > 0
+        sent = retrans = fast = received = duplicates = overflows = sent_bytes = corrupt = missed = 0
         done = 0
         quantize_s = 0.0
         agreed_at: float | None = None
@@ -371,10 +384,25 @@ class IncWorker:
             else:
                 send(frames.exponent_frame(rid - n_chunks) if is_exp else frames.frame(rid))
                 first_sent[rid] = now
+                expiries[rid] = 0
             sends[rid] += 1
             sent += 1
             sent_bytes += frames.exp_frame_len if is_exp else frames.frame_len
-            heapq.heappush(deadlines, (now + rto.timeout(int(sends[rid])), rid, int(sends[rid])))
+            heapq.heappush(deadlines, (now + rto.timeout(1 + int(expiries[rid])), rid, int(sends[rid]), False))
+            if early:
+                in_order.append((now, rid, int(sends[rid])))
+
+        def answered(rid: int, now: float) -> None:
+            """rid's round came back, sent once: sends before it that are still unanswered get an early deadline."""
+            rtt = now - first_sent[rid]
+            rto.sample(rtt)
+            if not early:
+                return
+            due_after = rtt + job.early_window * (rto.srtt or rtt)
+            while in_order and in_order[0][0] < first_sent[rid]:
+                t, r, nth = in_order.popleft()
+                if sends[r] == nth and outstanding[r - n_chunks if r >= n_chunks else r % window] == r:
+                    heapq.heappush(deadlines, (t + due_after, r, nth, True))
 
         def start_chunk(chunk: int, exponent: int, speculated: bool = False) -> None:
             """Quantize and send a chunk's next round: at an agreed exponent, or a speculated one (clipped)."""
@@ -409,7 +437,8 @@ class IncWorker:
 
         def stalled(now: float) -> SwitchFailureSuspected:
             stats = AllreduceStats(method="inc", elements=int(blocks.size), latency_s=now - t_start, packets_sent=sent,
-                                   retransmissions=retrans, packets_received=received, duplicates=duplicates,
+                                   retransmissions=retrans, fast_retransmissions=fast, packets_received=received,
+                                   duplicates=duplicates,
                                    bytes_sent=sent_bytes, overflows=overflows, corrupt=corrupt, t_start=t_start)
             return SwitchFailureSuspected(
                 f"job {job.job_id} rank {job.rank}: no result for {now - last_progress:.2f} s ({expired_since} "
@@ -426,7 +455,7 @@ class IncWorker:
                          job.rank, now - last_progress)
                 last_progress, expired_since = clock.now(), 0
             while deadlines:
-                due, rid, nth = deadlines[0]
+                due, rid, nth, is_early = deadlines[0]
                 slot = rid - n_chunks if rid >= n_chunks else rid % window
                 if outstanding[slot] != rid or sends[rid] != nth:
                     heapq.heappop(deadlines)  # answered, or sent again since
@@ -434,7 +463,12 @@ class IncWorker:
                 if due > now:
                     break
                 heapq.heappop(deadlines)
-                if sends[rid] - round_from[rid] > job.max_retries:
+                if is_early:  # a later round was answered first: this one's frame (or its result) was lost
+                    LOG.debug("early: resend round %d on slot %d", rid, slot)
+                    fast += 1
+                    transmit(rid)
+                    continue
+                if expiries[rid] >= job.max_retries:
                     what = "exponent round" if rid >= n_chunks else f"offset {rid * AGG.num_lanes}"
                     raise AllreduceTimeoutError(
                         f"job {job.job_id} rank {job.rank}: no result for slot {slot} ({what}) after "
@@ -444,6 +478,7 @@ class IncWorker:
                 LOG.debug("timeout: resend round %d on slot %d", rid, slot)
                 rto.expired(now)
                 expired_since += 1
+                expiries[rid] += 1
                 transmit(rid)
             wait = deadlines[0][0] - clock.now() if deadlines else rto.rto
             if failure_s is not None:
@@ -501,7 +536,7 @@ class IncWorker:
                 if guess is not None and not 0 <= agreed - exps[rid] <= window_steps:  # missed: again, agreed scale
                     last_progress, expired_since = clock.now(), 0
                     if sends[rid] - round_from[rid] == 1:
-                        rto.sample(clock.now() - first_sent[rid])
+                        answered(rid, clock.now())
                     missed += 1
                     rounds[slot] += 1
                     start_chunk(rid, agreed)
@@ -515,7 +550,7 @@ class IncWorker:
                 done += 1
             last_progress, expired_since = clock.now(), 0
             if sends[rid] - round_from[rid] == 1:  # Karn: only unambiguous round trips
-                rto.sample(clock.now() - first_sent[rid])
+                answered(rid, clock.now())
             nxt = rid + window if rid < n_chunks else slot
             if nxt < n_chunks:
                 rounds[slot] += 1
@@ -530,7 +565,7 @@ class IncWorker:
         parts = {"quantize": quantize_s, "agree": ((agreed_at or t_end) - t_start) if guess is None else 0.0}
         stats = AllreduceStats(
             method="inc", elements=int(blocks.size), latency_s=t_end - t_start, packets_sent=sent,
-            retransmissions=retrans, packets_received=received, duplicates=duplicates,
+            retransmissions=retrans, fast_retransmissions=fast, packets_received=received, duplicates=duplicates,
             bytes_sent=sent_bytes, overflows=overflows, corrupt=corrupt, parts=parts,
             exponent_rounds=0 if guess is not None else n_slots, missed_exponents=missed,
         )

@@ -125,6 +125,36 @@ def test_lost_contribution_is_retransmitted_and_counted_once() -> None:
     np.testing.assert_allclose(results[0][0], 6.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("direction, rank", [("up", 1), ("down", 2)])
+def test_a_round_answered_out_of_order_is_sent_again_before_its_timeout(direction: str, rank: int) -> None:
+    """A later round's result arriving first shows a loss: the round is resent early (RACK), not after the RTO.
+
+    The timeout is 10 s and the test waits at most 60, so a recovery by timeout would show as a retransmission
+    that is not an early one; the check fails if early retransmission is off (the next test)."""
+    lost = once((direction, rank, 0))
+    switch = FakeSwitch(job_id=JOB, n_workers=3, slot_count=4, drop=lost)
+    workers = make_workers(switch, 3, 4, LOSSLESS_TIMEOUT)
+    inputs = [np.random.default_rng(r + 7).normal(0, 1, 12 * L).astype(np.float32) for r in range(3)]
+    results = run_all(workers, inputs)
+    assert not lost.left  # type: ignore[attr-defined]
+    check_sums(workers, inputs, [r[0] for r in results])
+    st = workers[rank].last_stats
+    assert st is not None and st.fast_retransmissions >= 1
+    assert st.retransmissions == st.fast_retransmissions  # no timeout expired
+    assert switch.counters["contributions"] == 3 * rounds(12 * L, 4)  # resent rounds are not counted twice
+
+
+def test_without_early_retransmission_only_the_timeout_recovers() -> None:
+    lost = once(("up", 1, 0))
+    switch = FakeSwitch(job_id=JOB, n_workers=3, slot_count=4, drop=lost)
+    workers = make_workers(switch, 3, 4, early_window=0.0)
+    inputs = [np.random.default_rng(r + 7).normal(0, 1, 12 * L).astype(np.float32) for r in range(3)]
+    results = run_all(workers, inputs)
+    check_sums(workers, inputs, [r[0] for r in results])
+    st = workers[1].last_stats
+    assert st is not None and st.retransmissions >= 1 and st.fast_retransmissions == 0
+
+
 def test_lost_result_is_recovered_from_the_stored_result() -> None:
     lost = once(("down", 2, 5 * L), ("down", 0, 0))
     switch = FakeSwitch(job_id=JOB, n_workers=3, slot_count=2, drop=lost)
