@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -97,14 +98,19 @@ class Controller:
         names = list(switches) if switches is not None else [s.name for s in self.topo.switches]
         return self.fabric.unreachable(names, timeout)
 
-    def fail_over(self, job_id: int, failed: Iterable[str], reroute: bool = True) -> JobPlan:
+    def fail_over(self, job_id: int, failed: Iterable[str], reroute: bool = True,
+                  timings: dict[str, float] | None = None) -> JobPlan:
         """Re-plan and re-install a job around failed switches (installer.fail_over); routes avoid them too
-        (unless reroute=False: then call install_routes() once the job runs again)."""
+        (unless reroute=False: then call install_routes() once the job runs again). `timings` gets seconds
+        per phase (remove, plan, read_back, write, save)."""
         self._need_schema()
         try:
-            return I.fail_over(self.fabric, self.state, job_id, failed, reroute)
+            return I.fail_over(self.fabric, self.state, job_id, failed, reroute, timings)
         finally:
+            t0 = time.monotonic()
             self._save()
+            if timings is not None:
+                timings["save"] = time.monotonic() - t0
 
     def remove_job(self, job_id: int) -> JobPlan:
         self._need_schema()

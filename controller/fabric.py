@@ -65,9 +65,12 @@ class Fabric:
         if cl is not None:
             cl.close()
 
-    def unreachable(self, switches: Iterable[str], timeout: float = 2.0, attempts: int = 2) -> set[str]:
+    def unreachable(self, switches: Iterable[str], timeout: float = 2.0, attempts: int = 2, retry_s: float = 0.02) -> set[str]:
         """The switches whose P4Runtime server is gone: the connection is refused (UNAVAILABLE) on `attempts`
-        tries in a row. A switch that is only slow to answer (DEADLINE_EXCEEDED: a busy emulation host) is alive."""
+        tries in a row, `retry_s` apart. A switch that is only slow to answer (DEADLINE_EXCEEDED: a busy
+        emulation host) is alive. (A refused connection means no process listens: a busy or stopped one
+        still completes the handshake. The second try rules out a server caught between its socket and
+        its listen(); 20 ms apart, as a fail-over waits on it: it was 0.2 s, most of the stall probe.)"""
         def gone(name: str) -> bool:
             sw = self.topo.switch(name)
             if not sw.grpc_addr:
@@ -84,7 +87,7 @@ class Fabric:
                 finally:
                     channel.close()
                 if attempt + 1 < attempts:
-                    time.sleep(0.2)
+                    time.sleep(retry_s)
             return True
 
         results, _ = self.run(gone, switches)

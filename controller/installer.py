@@ -8,6 +8,7 @@ is deleted again, so a job is either fully installed or not at all.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,17 +211,18 @@ def install_routes(fabric: Fabric, state: State | None = None) -> dict[str, Sync
 
 
 # -- jobs --------------------------------------------------------------------------------
-def install_job(fabric: Fabric, state: State, spec: JobSpec) -> JobPlan:
+def install_job(fabric: Fabric, state: State, spec: JobSpec, timings: dict[str, float] | None = None) -> JobPlan:
     """Plan and write a job on every switch of its tree (avoiding failed switches), all or nothing; idempotent
-    for the same spec."""
+    for the same spec. `timings` (if given) gets the seconds each phase took: plan, read_back, write."""
     schema = _schema(fabric)
+    clock = _Phases(timings)
     old = state.jobs.get(spec.job_id)
     if old is not None:
         if old.spec != spec:
             raise DuplicateJobError(f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; remove it first or pick another id")
         _reconcile(fabric, schema, old)
         return old
-    plan = _plan_around_the_switches(fabric, schema, state, spec)
+    plan = _plan_around_the_switches(fabric, schema, state, spec, clock)
     entries = job_entries(plan)
     for sw, ents in entries.items():
         for e in ents:
@@ -239,6 +241,7 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec) -> JobPlan:
     for sp in plan.switches:  # a new token per attempt, even one rolled back: its cells may have been used
         state.installs[sp.switch] = state.installs.get(sp.switch, 0) + 1
     results, errors = fabric.run(one, entries)
+    clock.lap("write")
     if errors:
         written = dict(results)
         for name, ex in errors.items():
@@ -265,14 +268,32 @@ CELLS_PER_SLOT = 2  # a slot's two shadow cells (docs/DESIGN.md)
 READ_BACK_ROUNDS = 4  # plans tried against what the switches hold before giving up (they keep changing)
 
 
-def _plan_around_the_switches(fabric: Fabric, schema: P4Schema, state: State, spec: JobSpec) -> JobPlan:
+class _Phases:
+    """Seconds per phase into a caller's dict (nothing without one)."""
+
+    def __init__(self, out: dict[str, float] | None) -> None:
+        self.out, self.t = out, time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        if self.out is not None:
+            self.out[name] = self.out.get(name, 0.0) + now - self.t
+        self.t = now
+
+
+def _plan_around_the_switches(fabric: Fabric, schema: P4Schema, state: State, spec: JobSpec,
+                              clock: _Phases | None = None) -> JobPlan:
     """Plan the job, then read back what the tree's switches hold: jobs this state does not know (another
     controller's, or a lost state file's) keep their job indexes, multicast groups and slot ranges, and tokens
     still held are not handed out again. A plan that clashes is made again around what was found."""
     reserved: dict[str, SwitchUsage] = {}
     for _ in range(READ_BACK_ROUNDS):
         plan = plan_job(fabric.topo, spec, state.plans(), state.installs, exclude=state.failed, reserved=reserved)
+        if clock:
+            clock.lap("plan")
         held = _holdings(fabric, schema, state, plan)
+        if clock:
+            clock.lap("read_back")
         dup = sorted(name for name, h in held.items() if spec.job_id in h.foreign.job_indexes.values())
         if dup:
             raise DuplicateJobError(
@@ -454,7 +475,8 @@ def remove_job(fabric: Fabric, state: State, job_id: int) -> JobPlan:
     return plan
 
 
-def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], reroute: bool = True) -> JobPlan:
+def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], reroute: bool = True,
+              timings: dict[str, float] | None = None) -> JobPlan:
     """A switch of a job's tree died: mark it failed, take the job off the live switches of its old tree,
     re-route around the failed switches and install the job again on a tree without them (new tokens on every
     switch, so the cells the interrupted all-reduce used start afresh).
@@ -477,15 +499,18 @@ def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], 
         n = len(write_entities(cl, schema, "delete", ents[:1], ignore={"NOT_FOUND"}))
         return n + len(write_entities(cl, schema, "delete", ents[1:], ignore={"NOT_FOUND"}))
 
+    t0 = time.monotonic()
     _, errors = fabric.run(one, live)
     if errors:
         raise RemoveError(f"job {job_id}: could not take it off the live switches: {FabricError('remove', errors)}")
+    if timings is not None:
+        timings["remove"] = time.monotonic() - t0
     del state.jobs[job_id]
     for name in state.failed:
         fabric.forget(name)
     if state.routes and reroute:
         install_routes(fabric, state)
-    return install_job(fabric, state, old.spec)
+    return install_job(fabric, state, old.spec, timings)
 
 
 # -- verify ------------------------------------------------------------------------------

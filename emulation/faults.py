@@ -230,12 +230,15 @@ class FaultsRun:
         self.failover_events.append(event)
         failed = self.dead_switches()
         event["failed"] = sorted(failed)
+        event["probe_s"] = clock.now() - t0
+        phases: dict[str, float] = {}
+        event["replan_phases"] = phases
         if not failed:  # a false alarm (long loss bursts): redo the missing chunks on the same tree, new epoch
             event["verdict"] = "false alarm: every switch answers; same tree"
             return {"job": self.job, "failed": []}
         try:
             # the job first, the routes (which aggregation packets do not use) after the step: the workers wait
-            self.plan = self.ctl.fail_over(JOB_ID, failed, reroute=False)
+            self.plan = self.ctl.fail_over(JOB_ID, failed, reroute=False, timings=phases)
             self.reroute_pending = True
         except HostsCutOffError as ex:
             event["verdict"] = str(ex)
@@ -478,6 +481,7 @@ class FaultsRun:
             "detected_s": (max(detected) - t_kill) if detected else None,
             "first_detected_s": (min(detected) - t_kill) if detected else None,
             "replan_s": decision.get("replan_s"), "verdict": decision.get("verdict"),
+            "probe_s": decision.get("probe_s"), "replan_phases": decision.get("replan_phases"),
             "redone_chunks": max((int(f["redo"]) for f in events), default=0),
             "chunks": max((int(f["chunks"]) for f in events), default=0),
             "elements": size, "lossless_allreduce_s": reference.latency_s,
