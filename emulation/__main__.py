@@ -198,7 +198,7 @@ def _faults(args: argparse.Namespace, config: ExperimentConfig) -> int:
             slots=32 if args.slots == 128 else args.slots,
             bw_mbps=10.0 if args.bw == DEFAULT_BW_MBPS else (args.bw or 10.0),
             loss_rates=tuple(float(x) / 100 for x in args.loss_rates.split(",") if x.strip()),
-            reps=args.reps if args.reps != DEFAULT_REPS else 3, victim=args.victim, sdc_flips=args.flips,
+            reps=args.reps if args.reps != DEFAULT_REPS else FaultsConfig.reps, victim=args.victim, sdc_flips=args.flips,
             dup_rate=args.dup / 100, reorder_rate=args.reorder / 100,
             backend=config.backend, results_root=args.out, seed=args.seed)
     except (FaultsError, ValueError) as ex:
@@ -221,8 +221,10 @@ def _faults_table(s: dict[str, Any]) -> str:
              f"timer floor {s['lossless'].get('rto_floor_s', float('nan')) * 1e3:.1f} ms"]
     for name, v in s.get("loss", {}).items():
         ratio = v["latency_over_lossless"]
-        lines.append(f"loss {name:>5}: exact {v['exact']}, {v['retransmissions']} retransmissions, "
-                     f"latency x{ratio:.2f}" if ratio else f"loss {name}: {v['errors']}")
+        spread = sorted(v.get("latencies_s") or [])
+        lines.append(f"loss {name:>5}: exact {v['exact']}, {v['retransmissions']} retransmissions "
+                     f"({v.get('early_retransmissions', 0)} early), latency x{ratio:.2f} (median of {len(spread)}: "
+                     f"{spread[0] * 1e3:.0f}-{spread[-1] * 1e3:.0f} ms)" if ratio and spread else f"loss {name}: {v['errors']}")
     dr = s.get("dup_reorder")
     if dr:
         lines.append(f"duplication {dr['dup'] * 100:g}% / reorder {dr['reorder'] * 100:g}%: exact {dr['exact']}, "

@@ -24,6 +24,7 @@ measurement step of that method would use.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import select
 import threading
@@ -141,7 +142,13 @@ class Agent:
                 first_epoch=job.get("first_epoch", 1), failure_timeout_s=job.get("failure_timeout_s"),
                 error_lsb=job.get("error_lsb"), max_lane=job.get("q_limit"),
             ), self._transport, self._endpoint)
-        return self._workers[key]
+        worker = self._workers[key]
+        # early retransmission may change between steps of one install (the faults experiment's bit-flip phase
+        # turns it off so that a lost frame holds its round open for the flipper)
+        early = job.get("early_window")
+        if early is not None and float(early) != worker.job.early_window:
+            worker.job = dataclasses.replace(worker.job, early_window=float(early))
+        return worker
 
     def _host_method(self, m: Method, cmd: dict[str, Any]) -> Any:
         """The ring, hier or tree worker of this method, on its own UDP port (base port + the method's offset)."""
