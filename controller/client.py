@@ -128,6 +128,10 @@ class SwitchClient:
         self._responses: queue.Queue[p4runtime_pb2.StreamMessageResponse | Exception] = queue.Queue()
         self._reader: threading.Thread | None = None
         self._stream: grpc.Future | None = None
+        # set once the switch says another controller is primary (an arbitration update, a write refused):
+        # from then on this session is no longer the switch's only writer (controller.fabric's memo is dropped)
+        self.primary_lost = False
+        self._primary = False
 
     # -- session ------------------------------------------------------------------------
     def connect(self) -> SwitchClient:
@@ -162,12 +166,16 @@ class SwitchClient:
                     self.close()
                     raise ArbitrationError(self.name, f"not primary for device {self.device_id} with election id {self.election_id}: {msg.arbitration.status.message or code_pb2.Code.Name(code)}")
                 LOG.debug("%s: primary on %s (device %d)", self.name, self.address, self.device_id)
+                self._primary = True
                 return self
 
     def _read_stream(self) -> None:
         try:
             assert self._stream is not None
             for msg in self._stream:
+                if self._primary and msg.HasField("arbitration") and msg.arbitration.status.code != code_pb2.OK:
+                    self.primary_lost = True
+                    LOG.warning("%s: no longer primary (%s)", self.name, msg.arbitration.status.message)
                 self._responses.put(msg)
         except grpc.RpcError as ex:
             if ex.code() != grpc.StatusCode.CANCELLED:
@@ -231,6 +239,8 @@ class SwitchClient:
         try:
             self.stub.Write(req, timeout=self.timeout)
         except grpc.RpcError as ex:
+            if ex.code() == grpc.StatusCode.PERMISSION_DENIED:
+                self.primary_lost = True
             labels = list(labels) if labels is not None else [str(u.type) for u in updates]
             raise WriteError(self.name, ex.code().name, ex.details() or "", _statuses(ex), labels) from ex
 

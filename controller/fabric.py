@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
@@ -40,6 +40,7 @@ class Fabric:
         self._clients: dict[str, SwitchClient] = {}
         self._lock = threading.Lock()
         self._connecting: dict[str, threading.Lock] = {}
+        self._memo: dict[str, tuple[SwitchClient, dict[str, Any]]] = {}
 
     def client(self, name: str) -> SwitchClient:
         with self._lock:
@@ -62,8 +63,27 @@ class Fabric:
         """Close and drop a switch's session (a dead switch: its broken channel is not reused)."""
         with self._lock:
             cl = self._clients.pop(name, None)
+            self._memo.pop(name, None)
         if cl is not None:
             cl.close()
+
+    def memo(self, name: str) -> dict[str, Any]:
+        """What this session learnt about a switch and may reuse (the installer's read-back): valid while the
+        session is the switch's primary, its only writer under P4Runtime arbitration, so that nothing there
+        changes but what this session writes. A new session, a lost primary or drop_memo() start it empty."""
+        cl = self.client(name)
+        with self._lock:
+            have = self._memo.get(name)
+            if have is None or have[0] is not cl or cl.primary_lost:
+                have = self._memo[name] = (cl, {})
+            return have[1]
+
+    def drop_memo(self, names: Iterable[str] | None = None) -> None:
+        """Forget what was learnt about these switches (all by default): after writes that bypass the memo's
+        bookkeeping (a pipeline push, a repair)."""
+        with self._lock:
+            for name in list(self._memo) if names is None else list(names):
+                self._memo.pop(name, None)
 
     def unreachable(self, switches: Iterable[str], timeout: float = 2.0, attempts: int = 2, retry_s: float = 0.02) -> set[str]:
         """The switches whose P4Runtime server is gone: the connection is refused (UNAVAILABLE) on `attempts`

@@ -224,3 +224,79 @@ def test_safe_installs_skips_the_tokens_a_switch_holds() -> None:
     assert next_token(I.safe_installs("e1", 254, {255, 1})) == 2  # past the wrap, 1 held too
     with pytest.raises(I.InstallError, match="switch e1: all 255 install tokens are held"):
         I.safe_installs("e1", 7, set(range(1, 256)))
+
+
+def test_a_session_reads_each_switch_back_once_and_remembers_its_own_installs(
+        topo: Topology, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While this session is primary nothing changes on a switch but what it writes, so a second install
+    (a fail-over's re-plan) reuses the first read-back; the tokens its own installs left in the cells are
+    still not handed out again, and a lost primary (another controller took over) forgets it all."""
+    reads: list[str] = []
+    real = I.read_register_cells
+
+    def counting(cl, *args, **kw):  # type: ignore[no-untyped-def]
+        reads.append(cl.name)
+        return real(cl, *args, **kw)
+
+    monkeypatch.setattr(I, "read_register_cells", counting)
+    with controller(topo, tmp_path / "state.json") as ctl:
+        first = ctl.install_job(5, ["h1", "h2"])
+        tree = sorted(sp.switch for sp in first.switches)
+        assert sorted(reads) == tree  # each switch's cells read once
+        ctl.remove_job(5)
+        reads.clear()
+        again = ctl.install_job(5, ["h1", "h2"])
+        assert reads == []  # the same cells: known
+        for sp in again.switches:
+            assert sp.token != first.on(sp.switch).token
+            rb = ctl.fabric.memo(sp.switch)["read_back"]
+            assert all({first.on(sp.switch).token, sp.token} <= rb.cells[c] for c in I._cells(sp))
+        # a token only the memory of this session knows a cell may hold is not handed out: pretend the next
+        # token of c1 is in one of its cells
+        root = again.on(again.root)
+        nxt = next_token(ctl.state.installs[again.root])
+        ctl.fabric.memo(again.root)["read_back"].cells[I._cells(root)[0]].add(nxt)
+        ctl.remove_job(5)
+        third = ctl.install_job(5, ["h1", "h2"])
+        assert reads == [] and third.on(third.root).token != nxt
+        ctl.remove_job(5)
+        ctl.fabric.client(third.root).primary_lost = True  # what the stream says when another controller wins
+        assert "read_back" not in ctl.fabric.memo(third.root)
+        ctl.fabric.forget(third.root)  # a fresh session (primary again) for the install below
+        ctl.install_job(5, ["h1", "h2"])
+        assert reads == [third.root]  # read back again
+        ctl.remove_job(5)
+
+
+def test_fail_over_moves_the_job_in_place_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Leaf-spine, 2 leaves, 2 spines: the job's root spine fails and the job moves to the other one in place:
+    the leaves keep their entries but job_config (a new token and up port) and the up port's entry, and every
+    live switch then holds exactly the state's entries (verify is clean). When the second spine fails too, no
+    tree is left: the job is taken off the live switches before the planner's error is raised."""
+    from controller.leafspine import leaf_spine
+    from controller.planner import JobDoesNotFitError
+
+    with embedded_switches(leaf_spine(2, 2, 1)) as (live, _handles):
+        with controller(live, tmp_path / "state.json") as ctl:
+            ctl.push_pipeline()
+            hosts = [h.name for h in live.hosts]
+            old = ctl.install_job(7, hosts)
+            leaves = [sp.switch for sp in old.switches if live.switch(sp.switch).tier == 0]
+            before = {name: job_entries_on(ctl, name, 7) for name in leaves}
+            timings: dict[str, float] = {}
+            new = ctl.fail_over(7, [old.root], timings=timings)
+            assert new.root != old.root and set(timings) >= {"plan", "read_back", "write", "save"}
+            assert all(d.clean for d in ctl.verify().values()), ctl.verify()
+            for name in leaves:
+                now = job_entries_on(ctl, name, 7)
+                changed = [e for e in now if e not in before[name]]
+                # job_config (the new token, the new up port) and the entry for the up port to the new spine
+                assert {e.table for e in changed} == {N.T_JOB_CONFIG, N.T_JOB_PORTS}, (name, changed)
+                assert [e for e in changed if e.table == N.T_JOB_PORTS] == [
+                    e for e in now if e.table == N.T_JOB_PORTS and dict(e.match)[N.K_INGRESS_PORT] == new.on(name).up_port]
+                assert new.on(name).token != old.on(name).token
+            with pytest.raises(JobDoesNotFitError):
+                ctl.fail_over(7, [new.root])
+            assert 7 not in ctl.state.jobs
+            for name in leaves:
+                assert job_entries_on(ctl, name, 7) == [], name
