@@ -102,7 +102,7 @@ class Controller:
                   timings: dict[str, float] | None = None) -> JobPlan:
         """Re-plan and re-install a job around failed switches (installer.fail_over); routes avoid them too
         (unless reroute=False: then call install_routes() once the job runs again). `timings` gets seconds
-        per phase (remove, plan, read_back, write, save)."""
+        per phase (plan, read_back, write, save)."""
         self._need_schema()
         try:
             return I.fail_over(self.fabric, self.state, job_id, failed, reroute, timings)

@@ -360,15 +360,14 @@ def _holdings(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> 
     def one(name: str) -> Holdings:
         sp = plan.on(name)
         cells = _cells(sp)
-        ours = {p.on(name).token for p in state.jobs.values() if any(s.switch == name for s in p.switches)}
+        mine = {p.job_id: p.on(name) for p in state.jobs.values() if any(s.switch == name for s in p.switches)}
         memo = fabric.memo(name)
         rb: ReadBack | None = memo.get("read_back")
         if rb is not None and all(c in rb.cells for c in cells):
             held = set().union(*(rb.cells[c] for c in cells)) if len(cells) else set()
-            return Holdings((held | rb.entry_tokens | ours) - {0}, _copy_usage(rb.foreign))
+            return Holdings((held | rb.entry_tokens | {s.token for s in mine.values()}) - {0}, _copy_usage(rb.foreign))
         cl = fabric.client(name)
         entries = read_entities(cl, schema, [N.T_JOB_CONFIG], groups=())
-        mine = {p.job_id: p.on(name) for p in state.jobs.values() if any(s.switch == name for s in p.switches)}
         foreign = SwitchUsage()
         foreign_tokens: set[int] = set()
         for e in entries:
@@ -393,14 +392,11 @@ def _holdings(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> 
             values = read_register_cells(cl, schema, TOKEN_REGISTER, cells)
         except (ReadError, LookupError, P4InfoError) as ex:  # BMv2's PI: UNIMPLEMENTED; nothing to remember
             LOG.debug("%s: cell tokens not readable (%s); checking its entries' tokens only", cl.name, ex)
-            return Holdings(tokens_in_use(cl, schema, cells, entries), foreign)
-        if rb is None:
-            rb = memo["read_back"] = ReadBack(foreign, foreign_tokens)
+            return Holdings(_entry_tokens(entries) - {0}, foreign)
+        rb = memo.setdefault("read_back", ReadBack(SwitchUsage(), set()))
         rb.foreign, rb.entry_tokens = _copy_usage(foreign), foreign_tokens
-        for c, t in values.items():
-            rb.cells[c] = {t}
-        entry_tokens = {dict(e.params).get("token", 0) for e in entries if isinstance(e, TableEntry) and e.action == N.A_SET_JOB}
-        return Holdings((entry_tokens | set(values.values())) - {0}, foreign)
+        rb.cells.update({c: {t} for c, t in values.items()})
+        return Holdings((_entry_tokens(entries) | set(values.values())) - {0}, foreign)
 
     return fabric.run_all("read back", one, [sp.switch for sp in plan.switches])
 
@@ -419,16 +415,18 @@ def _remember_install(fabric: Fabric, plan: JobPlan) -> None:
                     rb.cells[c].add(sp.token)
 
 
-def tokens_in_use(cl: SwitchClient, schema: P4Schema, cells: range | None = None,
-                  entries: Sequence[Entity] | None = None) -> set[int]:
+def _entry_tokens(entries: Sequence[Entity]) -> set[int]:
+    """The tokens of the job_config entries among `entries`."""
+    return {dict(e.params).get("token", 0) for e in entries if isinstance(e, TableEntry) and e.action == N.A_SET_JOB}
+
+
+def tokens_in_use(cl: SwitchClient, schema: P4Schema, cells: range | None = None) -> set[int]:
     """The install tokens a switch holds: its job_config entries' and those its cells keep (all cells, or the
     ones in `cells`), read back from the slot_token register. A cell keeps the token of the install that last
     used it after that job is gone, so a new install with that token would take the cell's stale partial sum
     for its own: these are the tokens a new install there must not get. A target that cannot read registers
     (BMv2's PI: UNIMPLEMENTED) gives its entries' tokens only."""
-    if entries is None:
-        entries = read_entities(cl, schema, [N.T_JOB_CONFIG], groups=())
-    used = {dict(e.params).get("token", 0) for e in entries if isinstance(e, TableEntry) and e.action == N.A_SET_JOB}
+    used = _entry_tokens(read_entities(cl, schema, [N.T_JOB_CONFIG], groups=()))
     try:
         # only the cells asked for where a range is given: an install's 64 cells cost a twentieth of all 1024
         # (the embedded switch answers each cell from Python)
@@ -594,8 +592,8 @@ def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], 
     clock.lap("write")
     _remember_install(fabric, plan)
     if errors:
-        both = {n: old_entries.get(n, []) + [e for e in new_entries.get(n, []) if e.key not in {o.key for o in old_entries.get(n, [])}]
-                for n in set(live_old) | set(new_entries)}
+        # whichever of the two jobs' entries a switch holds now (the missing ones are ignored)
+        both = {n: old_entries.get(n, []) + new_entries.get(n, []) for n in set(live_old) | set(new_entries)}
         del state.jobs[job_id]
         _take_off(fabric, schema, both, f"job {job_id}")
         name, ex = next(iter(errors.items()))

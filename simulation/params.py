@@ -26,15 +26,11 @@ import numpy as np
 
 from controller.names import NUM_SLOTS
 from hosts.inc_worker import speculates
-from hosts.quantization import ELEM_INT8, ELEM_INT16, ELEM_INT32
 from hosts.reliable import (
     ACK_ENTRY, ACK_HDR, DATA_HDR, FRAME_OVERHEAD, MAX_UDP_PAYLOAD, WIRE_BYTES, CollectiveConfig, elements_per_packet,
 )
 from wireformat import AGG
 from wireformat import fixedpoint as fxp
-
-
-ELEM_OF_LANES = {"int32": ELEM_INT32, "int16": ELEM_INT16, "int8": ELEM_INT8}
 
 
 class ParamError(ValueError):
@@ -116,17 +112,6 @@ class IncFrames:
         return cls(lanes, partial, agg_frame(lanes), agg_frame(partial), agg_frame(lanes), EXPONENT_FRAME)
 
 
-_FIELDS: tuple[str, ...] = ()
-
-
-def _preset_fields() -> tuple[str, ...]:
-    """Preset's field names, looked up once (the calibration builds hundreds of thousands of presets)."""
-    global _FIELDS
-    if not _FIELDS:
-        _FIELDS = tuple(f.name for f in fields(Preset))
-    return _FIELDS
-
-
 @dataclass(frozen=True)
 class Preset:
     """One cluster: link physics, host and switch costs, protocol sizes.
@@ -177,7 +162,7 @@ class Preset:
     routing: str = "dmodk"  # "dmodk" (destination-based, InfiniBand ftree-like) or "ecmp" (hash of the flow)
 
     def __post_init__(self) -> None:
-        for name in _preset_fields():
+        for name in _PRESET_FIELDS:
             v = getattr(self, name)
             if isinstance(v, float | int) and not isinstance(v, bool) and (v < 0 or math.isnan(v)):
                 raise ParamError(f"preset {self.name!r}: {name} = {v} must be >= 0")
@@ -196,12 +181,12 @@ class Preset:
 
     def exponent_slots(self, packets: int, window: int, lanes: str = "int32") -> int:
         """Slots that open with an exponent round in an in-network all-reduce of `packets` chunks of `lanes`."""
-        if not self.exponent_rounds or (self.speculate and speculates(packets, window, ELEM_OF_LANES[lanes])):
+        if not self.exponent_rounds or (self.speculate and speculates(packets, window, ELEM_CODES[lanes])):
             return 0
         return min(max(1, window), packets)
 
     def with_(self, **changes: Any) -> Preset:
-        unknown = set(changes) - set(_preset_fields())
+        unknown = set(changes) - set(_PRESET_FIELDS)
         if unknown:
             raise ParamError(f"preset has no parameter(s) {sorted(unknown)}")
         return replace(self, **changes)
@@ -264,6 +249,10 @@ class Preset:
         return cls(**d)
 
 
+# looked up once: the calibration builds hundreds of thousands of presets (dataclasses.fields() each time cost it 5 s)
+_PRESET_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Preset))
+
+
 # The emulation's default (`make emulate`'s bandwidth preset): k=4 fat-tree, every link shaped to 2 Mbit/s by tc
 # (HTB, a one-frame burst), Python host agents and the embedded switch (its C engine) on the machine's two cores.
 # The costs are the calibration's fit to the committed results folder (tests/sim/data/emulation-k4, `p4ina simulate
@@ -274,6 +263,7 @@ class Preset:
 # work add up (the emulator's term), so the latencies alone do not tell them apart: the emulation's own CPU
 # counters put most of it in the agents.  Where a cost does not bind anywhere in the folder (e.g. the lane cost)
 # the fit leaves it near zero: read them together.
+
 EMULATION = Preset(
     name="emulation",
     description="make emulate: k=4 fat-tree, 2 Mbit/s tc-shaped links, Python hosts and the embedded switch (C engine) on 2 cores",
