@@ -28,15 +28,23 @@ BMv2's arithmetic corner cases are kept as the Python emitter keeps them: a shif
 ir.MAX_SHIFT gives 0 (left) and a negative count leaves the value; `>>` is arithmetic; division and
 modulo by zero give 0, and they round towards minus infinity (Python's // and %); `and`/`or` of
 non-boolean operands yield an operand, as in Python.
+
+Lane loops. An action's runs of isomorphic statements (reroll.py: p4c's unrolled lanes) and a
+header's runs of alike fields are emitted as loops over arrays of slots, which does what the straight
+code did in the same order; slots are laid out as state_struct declares them (_slot_offsets, checked
+by _Static_assert). A run's loop has a fast version, taken when the register cells it uses are in
+range (checked once) and split on its first loop-invariant `if`: no branch left per lane, so that the
+compiler can vectorise it (with -march=native, cbuild.py); else the plain loop, checks per lane.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulation.softswitch import ir
+from emulation.softswitch import ir, reroll
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 U64_MAX = (1 << 64) - 1
@@ -160,6 +168,9 @@ def slot_ctype(width: int, signed: bool) -> str:
     return f"{'int' if signed else 'uint'}{_n(size)}_t"
 
 
+_CSIZE = {f"{sign}int{bits}_t": bits // 8 for sign in ("", "u") for bits in (8, 16, 32, 64)}
+
+
 def slot_val(width: int, signed: bool) -> Val:
     if width == 0:
         return Val(Kind.I64, I64_MIN, I64_MAX)
@@ -201,6 +212,90 @@ class _Fn:
     ret: str  # "return;" or "return 0;"
     params: tuple[int, ...] = ()  # parameter widths (actions)
     temps: dict[int, Kind] = field(default_factory=dict)
+    refs: Any = None  # actions: how often each temporary is named in the body (reroll.temp_refs), for lane loops
+
+
+@dataclass(frozen=True)
+class _Lanes:
+    """Inside a lane loop over `var`: the advancing slots as arrays (byte offset in struct st, element step) and
+    the advancing registers by their first offset and the step between lanes."""
+
+    var: str
+    slots: dict[int, tuple[str, int, int]]  # slot of group 0 -> (C type, byte offset, elements per lane)
+    regs: dict[int, tuple[int, int]]  # register of group 0 -> (offset, bytes per lane)
+    # (register of group 0, its index's node) -> (pointer to lane 0's cell, C type, elements per lane): accesses
+    # whose cell was range-checked once before the loop
+    direct: dict[tuple[int, int], tuple[str, str, int]] = field(default_factory=dict)
+    scalars: dict[int, str] = field(default_factory=dict)  # slot every lane writes -> the local holding it meanwhile
+
+
+class _Invariance:
+    """What does not change from one group of a lane run to the next: expressions over slots no group writes,
+    temporaries defined before the run, parameters and constants (no register read: another lane writes them)."""
+
+    def __init__(self, run: reroll.Run, group: tuple[ir.Stmt, ...]) -> None:
+        self.group = group
+        self.written: set[int] = set()
+        self.assigned: set[int] = set()  # by group 0
+        self.defined: set[int] = set()
+        self.accesses: list[tuple[int, ir.Expr]] = []
+        self.run = run
+        self._scan(group)
+
+    def _scan(self, stmts: tuple[ir.Stmt, ...]) -> None:
+        for s in stmts:
+            if isinstance(s, ir.Assign):  # the slot this group writes, and those the other groups write in its place
+                self.assigned.add(s.slot)
+                d = self.run.slots.get(s.slot, 0)
+                self.written.update(s.slot + j * d for j in range(self.run.count))
+                self._exprs(s.value)
+            elif isinstance(s, ir.Let):
+                self.defined.add(s.temp)
+                self._exprs(s.value)
+            elif isinstance(s, ir.If):
+                self._exprs(s.cond)
+                self._scan(s.then)
+                self._scan(s.orelse)
+            elif isinstance(s, ir.RegWrite):
+                self.accesses.append((s.reg, s.index))
+                self._exprs(s.index, s.value)
+
+    def _exprs(self, *es: ir.Expr) -> None:
+        for e in es:
+            for n in ir.walk(e):
+                if isinstance(n, ir.RegRead):
+                    self.accesses.append((n.reg, n.index))
+
+    def invariant(self, e: ir.Expr) -> bool:
+        for n in ir.walk(e):
+            if isinstance(n, ir.Field) and (self.run.slots.get(n.slot, 0) != 0 or n.slot in self.written):
+                return False
+            if isinstance(n, ir.Temp) and (self.run.temps.get(n.index, 0) != 0 or n.index in self.defined):
+                return False
+            if isinstance(n, ir.IMPURE):
+                return False
+        return True
+
+    def register_cells(self) -> list[tuple[int, ir.Expr]]:
+        """(register, index) of the accesses whose cell is the same in every lane."""
+        return [(reg, idx) for reg, idx in self.accesses if self.invariant(idx)]
+
+    def switch_cond(self) -> ir.Expr | None:
+        """The condition of the group's first invariant top-level `if`, if any."""
+        for s in self.group:
+            if isinstance(s, ir.If) and self.invariant(s.cond):
+                return s.cond
+        return None
+
+    def taking(self, cond: ir.Expr, value: bool) -> tuple[ir.Stmt, ...]:
+        """The group with every top-level `if cond` replaced by the branch `value` selects."""
+        out: list[ir.Stmt] = []
+        for s in self.group:
+            if isinstance(s, ir.If) and s.cond is cond:
+                out.extend(s.then if value else s.orelse)
+            else:
+                out.append(s)
+        return tuple(out)
 
 
 class CEmitter:
@@ -218,6 +313,9 @@ class CEmitter:
         self._reg_bytes = 0
         self._cnt_off: list[int] = []
         self.fn = _Fn(Where.MODULE, 0, "return;")
+        self.lanes: _Lanes | None = None
+        self._slot_off = self._slot_offsets()
+        self.lane_loops = 0  # runs emitted as loops (for tests and the log)
 
     # ------------------------------------------------------------------ module layout
     def _slot_types(self) -> list[tuple[int, bool]]:
@@ -229,6 +327,17 @@ class CEmitter:
             if w > MAX_BITS:
                 raise CUnsupported(f"a field of {_n(w)} bits (the C engine stores at most {_n(MAX_BITS)})", Where.SLOT, slot)
             out.append((w, bool(s)))
+        return out
+
+    def _slot_offsets(self) -> list[int]:
+        """Each slot's byte offset in struct st as state_struct declares it (members in order, each aligned to
+        its size: the x86-64 and AArch64 ABIs). Lane loops address slots by it; _Static_asserts check it."""
+        out, off = [], 0
+        for w, s in self.slot_types:
+            size = _CSIZE[slot_ctype(w, s)]
+            off = (off + size - 1) // size * size
+            out.append(off)
+            off += size
         return out
 
     def layout_registers(self) -> None:
@@ -283,7 +392,7 @@ class CEmitter:
             if e.slot == self.m.zero_slot:
                 return "INT64_C(0)", Val(Kind.I64, 0, 0)
             v = slot_val(w, s)
-            return f"(({ctype(v.kind)})S->s{_n(e.slot)})", v
+            return f"(({ctype(v.kind)}){self.slot_ref(e.slot)})", v
         if isinstance(e, ir.Param):
             if not 0 <= e.index < len(self.fn.params):
                 raise ir.IRError(f"parameter {e.index} outside the action's {len(self.fn.params)}")
@@ -331,6 +440,9 @@ class CEmitter:
                 r = val(min(va.lo, vb.lo), max(va.hi, vb.hi), va.boolean and vb.boolean)
             else:
                 r = MOD
+            flag = self.flag_mux(e, c, (a, va), (b, vb))
+            if flag is not None:
+                return flag, r
             return f"(({c}) ? {conv(a, va, r.kind)} : {conv(b, vb, r.kind)})", r
         if isinstance(e, ir.Clamp):
             return self.clamp(e)
@@ -370,8 +482,11 @@ class CEmitter:
                 raise CUnsupported(f"a register of {_n(width)} bits", Where.REGISTER, e.reg)
             idx, vi = self.exact(e.index)
             v = val(0, (1 << width) - 1)
-            off, stride = self._reg_off[e.reg], self._reg_stride[e.reg]
-            text = f"rt_regget{_n(_cells(width))}(X, {_n(off)}, {_n(stride)}, {_n(size)}, {u(idx, vi)})"
+            hit = self.direct_cell(e.reg, e.index)
+            if hit is not None:
+                return conv(f"((u64){hit})", Val(Kind.U64, 0, U64_MAX), v.kind), v
+            off, stride = self.reg_off(e.reg), self._reg_stride[e.reg]
+            text = f"rt_regget{_n(_cells(width))}(X, {off}, {_n(stride)}, {_n(size)}, {u(idx, vi)})"
             return conv(text, Val(Kind.U64, 0, U64_MAX), v.kind), v
         if isinstance(e, ir.Random):
             lo, vl = self.exact(e.lo)
@@ -523,6 +638,24 @@ class CEmitter:
         fn = "rt_fdiv" if div else "rt_fmod"
         return f"(({ctype(r.kind)}){fn}((i128)({a}), (i128)({b})))", r
 
+    @staticmethod
+    def flag_mux(e: ir.Mux, c: str, a: tuple[str, Val], b: tuple[str, Val]) -> str | None:
+        """`c ? 1 : f` and its kin over a 0/1 flag f, as `f | c` (or `f & !c`): the same value, and no branch, so a
+        lane loop setting an overflow flag per lane stays a loop a compiler can vectorise. Only when the other arm
+        is a plain read (evaluating it unconditionally has no effect)."""
+        plain = (ir.Field, ir.Temp, ir.Const, ir.Param)
+        for const, (text, v), other, then_const in ((e.a, b, e.b, True), (e.b, a, e.a, False)):
+            if not (isinstance(const, ir.Const) and const.value in (0, 1) and isinstance(other, plain)
+                    and v.exact and 0 <= v.lo and v.hi <= 1):
+                continue
+            on = f"((i64)(({c}) != 0))" if then_const else f"((i64)(({c}) == 0))"
+            x = conv(text, v, Kind.I64)
+            # c ? 1 : f == f | c;  c ? 0 : f == f & !c;  c ? f : 1 == f | !c;  c ? f : 0 == f & c
+            if const.value == 1:
+                return f"({x} | {on})"
+            return f"({x} & ((i64)1 ^ {on}))"
+        return None
+
     def clamp(self, e: ir.Clamp) -> tuple[str, Val]:
         a, va = self.exact(e.a)
         lo, hi = e.lo, e.hi
@@ -565,11 +698,150 @@ class CEmitter:
     def assign_text(self, slot: int, e: ir.Expr) -> str:
         text, _ = self.ex(e)
         w, s = self.slot_types[slot]
-        return f"S->s{_n(slot)} = ({slot_ctype(w, s)})({text});"
+        return f"{self.slot_ref(slot)} = ({slot_ctype(w, s)})({text});"
+
+    def slot_ref(self, slot: int) -> str:
+        """The lvalue of a slot: a member of the state, or inside a lane loop an advancing slot's array element."""
+        lanes = self.lanes
+        if lanes is not None and slot in lanes.scalars:
+            return lanes.scalars[slot]
+        if lanes is not None and slot in lanes.slots:
+            ct, off, step = lanes.slots[slot]
+            return f"(({ct} *)(void *)((uint8_t *)S + {_n(off)}))[{lanes.var} * {_n(step)}]"
+        return f"S->s{_n(slot)}"
+
+    def direct_cell(self, reg: int, index: ir.Expr) -> str | None:
+        """Inside a lane loop's fast path, the lvalue of an advancing register's cell checked before the loop."""
+        lanes = self.lanes
+        hit = None if lanes is None else lanes.direct.get((reg, index.nid))
+        if hit is None:
+            return None
+        name, ct, step = hit
+        return f"(({ct} *)(void *){name})[{lanes.var} * {_n(step)}]"  # type: ignore[union-attr]
+
+    def reg_off(self, reg: int) -> str:
+        """A register's offset in X->regs (inside a lane loop an advancing register's, by lane)."""
+        lanes = self.lanes
+        if lanes is not None and reg in lanes.regs:
+            off, step = lanes.regs[reg]
+            return f"((size_t){_n(off)} + (size_t){lanes.var} * {_n(step)})"
+        return _n(self._reg_off[reg])
 
     def block(self, stmts: tuple[ir.Stmt, ...], ind: int, em: ir.Lines) -> None:
-        for s in stmts:
+        runs = reroll.find_runs(stmts, self.fn.refs) if self.fn.refs is not None and self.lanes is None else []
+        i = 0
+        for r in runs:
+            for s in stmts[i : r.start]:
+                self.stmt(s, ind, em)
+            if not self.lane_loop(stmts, r, ind, em):
+                for s in stmts[r.start : r.end]:
+                    self.stmt(s, ind, em)
+            i = r.end
+        for s in stmts[i:]:
             self.stmt(s, ind, em)
+
+    def lane_loop(self, stmts: tuple[ir.Stmt, ...], r: reroll.Run, ind: int, em: ir.Lines) -> bool:
+        """Emit a run as a loop over its groups (reroll.py says why), or return False when its advancing slots or
+        registers are not evenly spaced here. Slot offsets are checked by the compiler (_Static_assert)."""
+        n_slots, n_regs = len(self.slot_types), len(self.m.registers)
+        slots: dict[int, tuple[str, int, int]] = {}
+        checks: list[tuple[int, int]] = []
+        for s0, d in r.slots.items():
+            if d == 0:
+                continue
+            members = [s0 + j * d for j in range(r.count)]
+            if any(not 0 <= s < n_slots or s == self.m.zero_slot for s in members):
+                return False
+            ct = slot_ctype(*self.slot_types[s0])
+            size, base = _CSIZE[ct], self._slot_off[s0]
+            step = self._slot_off[members[1]] - base
+            if step % size or any(slot_ctype(*self.slot_types[s]) != ct or self._slot_off[s] != base + j * step
+                                  for j, s in enumerate(members)):
+                return False
+            slots[s0] = (ct, base, step // size)
+            checks += [(s0, base), (members[-1], base + (r.count - 1) * step)]
+        regs: dict[int, tuple[int, int]] = {}
+        for r0, d in r.regs.items():
+            if d == 0:
+                continue
+            members = [r0 + j * d for j in range(r.count)]
+            if any(not 0 <= x < n_regs for x in members):
+                return False
+            base = self._reg_off[r0]
+            step = self._reg_off[members[1]] - base
+            if any(self.m.registers[x] != self.m.registers[r0] or self._reg_stride[x] != self._reg_stride[r0]
+                   or self._reg_off[x] != base + j * step for j, x in enumerate(members)):
+                return False
+            regs[r0] = (base, step)
+        var = "j_"
+        group = stmts[r.start : r.start + r.period]
+        inv = _Invariance(r, group)
+        carried = sorted(s for s in inv.assigned if r.slots.get(s, 0) == 0 and s != self.m.zero_slot)
+        if set(carried) & {s0 + j * d for s0, d in r.slots.items() if d for j in range(r.count)}:
+            return False  # a slot kept in a local that some lane also reaches through an array: keep it straight
+        em(ind, "{")
+        for s, off in checks:
+            em(ind + 1, f"_Static_assert(offsetof(struct st, s{_n(s)}) == {_n(off)}, \"slot layout\");")
+        # the fast loop: advancing registers at an invariant cell read and written directly (one range check for
+        # the loop, not one per lane), an invariant `if` taken outside the loop: no branch left inside
+        direct: dict[tuple[int, int], tuple[str, str, int]] = {}
+        guards: list[str] = []
+        for reg, index in inv.register_cells():
+            if reg not in regs or (reg, index.nid) in direct:
+                continue
+            size, width = self.m.registers[reg]
+            cell, (off, step) = _cells(width) // 8, regs[reg]
+            if step % cell:
+                continue
+            idx, vi = self.exact(index)
+            name = f"rb{_n(len(direct))}_"
+            em(ind + 1, f"uint8_t *const {name} = X->regs + (size_t){_n(off)} + "
+                        f"(size_t)({u(idx, vi)} < {_n(size)} ? {u(idx, vi)} : 0) * {_n(self._reg_stride[reg])};")
+            direct[(reg, index.nid)] = (name, f"uint{_n(_cells(width))}_t", step // cell)
+            guards.append(f"{u(idx, vi)} < {_n(size)}")
+        cond = inv.switch_cond()
+        fast = bool(direct) or cond is not None
+        if fast:
+            em(ind + 1, f"if ({' && '.join(guards) or '1'}) {{")
+            if cond is None:
+                self._lane_body(group, _Lanes(var, slots, regs, direct), r.count, ind + 2, em, carried)
+            else:
+                c, _ = self.exact(cond)
+                em(ind + 2, f"if ({c}) {{")
+                self._lane_body(inv.taking(cond, True), _Lanes(var, slots, regs, direct), r.count, ind + 3, em, carried)
+                em(ind + 2, "} else {")
+                self._lane_body(inv.taking(cond, False), _Lanes(var, slots, regs, direct), r.count, ind + 3, em, carried)
+                em(ind + 2, "}")
+            em(ind + 1, "} else {")
+        self._lane_body(group, _Lanes(var, slots, regs, {}), r.count, ind + 1 + fast, em, carried)
+        if fast:
+            em(ind + 1, "}")
+        em(ind, "}")
+        self.lane_loops += 1
+        return True
+
+    def _lane_body(self, group: tuple[ir.Stmt, ...], lanes: _Lanes, count: int, ind: int, em: ir.Lines,
+                   carried: list[int]) -> None:
+        """One version of a lane loop. The slots every lane writes (`carried`: a flag, a scratch value) live in locals
+        during the loop and go back to the state after it, so that no store in the loop has a fixed address."""
+        em(ind, "{")
+        scalars = {}
+        for s in carried:
+            ct = slot_ctype(*self.slot_types[s])
+            scalars[s] = f"c{_n(s)}_"
+            em(ind + 1, f"{ct} c{_n(s)}_ = S->s{_n(s)};")
+        em(ind + 1, f"for (i64 {lanes.var} = 0; {lanes.var} < {_n(count)}; {lanes.var}++) {{")
+        saved, self.memo = self.memo, {}  # texts made inside name the loop's lane, outside they would be wrong
+        self.lanes = dataclasses.replace(lanes, scalars=scalars)
+        try:
+            for s in group:
+                self.stmt(s, ind + 2, em)
+        finally:
+            self.lanes, self.memo = None, saved
+        em(ind + 1, "}")
+        for s in carried:
+            em(ind + 1, f"S->s{_n(s)} = c{_n(s)}_;")
+        em(ind, "}")
 
     def fail(self, ind: int, em: ir.Lines, kind: str, message: str) -> None:
         em(ind, f"{{ X->fail = {kind}; X->fail_msg = {message}; {self.fn.ret} }}")
@@ -612,8 +884,12 @@ class CEmitter:
                 raise CUnsupported(f"a register of {_n(width)} bits", Where.REGISTER, s.reg)
             idx, vi = self.exact(s.index)
             value, vv = self.ex(s.value)
-            off, stride = self._reg_off[s.reg], self._reg_stride[s.reg]
-            em(ind, f"rt_regset{_n(_cells(width))}(X, {_n(off)}, {_n(stride)}, {_n(size)}, {u(idx, vi)}, "
+            hit = self.direct_cell(s.reg, s.index)
+            if hit is not None:
+                em(ind, f"{hit} = (uint{_n(_cells(width))}_t)({u(value, vv)});")
+                return
+            off, stride = self.reg_off(s.reg), self._reg_stride[s.reg]
+            em(ind, f"rt_regset{_n(_cells(width))}(X, {off}, {_n(stride)}, {_n(size)}, {u(idx, vi)}, "
                     f"{u(value, vv)});")
         elif isinstance(s, ir.Count):
             idx, vi = self.exact(s.index)
@@ -678,24 +954,58 @@ class CEmitter:
     def extract(self, h: ir.HeaderShape, short: int, ind: int, em: ir.Lines) -> None:
         nb = _n(h.nbytes)
         em(ind, f"if (L - o < {nb}) {{ err = {_n(short)}; goto done; }}")
-        bit = 0
-        for j, (w, signed) in enumerate(zip(h.widths, h.signed)):
+        bit, j = 0, 0
+        while j < len(h.widths):
+            w, signed = h.widths[j], h.signed[j]
             slot = h.first + j
             sw, ss = self.slot_types[slot]
+            k = self._field_run(h, j, bit)
+            if k:  # a lane array: one loop (reroll.py says why)
+                ct = slot_ctype(sw, ss)
+                self._assert_run(slot, k, ind, em)
+                read = self.field_read(bit, w, signed, f" + {_n(w // 8)} * j_")
+                em(ind, f"for (i64 j_ = 0; j_ < {_n(k)}; j_++) (({ct} *)(void *)((uint8_t *)S + "
+                        f"{_n(self._slot_off[slot])}))[j_] = ({ct})({read});")
+                self.lane_loops += 1
+                bit += w * k
+                j += k
+                continue
             em(ind, f"S->s{_n(slot)} = ({slot_ctype(sw, ss)})({self.field_read(bit, w, signed)});")
             bit += w
+            j += 1
         em(ind, f"S->s{_n(h.valid)} = 1;")
         for sib in h.siblings:
             em(ind, f"S->s{_n(sib)} = 0;")
         em(ind, f"o += {nb};")
 
+    def _field_run(self, h: ir.HeaderShape, j: int, bit: int) -> int:
+        """How many fields from field j on are alike (byte-aligned, one width of 8-64 bits, one signedness, one C
+        type, evenly laid out in the state), when they are at least reroll.MIN_COUNT; else 0."""
+        w, signed = h.widths[j], h.signed[j]
+        if bit % 8 or w not in (8, 16, 32, 64):
+            return 0
+        first = h.first + j
+        ct = slot_ctype(*self.slot_types[first])
+        size = _CSIZE[ct]
+        k = 1
+        while (j + k < len(h.widths) and h.widths[j + k] == w and h.signed[j + k] == signed
+               and slot_ctype(*self.slot_types[first + k]) == ct
+               and self._slot_off[first + k] == self._slot_off[first] + k * size):
+            k += 1
+        return k if k >= reroll.MIN_COUNT else 0
+
+    def _assert_run(self, first: int, k: int, ind: int, em: ir.Lines) -> None:
+        for s in (first, first + k - 1):
+            em(ind, f"_Static_assert(offsetof(struct st, s{_n(s)}) == {_n(self._slot_off[s])}, \"slot layout\");")
+
     @staticmethod
-    def field_read(bit: int, w: int, signed: bool) -> str:
-        """Field of width w at bit offset `bit` of D + o, as an expression (signed fields sign-extended)."""
+    def field_read(bit: int, w: int, signed: bool, lane: str = "") -> str:
+        """Field of width w at bit offset `bit` of D + o, as an expression (signed fields sign-extended); `lane` adds
+        a lane loop's byte offset to a byte-aligned field's."""
         if w == 0:
             return "0"
         if bit % 8 == 0 and w in (8, 16, 32, 64):
-            raw = f"rt_get{_n(w)}(D + o + {_n(bit // 8)})" if w > 8 else f"(u64)D[o + {_n(bit // 8)}]"
+            raw = f"rt_get{_n(w)}(D + o + {_n(bit // 8)}{lane})" if w > 8 else f"(u64)D[o + {_n(bit // 8)}{lane}]"
         else:
             raw = f"rt_getbits(D + o, {_n(bit)}, {_n(w)})"
         if signed:
@@ -718,7 +1028,7 @@ class CEmitter:
         for w in a.params:
             if w > MAX_BITS:
                 raise CUnsupported(f"an action parameter of {_n(w)} bits", Where.ACTION, k)
-        self.fn = _Fn(Where.ACTION, k, "return;", a.params)
+        self.fn = _Fn(Where.ACTION, k, "return;", a.params, refs=reroll.temp_refs(a.body))
         body = ir.Lines()
         self.block(a.body, 1, body)
         self.function(
@@ -845,13 +1155,29 @@ class CEmitter:
             aligned = all(w % 8 == 0 for w in h.widths)
             if not aligned:
                 em(2, f"memset(p, 0, {_n(h.nbytes)});")
-            bit = 0
-            for j, (w, signed) in enumerate(zip(h.widths, h.signed)):
+            bit, j = 0, 0
+            while j < len(h.widths):
+                w, signed = h.widths[j], h.signed[j]
+                k = self._field_run(h, j, bit)
+                if k:
+                    slot = h.first + j
+                    ct = slot_ctype(*self.slot_types[slot])
+                    self._assert_run(slot, k, 2, em)
+                    v = f"(u64)(({ct} *)(void *)((uint8_t *)S + {_n(self._slot_off[slot])}))[j_]"
+                    if signed and w < 64:
+                        v = f"({v} & UINT64_C({_n((1 << w) - 1)}))"
+                    write = self.field_write(bit, w, v, aligned, f" + {_n(w // 8)} * j_")
+                    em(2, f"for (i64 j_ = 0; j_ < {_n(k)}; j_++) {write}")
+                    self.lane_loops += 1
+                    bit += w * k
+                    j += k
+                    continue
                 v = f"(u64)S->s{_n(h.first + j)}"
                 if signed and w < 64:
                     v = f"({v} & UINT64_C({_n((1 << w) - 1)}))"
                 em(2, self.field_write(bit, w, v, aligned))
                 bit += w
+                j += 1
             em(2, f"p += {_n(h.nbytes)};")
             em(1, "}")
         em(1, "return p - out;")
@@ -860,13 +1186,14 @@ class CEmitter:
         return total
 
     @staticmethod
-    def field_write(bit: int, w: int, v: str, aligned: bool) -> str:
+    def field_write(bit: int, w: int, v: str, aligned: bool, lane: str = "") -> str:
+        """The statement writing v as the field at bit `bit` of p (`lane`: as field_read's)."""
         if w == 0:
             return ";"
         if bit % 8 == 0 and w in (8, 16, 32, 64):
             if w == 8:
-                return f"p[{_n(bit // 8)}] = (uint8_t)({v});"
-            return f"rt_put{_n(w)}(p + {_n(bit // 8)}, {v});"
+                return f"p[{_n(bit // 8)}{lane}] = (uint8_t)({v});"
+            return f"rt_put{_n(w)}(p + {_n(bit // 8)}{lane}, {v});"
         if aligned:
             return f"rt_putbytes(p + {_n(bit // 8)}, {_n(w // 8)}, {v});"
         return f"rt_orbits(p, {_n(bit)}, {_n(w)}, {v});"

@@ -132,6 +132,21 @@ def _quirks_seeds() -> list[tuple[int, bytes]]:
             for a in (0x0AFFFFFF, 0x0B000000) for s in (0, 1) for p in (0, 1)]
 
 
+def _lanes_seeds() -> list[tuple[int, bytes]]:
+    """lanes.p4: store, add (some lanes near the int32 limits, to saturate), widen-and-add and load, on cells in
+    and out of the registers' range."""
+    rng = random.Random(16)
+    big = (0, 1, -1, 0x7FFFFFF0, -0x7FFFFFF0, 12345)
+    out = []
+    for op in (1, 0, 3, 0, 2):
+        for cell in (0, 3, 7, 8, 200):
+            lanes = struct.pack(">16i", *(rng.choice(big) if rng.random() < 0.4 else rng.randrange(-1 << 31, 1 << 31)
+                                          for _ in range(16)))
+            narrow = struct.pack(">16h", *(rng.randrange(-1 << 15, 1 << 15) for _ in range(16)))
+            out.append((0, bytes([op, cell, rng.randrange(2), 0]) + lanes + narrow))
+    return out
+
+
 def _p4ina(sw: SoftSwitch) -> None:
     c = AGG.constants()
     names = {n.rsplit(".", 1)[-1]: n for n in list(sw.actions()) + list(sw.tables())}
@@ -183,6 +198,7 @@ CASES: dict[str, Case] = {c.name: c for c in (
         (0, bytes([0, 1, 2, 3])), (0, bytes([0xFF, 1, 0xFE, 0xFD])), (0, bytes([0xFF, 1, 0xFE, 0xFE])), (0, bytes([0xFF]))]),
     Case("stack_ops", PROGRAMS / "stack_ops.json", _nothing, lambda: [
         (0, bytes([op, n, 0x11, 0x22]) + b"tail") for op in (0, 1, 2, 3) for n in (1, 2)] + [(0, bytes([1, 1, 5]))]),
+    Case("lanes", PROGRAMS / "lanes.json", _nothing, _lanes_seeds, frozenset({1})),
     Case("p4ina", P4INA, _p4ina, _p4ina_seeds, frozenset({1, 2})),
 )}
 
