@@ -1384,7 +1384,12 @@ class CEmitter:
         mg = slot("mcast_grp")
         if mg is not None:
             em(1, "i64 mgid;")
-        em(1, "*S = PROG_TEMPLATE;")
+        # the initial state: zeroes and the template's few other values (a copy of the whole template would read
+        # as many bytes again as it writes)
+        em(1, "memset(S, 0, sizeof(*S));")
+        for s, v in enumerate(m.template):
+            if v:
+                em(1, f"S->s{_n(s)} = {_n(v)};")
         em(1, f"{ing} = ({self.std_type('ingress_port')})(port & 0x1FF);")
         if pl is not None:
             em(1, f"{pl} = ({self.std_type('packet_length')})((u64)len & UINT64_C(4294967295));")
@@ -1414,10 +1419,11 @@ class CEmitter:
                 em(2, f"{it} = ({self.std_type('instance_type')}){_n(INSTANCE_REPLICATION)};")
             em(2, "for (i = 0; i < g->n; i++) {")
             em(3, "int r;")
-            em(3, "*G = *S;")
+            em(3, "struct st *R = S;")
+            em(3, "if (i + 1 < g->n) { *G = *S; R = G; }  /* the last replica takes the packet's own state */")
             if rid is not None:
-                em(3, f"G->s{_n(std['egress_rid'])} = ({self.std_type('egress_rid')})g->r[i].rid;")
-            em(3, "r = prog_egress(X, G, g->r[i].port, payload, plen, O);")
+                em(3, f"R->s{_n(std['egress_rid'])} = ({self.std_type('egress_rid')})g->r[i].rid;")
+            em(3, "r = prog_egress(X, R, g->r[i].port, payload, plen, O);")
             em(3, "if (r < 0) return -1;")
             em(3, "if (r == 0) *drops += 1;")
             em(2, "}")
@@ -1469,15 +1475,12 @@ class CEmitter:
         if not self.slot_types:
             em(1, "uint8_t unused;")
         em(0, "};")
-        inits = []
-        for slot, v in enumerate(self.m.template):
+        for slot, v in enumerate(self.m.template):  # prog_process sets these after zeroing the state
             ir.check_int(v, "template value")
             if v:
                 w, s = self.slot_types[slot]
                 if not slot_val(w, s).lo <= v <= slot_val(w, s).hi:
                     raise CUnsupported("an initial value that does not fit its field", Where.SLOT, slot)
-                inits.append(f".s{_n(slot)} = {_n(v)}")
-        em(0, f"static const struct st PROG_TEMPLATE = {{{', '.join(inits) or '0'}}};")
         em(0, "")
 
     # ------------------------------------------------------------------ the whole module
