@@ -1046,6 +1046,18 @@ class CEmitter:
         em(1, f"uint8_t buf[{_n(nbytes)}];")
         em(1, "struct rt_bits bw = { buf, 0 };")
         em(1, f"memset(buf, 0, {_n(nbytes)});")
+        guards = {p.guard for p in c.parts if p.kind is not ir.CalcKind.CONST}
+        if len(guards) <= 1:
+            # every input present or absent together (an IPv4 header's fields): when present, each is at a bit
+            # offset known here, written in place rather than appended bit by bit
+            g = next(iter(guards), -1)
+            em(1, "{" if g < 0 else f"if (S->s{_n(g)}) {{")
+            self._calc_fixed(k, c, em)
+            em(2, f"return {_HASH_FN[c.algo]}(buf, {_n((total + 7) // 8)});")
+            em(1, "}")
+            if g < 0:
+                self.function(f"static u64 calc_{_n(k)}(const struct st *restrict S)", self.fn, em)
+                return
         for p in c.parts:
             if p.kind is ir.CalcKind.FIELD:
                 w, s = self.slot_types[p.slot]
@@ -1069,6 +1081,37 @@ class CEmitter:
                 em(1, "}")
         em(1, f"return {_HASH_FN[c.algo]}(buf, (bw.n + 7) >> 3);")
         self.function(f"static u64 calc_{_n(k)}(const struct st *restrict S)", self.fn, em)
+
+    def _calc_fixed(self, k: int, c: ir.Calc, em: ir.Lines) -> None:
+        """A calculation's inputs at their fixed bit offsets in buf (zeroed): whole bytes stored, the rest OR-ed in."""
+        bit = 0
+
+        def put(v: str, w: int) -> None:
+            nonlocal bit
+            if w > MAX_BITS:
+                raise CUnsupported("a hash input wider than 64 bits", Where.CALC, k)
+            if w == 0:
+                return
+            if bit % 8 == 0 and w in (16, 32, 64):
+                em(2, f"rt_put{_n(w)}(buf + {_n(bit // 8)}, {v});")
+            elif bit % 8 == 0 and w == 8:
+                em(2, f"buf[{_n(bit // 8)}] = (uint8_t)({v});")
+            else:
+                em(2, f"rt_orbits(buf, {_n(bit)}, {_n(w)}, {v});")
+            bit += w
+
+        for p in c.parts:
+            if p.kind is ir.CalcKind.FIELD:
+                put(f"(u64)S->s{_n(p.slot)}", p.width)
+            elif p.kind is ir.CalcKind.CONST:
+                w, v = p.width, p.value
+                while w > 0:
+                    chunk = min(64, w)
+                    w -= chunk
+                    put(f"UINT64_C({_n((v >> w) & ((1 << chunk) - 1))})", chunk)
+            else:
+                for j, w in enumerate(p.widths):
+                    put(f"(u64)S->s{_n(p.slot + j)}", w)
 
     def parser(self, p: ir.Parser) -> None:
         self.fn = _Fn(Where.PARSER, 0, "return 0;")
