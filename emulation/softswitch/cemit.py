@@ -109,6 +109,9 @@ class Options:
     egress_clock: bool = False
     enq_clock: bool = False
     deq_clock: bool = False
+    # lane loops address slots by _slot_offsets' layout (each member aligned to its size: x86-64, AArch64); off
+    # for a target whose ABI lays struct st out otherwise (i386 aligns int64_t to 4)
+    lane_loops: bool = True
 
 
 def _n(value: Any) -> str:
@@ -755,7 +758,8 @@ class CEmitter:
             ct = slot_ctype(*self.slot_types[s0])
             size, base = _CSIZE[ct], self._slot_off[s0]
             step = self._slot_off[members[1]] - base
-            if step % size or any(slot_ctype(*self.slot_types[s]) != ct or self._slot_off[s] != base + j * step
+            # the same width and signedness, not only the same C type: the loop types every lane's value as group 0's
+            if step % size or any(self.slot_types[s] != self.slot_types[s0] or self._slot_off[s] != base + j * step
                                   for j, s in enumerate(members)):
                 return False
             slots[s0] = (ct, base, step // size)
@@ -959,7 +963,7 @@ class CEmitter:
             w, signed = h.widths[j], h.signed[j]
             slot = h.first + j
             sw, ss = self.slot_types[slot]
-            k = self._field_run(h, j, bit)
+            k = self._field_run(h, j, bit) if self.opt.lane_loops else 0
             if k:  # a lane array: one loop (reroll.py says why)
                 ct = slot_ctype(sw, ss)
                 self._assert_run(slot, k, ind, em)
@@ -989,7 +993,7 @@ class CEmitter:
         size = _CSIZE[ct]
         k = 1
         while (j + k < len(h.widths) and h.widths[j + k] == w and h.signed[j + k] == signed
-               and slot_ctype(*self.slot_types[first + k]) == ct
+               and self.slot_types[first + k] == self.slot_types[first]
                and self._slot_off[first + k] == self._slot_off[first] + k * size):
             k += 1
         return k if k >= reroll.MIN_COUNT else 0
@@ -1028,7 +1032,7 @@ class CEmitter:
         for w in a.params:
             if w > MAX_BITS:
                 raise CUnsupported(f"an action parameter of {_n(w)} bits", Where.ACTION, k)
-        self.fn = _Fn(Where.ACTION, k, "return;", a.params, refs=reroll.temp_refs(a.body))
+        self.fn = _Fn(Where.ACTION, k, "return;", a.params, refs=reroll.temp_refs(a.body) if self.opt.lane_loops else None)
         body = ir.Lines()
         self.block(a.body, 1, body)
         self.function(
@@ -1201,7 +1205,7 @@ class CEmitter:
             bit, j = 0, 0
             while j < len(h.widths):
                 w, signed = h.widths[j], h.signed[j]
-                k = self._field_run(h, j, bit)
+                k = self._field_run(h, j, bit) if self.opt.lane_loops else 0
                 if k:
                     slot = h.first + j
                     ct = slot_ctype(*self.slot_types[slot])

@@ -104,6 +104,8 @@ class CProgram:
     state_bytes: int
 
 
+# targets whose C ABI aligns every struct member to its size, as cemit._slot_offsets assumes (`cc -dumpmachine`)
+LANE_LOOP_TARGETS = ("x86_64-", "aarch64-")
 _LOCK = threading.Lock()
 _PROGRAMS: OrderedDict[int, tuple[codegen.Compiled, CProgram | cemit.CUnsupported]] = OrderedDict()
 _KEEP = 8
@@ -120,9 +122,11 @@ def options_for(comp: codegen.Compiled) -> cemit.Options:
         return s >= 0 and s in seen
 
     deq = reads("deq_timedelta")
+    tc = cbuild.toolchain()
     return cemit.Options(
         ingress_clock=reads("ingress_global_timestamp"), egress_clock=reads("egress_global_timestamp"),
         enq_clock=reads("enq_timestamp") or (deq and std.get("enq_timestamp", -1) >= 0), deq_clock=deq,
+        lane_loops=tc is not None and any(arch in tc.version for arch in LANE_LOOP_TARGETS),
     )
 
 

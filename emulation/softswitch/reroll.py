@@ -132,8 +132,10 @@ def _shape(s: ir.Stmt) -> _Shape | None:
         return None
 
 
-def temp_refs(stmts: tuple[ir.Stmt, ...]) -> Counter[int]:
-    """How often each temporary is named (defined or read) in these statements, nested ones included."""
+def temp_refs(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, Counter[int]] | None = None) -> Counter[int]:
+    """How often each temporary is named (defined or read, counted as in the expression trees) in these statements,
+    nested ones included. Counted per shared node once (memo by node id): expressions are DAGs."""
+    memo = {} if memo is None else memo
     out: Counter[int] = Counter()
     stack: list[ir.Stmt] = list(stmts)
     while stack:
@@ -160,13 +162,27 @@ def temp_refs(stmts: tuple[ir.Stmt, ...]) -> Counter[int]:
         elif isinstance(s, ir.Advance):
             exprs.append(s.nbytes)
         for e in exprs:
-            todo = [e]
-            while todo:
-                n = todo.pop()
-                if isinstance(n, ir.Temp):
-                    out[n.index] += 1
-                todo.extend(n.children())
+            out.update(_expr_temps(e, memo))
     return out
+
+
+def _expr_temps(e: ir.Expr, memo: dict[int, Counter[int]]) -> Counter[int]:
+    """Temporaries in e, each as often as it occurs in e's tree (iterative, memoised by node id)."""
+    stack: list[tuple[ir.Expr, bool]] = [(e, False)]
+    while stack:
+        n, done = stack.pop()
+        if n.nid in memo:
+            continue
+        kids = n.children()
+        if done or not kids:
+            c: Counter[int] = Counter({n.index: 1}) if isinstance(n, ir.Temp) else Counter()
+            for k in kids:
+                c.update(memo[k.nid])
+            memo[n.nid] = c
+            continue
+        stack.append((n, True))
+        stack.extend((k, False) for k in kids if k.nid not in memo)
+    return memo[e.nid]
 
 
 def _strides(shapes: list[_Shape | None], start: int, period: int) -> dict[Leaf, int] | None:
@@ -194,18 +210,22 @@ def _group_fits(shapes: list[_Shape | None], start: int, period: int, j: int, st
     return True
 
 
-def _temps_ok(shapes: list[_Shape | None], run: tuple[int, int, int], strides: dict[Leaf, int], refs: Counter[int]) -> bool:
-    """Temporaries: those defined in the run are read only inside it; the others do not advance."""
+def _temps_ok(stmts: tuple[ir.Stmt, ...], shapes: list[_Shape | None], run: tuple[int, int, int],
+              strides: dict[Leaf, int], refs: Counter[int]) -> bool:
+    """Temporaries: those defined in the run are read only inside it; the others do not advance; and two of group
+    0's temporaries never become one in a later group (the loop names each by group 0's, so they must stay apart)."""
     start, period, count = run
     defined0 = {t for k in range(period) for t in shapes[start + k].lets}  # type: ignore[union-attr]
+    seen: dict[int, int] = {}
     for (kind, x), d in strides.items():
-        if kind == "T" and d != 0 and x not in defined0:
+        if kind != "T":
+            continue
+        if d != 0 and x not in defined0:
             return False
-    inside: Counter[int] = Counter()
-    for i in range(start, start + period * count):
-        for kind, x in shapes[i].leaves:  # type: ignore[union-attr]
-            if kind == "T":
-                inside[x] += 1
+        for j in range(count):
+            if seen.setdefault(x + j * d, x) != x:
+                return False
+    inside = temp_refs(stmts[start : start + period * count])
     defined = {t for i in range(start, start + period * count) for t in shapes[i].lets}  # type: ignore[union-attr]
     return all(refs[t] <= inside[t] for t in defined)
 
@@ -235,7 +255,7 @@ def find_runs(stmts: tuple[ir.Stmt, ...], refs: Counter[int], min_count: int = M
                 count += 1
             if count < min_count or (best is not None and count * p <= best[0] * best[1]):
                 continue
-            if not _temps_ok(shapes, (i, p, count), strides, refs):
+            if not _temps_ok(stmts, shapes, (i, p, count), strides, refs):
                 continue
             best = (p, count, strides)
         if best is None:

@@ -80,6 +80,29 @@ def test_temporaries_of_a_run_may_advance_but_not_be_read_after_it() -> None:
     assert reroll.find_runs(after, reroll.temp_refs(after)) == []
 
 
+def test_two_temporaries_that_meet_in_a_later_group_refuse_the_run() -> None:
+    """Lane j: t2000 = s[1+j]; t(2001-j) = s[49+j]; s[9+j] = t2000. In lane 1 the second Let redefines t2000,
+    which a loop naming both by lane 0's temporaries would not (the straight code stores s50 into s10)."""
+    pool = ir.Pool()
+    stmts: list[ir.Stmt] = []
+    for j in range(12):
+        stmts.append(ir.Let(2000, pool.field(1 + j, 8, None)))
+        stmts.append(ir.Let(2001 - j, pool.field(49 + j, 8, None)))
+        stmts.append(ir.Assign(9 + j, pool.temp(2000, pool.field(1 + j, 8, None))))
+    body = tuple(stmts)
+    assert reroll.find_runs(body, reroll.temp_refs(body)) == []
+
+
+def test_temporaries_are_counted_in_dags_without_walking_every_path() -> None:
+    """A chain of 200 doublings shares each node: 2**200 paths, counted by node."""
+    pool = ir.Pool()
+    e: ir.Expr = pool.temp(5, pool.const(1))
+    for _ in range(200):
+        e = pool.binary(B.ADD, e, e)
+    refs = reroll.temp_refs((ir.Assign(3, e),))
+    assert refs[5] == 2**200
+
+
 def test_a_statement_reading_the_whole_state_is_never_in_a_run() -> None:
     pool = ir.Pool()
     stmts = tuple(ir.Assign(10 + j, pool.binary(B.ADD, pool.hash(0), pool.field(100 + j, 32, None))) for j in range(16))
@@ -111,6 +134,13 @@ def test_a_layout_the_loop_cannot_address_is_emitted_straight() -> None:
     e.slot_types = [(32, False)] * 7 + [(16, False)] + e.slot_types[8:]  # slot 7 is not like slots 0-6
     stmts = tuple(ir.Assign(j, pool.const(1)) for j in range(8))
     assert not e.lane_loop(stmts, r, 1, ir.Lines())
+
+
+def test_lane_loops_can_be_turned_off_for_a_target_with_another_struct_layout() -> None:
+    comp = codegen.compile_program(program.load((ROOT / "tests" / "softswitch" / "programs" / "lanes.json").read_bytes()))
+    e = cemit.CEmitter(comp.module, cemit.Options(lane_loops=False))
+    src = e.module()
+    assert e.lane_loops == 0 and "j_" not in src
 
 
 def test_native_code_is_keyed_by_the_cpu_and_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
