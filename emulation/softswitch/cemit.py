@@ -251,17 +251,13 @@ class _Invariance:
                 self.assigned.add(s.slot)
                 d = self.run.slots.get(s.slot, 0)
                 self.written.update(s.slot + j * d for j in range(self.run.count))
-                self._exprs(s.value)
             elif isinstance(s, ir.Let):
                 self.defined.add(s.temp)
-                self._exprs(s.value)
-            elif isinstance(s, ir.If):
-                self._exprs(s.cond)
-                self._scan(s.then)
-                self._scan(s.orelse)
             elif isinstance(s, ir.RegWrite):
                 self.accesses.append((s.reg, s.index))
-                self._exprs(s.index, s.value)
+            exprs, nested = reroll.parts(s)
+            self._exprs(*exprs)
+            self._scan(tuple(nested))
 
     def _exprs(self, *es: ir.Expr) -> None:
         for e in es:

@@ -229,25 +229,16 @@ class Spiller:
         return self._spill(e, lets)
 
     def _spill(self, e: ir.Expr, lets: list[ir.Stmt]) -> ir.Expr:
-        # bottom-up without recursion: every subtree that reaches max_depth becomes a temporary
-        done: dict[int, ir.Expr] = {}
-        stack: list[tuple[ir.Expr, bool]] = [(e, False)]
-        while stack:
-            n, ready = stack.pop()
-            if n.nid in done:
-                continue
-            kids = n.children()
-            if not ready and kids:
-                stack.append((n, True))
-                stack.extend((k, False) for k in kids if k.nid not in done)
-                continue
-            new = rebuild(self.pool, n, tuple(done[k.nid] for k in kids)) if kids else n
+        # bottom-up: every subtree that reaches max_depth becomes a temporary
+        def combine(n: ir.Expr, kids: list[ir.Expr]) -> ir.Expr:
+            new = rebuild(self.pool, n, tuple(kids)) if kids else n
             if ir.depth(new, self.depths) >= self.max_depth and not isinstance(new, ir.Random):
                 t = self.fresh(new)
                 lets.append(ir.Let(t.index, new))
                 new = t
-            done[n.nid] = new
-        return done[e.nid]
+            return new
+
+        return ir.fold(e, {}, combine)
 
     def block(self, stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         out: list[ir.Stmt] = []

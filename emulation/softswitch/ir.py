@@ -333,10 +333,9 @@ def walk(e: Expr) -> Iterator[Expr]:
         stack.extend(n.children())
 
 
-def depth(e: Expr, memo: dict[int, int]) -> int:
-    """Nesting depth of an expression (an atom is 1), memoised by node id; iterative."""
-    if e.nid in memo:
-        return memo[e.nid]
+def fold(e: Expr, memo: dict[int, Any], combine: Any) -> Any:
+    """combine(node, children's values) for e and every subexpression, bottom-up, each node once (memoised by node
+    id in `memo`, which callers may keep across calls); iterative, so deep trees do not recurse."""
     stack: list[tuple[Expr, bool]] = [(e, False)]
     while stack:
         n, done = stack.pop()
@@ -344,11 +343,16 @@ def depth(e: Expr, memo: dict[int, int]) -> int:
             continue
         kids = n.children()
         if done or not kids:
-            memo[n.nid] = 1 + max((memo[k.nid] for k in kids), default=0)
+            memo[n.nid] = combine(n, [memo[k.nid] for k in kids])
             continue
         stack.append((n, True))
         stack.extend((k, False) for k in kids if k.nid not in memo)
     return memo[e.nid]
+
+
+def depth(e: Expr, memo: dict[int, int]) -> int:
+    """Nesting depth of an expression (an atom is 1), memoised by node id; iterative."""
+    return fold(e, memo, lambda _n, kids: 1 + max(kids, default=0))
 
 
 # ---------------------------------------------------------------------------------------------

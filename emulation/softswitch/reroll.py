@@ -132,6 +132,25 @@ def _shape(s: ir.Stmt) -> _Shape | None:
         return None
 
 
+def parts(s: ir.Stmt) -> tuple[list[ir.Expr], list[ir.Stmt]]:
+    """A statement's own expressions and the statements nested in it."""
+    if isinstance(s, (ir.Let, ir.Assign)):
+        return [s.value], []
+    if isinstance(s, ir.If):
+        return [s.cond], [*s.then, *s.orelse]
+    if isinstance(s, ir.RegWrite):
+        return [s.index, s.value], []
+    if isinstance(s, ir.Count):
+        return [s.index], []
+    if isinstance(s, (ir.GotoUnless, ir.Verify)):
+        return [s.cond], []
+    if isinstance(s, ir.Loop):
+        return [], [x for b in s.blocks for x in b.body]
+    if isinstance(s, ir.Advance):
+        return [s.nbytes], []
+    return [], []
+
+
 def temp_refs(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, Counter[int]] | None = None) -> Counter[int]:
     """How often each temporary is named (defined or read, counted as in the expression trees) in these statements,
     nested ones included. Counted per shared node once (memo by node id): expressions are DAGs."""
@@ -140,49 +159,25 @@ def temp_refs(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, Counte
     stack: list[ir.Stmt] = list(stmts)
     while stack:
         s = stack.pop()
-        exprs: list[ir.Expr] = []
         if isinstance(s, ir.Let):
             out[s.temp] += 1
-            exprs.append(s.value)
-        elif isinstance(s, (ir.Assign,)):
-            exprs.append(s.value)
-        elif isinstance(s, ir.If):
-            exprs.append(s.cond)
-            stack.extend(s.then)
-            stack.extend(s.orelse)
-        elif isinstance(s, ir.RegWrite):
-            exprs.extend((s.index, s.value))
-        elif isinstance(s, (ir.Count,)):
-            exprs.append(s.index)
-        elif isinstance(s, (ir.GotoUnless, ir.Verify)):
-            exprs.append(s.cond)
-        elif isinstance(s, ir.Loop):
-            for b in s.blocks:
-                stack.extend(b.body)
-        elif isinstance(s, ir.Advance):
-            exprs.append(s.nbytes)
+        exprs, nested = parts(s)
+        stack.extend(nested)
         for e in exprs:
             out.update(_expr_temps(e, memo))
     return out
 
 
 def _expr_temps(e: ir.Expr, memo: dict[int, Counter[int]]) -> Counter[int]:
-    """Temporaries in e, each as often as it occurs in e's tree (iterative, memoised by node id)."""
-    stack: list[tuple[ir.Expr, bool]] = [(e, False)]
-    while stack:
-        n, done = stack.pop()
-        if n.nid in memo:
-            continue
-        kids = n.children()
-        if done or not kids:
-            c: Counter[int] = Counter({n.index: 1}) if isinstance(n, ir.Temp) else Counter()
-            for k in kids:
-                c.update(memo[k.nid])
-            memo[n.nid] = c
-            continue
-        stack.append((n, True))
-        stack.extend((k, False) for k in kids if k.nid not in memo)
-    return memo[e.nid]
+    """Temporaries in e, each as often as it occurs in e's tree (memoised by node id)."""
+
+    def combine(n: ir.Expr, kids: list[Counter[int]]) -> Counter[int]:
+        c: Counter[int] = Counter({n.index: 1}) if isinstance(n, ir.Temp) else Counter()
+        for k in kids:
+            c.update(k)
+        return c
+
+    return ir.fold(e, memo, combine)
 
 
 def _strides(shapes: list[_Shape | None], start: int, period: int) -> dict[Leaf, int] | None:
