@@ -313,6 +313,7 @@ class CEmitter:
         self._cnt_off: list[int] = []
         self.fn = _Fn(Where.MODULE, 0, "return;")
         self.lanes: _Lanes | None = None
+        self._temp_memo: dict[int, dict[int, int]] = {}  # reroll's temporary counts per expression node
         self._slot_off = self._slot_offsets()
         self.lane_loops = 0  # runs emitted as loops (for tests and the log)
 
@@ -727,7 +728,8 @@ class CEmitter:
         return _n(self._reg_off[reg])
 
     def block(self, stmts: tuple[ir.Stmt, ...], ind: int, em: ir.Lines) -> None:
-        runs = reroll.find_runs(stmts, self.fn.refs) if self.fn.refs is not None and self.lanes is None else []
+        runs = (reroll.find_runs(stmts, self.fn.refs, memo=self._temp_memo)
+                if self.fn.refs is not None and self.lanes is None else [])
         i = 0
         for r in runs:
             for s in stmts[i : r.start]:
@@ -1028,7 +1030,8 @@ class CEmitter:
         for w in a.params:
             if w > MAX_BITS:
                 raise CUnsupported(f"an action parameter of {_n(w)} bits", Where.ACTION, k)
-        self.fn = _Fn(Where.ACTION, k, "return;", a.params, refs=reroll.temp_refs(a.body) if self.opt.lane_loops else None)
+        refs = reroll.temp_refs(a.body, self._temp_memo) if self.opt.lane_loops else None
+        self.fn = _Fn(Where.ACTION, k, "return;", a.params, refs=refs)
         body = ir.Lines()
         self.block(a.body, 1, body)
         self.function(

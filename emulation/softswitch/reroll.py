@@ -151,7 +151,7 @@ def parts(s: ir.Stmt) -> tuple[list[ir.Expr], list[ir.Stmt]]:
     return [], []
 
 
-def temp_refs(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, Counter[int]] | None = None) -> Counter[int]:
+def temp_refs(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, dict[int, int]] | None = None) -> Counter[int]:
     """How often each temporary is named (defined or read, counted as in the expression trees) in these statements,
     nested ones included. Counted per shared node once (memo by node id): expressions are DAGs."""
     memo = {} if memo is None else memo
@@ -168,14 +168,26 @@ def temp_refs(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, Counte
     return out
 
 
-def _expr_temps(e: ir.Expr, memo: dict[int, Counter[int]]) -> Counter[int]:
-    """Temporaries in e, each as often as it occurs in e's tree (memoised by node id)."""
+_NONE: dict[int, int] = {}
 
-    def combine(n: ir.Expr, kids: list[Counter[int]]) -> Counter[int]:
-        c: Counter[int] = Counter({n.index: 1}) if isinstance(n, ir.Temp) else Counter()
-        for k in kids:
-            c.update(k)
-        return c
+
+def _expr_temps(e: ir.Expr, memo: dict[int, dict[int, int]]) -> dict[int, int]:
+    """Temporaries in e, each as often as it occurs in e's tree (memoised by node id; most nodes have none and
+    share one empty dict)."""
+
+    def combine(n: ir.Expr, kids: list[dict[int, int]]) -> dict[int, int]:
+        full = [k for k in kids if k]
+        if isinstance(n, ir.Temp):
+            return {n.index: 1}
+        if not full:
+            return _NONE
+        if len(full) == 1:
+            return full[0]
+        out: dict[int, int] = {}
+        for k in full:
+            for t, c in k.items():
+                out[t] = out.get(t, 0) + c
+        return out
 
     return ir.fold(e, memo, combine)
 
@@ -206,7 +218,7 @@ def _group_fits(shapes: list[_Shape | None], start: int, period: int, j: int, st
 
 
 def _temps_ok(stmts: tuple[ir.Stmt, ...], shapes: list[_Shape | None], run: tuple[int, int, int],
-              strides: dict[Leaf, int], refs: Counter[int]) -> bool:
+              strides: dict[Leaf, int], refs: Counter[int], memo: dict[int, dict[int, int]]) -> bool:
     """Temporaries: those defined in the run are read only inside it; the others do not advance; and two of group
     0's temporaries never become one in a later group (the loop names each by group 0's, so they must stay apart)."""
     start, period, count = run
@@ -220,14 +232,16 @@ def _temps_ok(stmts: tuple[ir.Stmt, ...], shapes: list[_Shape | None], run: tupl
         for j in range(count):
             if seen.setdefault(x + j * d, x) != x:
                 return False
-    inside = temp_refs(stmts[start : start + period * count])
+    inside = temp_refs(stmts[start : start + period * count], memo)
     defined = {t for i in range(start, start + period * count) for t in shapes[i].lets}  # type: ignore[union-attr]
     return all(refs[t] <= inside[t] for t in defined)
 
 
 def find_runs(stmts: tuple[ir.Stmt, ...], refs: Counter[int], min_count: int = MIN_COUNT,
-              max_period: int = MAX_PERIOD) -> list[Run]:
-    """The runs in stmts, left to right, none overlapping; `refs` counts temporaries over the whole function."""
+              max_period: int = MAX_PERIOD, memo: dict[int, dict[int, int]] | None = None) -> list[Run]:
+    """The runs in stmts, left to right, none overlapping; `refs` counts temporaries over the whole function
+    (temp_refs; `memo` is the one it used, if the caller kept it)."""
+    memo = {} if memo is None else memo
     n = len(stmts)
     if n < 2 * min_count:
         return []
@@ -250,7 +264,7 @@ def find_runs(stmts: tuple[ir.Stmt, ...], refs: Counter[int], min_count: int = M
                 count += 1
             if count < min_count or (best is not None and count * p <= best[0] * best[1]):
                 continue
-            if not _temps_ok(stmts, shapes, (i, p, count), strides, refs):
+            if not _temps_ok(stmts, shapes, (i, p, count), strides, refs, memo):
                 continue
             best = (p, count, strides)
         if best is None:
