@@ -39,9 +39,9 @@ compiler can vectorise it (with -march=native, cbuild.py); else the plain loop, 
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emulation.softswitch import ir, reroll
@@ -164,14 +164,15 @@ def u(text: str, v: Val) -> str:
     return text if v.kind is not Kind.I64 else f"((u64)({text}))"
 
 
+def slot_bytes(width: int) -> int:
+    """The size of a slot's C type (slot_ctype): hidden slots (width 0) are int64_t."""
+    return 8 if width == 0 or width > 32 else 4 if width > 16 else 2 if width > 8 else 1
+
+
 def slot_ctype(width: int, signed: bool) -> str:
     if width == 0:
         return "int64_t"
-    size = 8 if width <= 8 else 16 if width <= 16 else 32 if width <= 32 else 64
-    return f"{'int' if signed else 'uint'}{_n(size)}_t"
-
-
-_CSIZE = {f"{sign}int{bits}_t": bits // 8 for sign in ("", "u") for bits in (8, 16, 32, 64)}
+    return f"{'int' if signed else 'uint'}{_n(8 * slot_bytes(width))}_t"
 
 
 def slot_val(width: int, signed: bool) -> Val:
@@ -215,7 +216,7 @@ class _Fn:
     ret: str  # "return;" or "return 0;"
     params: tuple[int, ...] = ()  # parameter widths (actions)
     temps: dict[int, Kind] = field(default_factory=dict)
-    refs: Any = None  # actions: how often each temporary is named in the body (reroll.temp_refs), for lane loops
+    refs: Counter[int] | None = None  # actions: how often each temporary is named (reroll.temp_refs), for lane loops
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,7 @@ class _Invariance:
                 self.defined.add(s.temp)
             elif isinstance(s, ir.RegWrite):
                 self.accesses.append((s.reg, s.index))
-            exprs, nested = reroll.parts(s)
+            exprs, nested = ir.stmt_parts(s)
             self._exprs(*exprs)
             self._scan(tuple(nested))
 
@@ -334,7 +335,7 @@ class CEmitter:
         its size: the x86-64 and AArch64 ABIs). Lane loops address slots by it; _Static_asserts check it."""
         out, off = [], 0
         for w, s in self.slot_types:
-            size = _CSIZE[slot_ctype(w, s)]
+            size = slot_bytes(w)
             off = (off + size - 1) // size * size
             out.append(off)
             off += size
@@ -754,7 +755,7 @@ class CEmitter:
             if any(not 0 <= s < n_slots or s == self.m.zero_slot for s in members):
                 return False
             ct = slot_ctype(*self.slot_types[s0])
-            size, base = _CSIZE[ct], self._slot_off[s0]
+            size, base = slot_bytes(self.slot_types[s0][0]), self._slot_off[s0]
             step = self._slot_off[members[1]] - base
             # the same width and signedness, not only the same C type: the loop types every lane's value as group 0's
             if step % size or any(self.slot_types[s] != self.slot_types[s0] or self._slot_off[s] != base + j * step
@@ -834,7 +835,7 @@ class CEmitter:
             em(ind + 1, f"{ct} c{_n(s)}_ = S->s{_n(s)};")
         em(ind + 1, f"for (i64 {lanes.var} = 0; {lanes.var} < {_n(count)}; {lanes.var}++) {{")
         saved, self.memo = self.memo, {}  # texts made inside name the loop's lane, outside they would be wrong
-        self.lanes = dataclasses.replace(lanes, scalars=scalars)
+        self.lanes = replace(lanes, scalars=scalars)
         try:
             for s in group:
                 self.stmt(s, ind + 2, em)
@@ -987,8 +988,7 @@ class CEmitter:
         if bit % 8 or w not in (8, 16, 32, 64):
             return 0
         first = h.first + j
-        ct = slot_ctype(*self.slot_types[first])
-        size = _CSIZE[ct]
+        size = slot_bytes(self.slot_types[first][0])
         k = 1
         while (j + k < len(h.widths) and h.widths[j + k] == w and h.signed[j + k] == signed
                and self.slot_types[first + k] == self.slot_types[first]

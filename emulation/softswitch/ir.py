@@ -673,6 +673,25 @@ class Names:
     messages: tuple[str, ...]
 
 
+def stmt_parts(s: Stmt) -> tuple[list[Expr], list[Stmt]]:
+    """A statement's own expressions and the statements nested in it (for passes that read, not rewrite)."""
+    if isinstance(s, (Let, Assign)):
+        return [s.value], []
+    if isinstance(s, If):
+        return [s.cond], [*s.then, *s.orelse]
+    if isinstance(s, RegWrite):
+        return [s.index, s.value], []
+    if isinstance(s, Count):
+        return [s.index], []
+    if isinstance(s, (GotoUnless, Verify)):
+        return [s.cond], []
+    if isinstance(s, Loop):
+        return [], [x for b in s.blocks for x in b.body]
+    if isinstance(s, Advance):
+        return [s.nbytes], []
+    return [], []
+
+
 # ---------------------------------------------------------------------------------------------
 # Checking
 

@@ -65,7 +65,7 @@ class _Shape:
             raise _TooBig
 
     def leaf(self, kind: str, n: int) -> None:
-        self.struct.append(kind)
+        self.tok(kind)
         self.leaves.append((kind, n))
 
     def stmt(self, s: ir.Stmt) -> bool:
@@ -132,25 +132,6 @@ def _shape(s: ir.Stmt) -> _Shape | None:
         return None
 
 
-def parts(s: ir.Stmt) -> tuple[list[ir.Expr], list[ir.Stmt]]:
-    """A statement's own expressions and the statements nested in it."""
-    if isinstance(s, (ir.Let, ir.Assign)):
-        return [s.value], []
-    if isinstance(s, ir.If):
-        return [s.cond], [*s.then, *s.orelse]
-    if isinstance(s, ir.RegWrite):
-        return [s.index, s.value], []
-    if isinstance(s, ir.Count):
-        return [s.index], []
-    if isinstance(s, (ir.GotoUnless, ir.Verify)):
-        return [s.cond], []
-    if isinstance(s, ir.Loop):
-        return [], [x for b in s.blocks for x in b.body]
-    if isinstance(s, ir.Advance):
-        return [s.nbytes], []
-    return [], []
-
-
 def temp_refs(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, dict[int, int]] | None = None) -> Counter[int]:
     """How often each temporary is named (defined or read, counted as in the expression trees) in these statements,
     nested ones included. Counted per shared node once (memo by node id): expressions are DAGs."""
@@ -161,7 +142,7 @@ def temp_refs(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, dict[i
         s = stack.pop()
         if isinstance(s, ir.Let):
             out[s.temp] += 1
-        exprs, nested = parts(s)
+        exprs, nested = ir.stmt_parts(s)
         stack.extend(nested)
         for e in exprs:
             out.update(_expr_temps(e, memo))
