@@ -93,10 +93,11 @@ class Controller:
         finally:  # install counters advance even when the install is rolled back
             self._save()
 
-    def unreachable(self, switches: Iterable[str] | None = None, timeout: float = 2.0) -> set[str]:
-        """Switches (all, or these) whose P4Runtime server does not answer: dead switch processes."""
+    def unreachable(self, switches: Iterable[str] | None = None, timeout: float = 2.0, attempts: int = 2) -> set[str]:
+        """Switches (all, or these) whose P4Runtime server does not answer: dead switch processes (Fabric.unreachable
+        says what `attempts` rules out)."""
         names = list(switches) if switches is not None else [s.name for s in self.topo.switches]
-        return self.fabric.unreachable(names, timeout)
+        return self.fabric.unreachable(names, timeout, attempts=attempts)
 
     def fail_over(self, job_id: int, failed: Iterable[str], reroute: bool = True,
                   timings: dict[str, float] | None = None) -> JobPlan:

@@ -203,6 +203,24 @@ def test_restarted_switch_is_found_and_reinstalled_by_verify_repair(
         assert ctl.state.jobs[5].on("e1").token == plan.on("e1").token  # the state's plan, as it was
 
 
+def test_the_liveness_probe_finds_the_killed_switch_and_a_restarted_one_alive(
+        net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path) -> None:
+    """The fail-over's probe on running switches: all alive; a killed one dead (its address refuses connections);
+    the same address served by a restarted process alive again."""
+    _, handles = net
+    names = [s.name for s in topo.switches]
+    with controller(topo, tmp_path / "state.json") as ctl:
+        ctl.fabric.connect(names)
+        assert ctl.unreachable(names, timeout=TIMEOUT, attempts=1) == set()
+        addr = handles["a1"].grpc_addr
+        handles["a1"].stop()
+        assert ctl.unreachable(names, timeout=TIMEOUT) == {"a1"}
+        handles["a1"] = start_switch(topo.switch("a1").device_id, addr, name="a1")
+        assert ctl.unreachable(names, timeout=TIMEOUT) == set()
+        ctl.fabric.forget("a1")  # its session died with the old process
+        ctl.restore_pipelines()  # the restarted switch as the next tests expect it
+
+
 def test_reconcile_cli_reports_and_fixes(topo: Topology, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path, topo_file = tmp_path / "state.json", tmp_path / "topo.json"
     topo.save(topo_file)

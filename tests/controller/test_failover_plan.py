@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.client import SwitchError
 from controller.fattree import fat_tree
 from controller.leafspine import leaf_spine
 from controller.planner import HostsCutOffError, JobDoesNotFitError, JobSpec, PlanError, plan_job
@@ -82,3 +83,41 @@ def test_a_switch_whose_p4runtime_refuses_connections_is_unreachable() -> None:
     topo = leaf_spine(2, 1, 1).with_grpc({"s1": f"127.0.0.1:{port}"})
     with Fabric(topo, None) as fabric:
         assert fabric.unreachable(["s1", "l1"], timeout=1.0) == {"s1"}  # l1 has no address: not probed, not dead
+
+
+def test_a_listener_that_never_answers_is_alive_and_a_malformed_address_is_refused_by_name() -> None:
+    """A stopped or busy switch process still completes the TCP handshake (the kernel does it): not dead."""
+    import socket
+
+    from controller.fabric import Fabric, refused
+
+    with socket.socket() as deaf, socket.socket() as gone:
+        deaf.bind(("127.0.0.1", 0))
+        deaf.listen(1)  # never accept()s, never answers an RPC
+        gone.bind(("127.0.0.1", 0))  # bound, not listening: refuses
+        addrs = {"s1": f"127.0.0.1:{deaf.getsockname()[1]}", "l1": f"127.0.0.1:{gone.getsockname()[1]}"}
+        assert refused(addrs, timeout=1.0) == {"l1"}
+        with Fabric(leaf_spine(2, 1, 1).with_grpc(addrs), None) as fabric:
+            assert fabric.unreachable(["s1", "l1", "l2"], timeout=1.0, attempts=1) == {"l1"}
+    with pytest.raises(SwitchError, match="s1.*'nowhere' is not host:port"):
+        refused({"s1": "nowhere"}, timeout=1.0)
+
+
+def test_fabric_runs_keep_their_threads_and_nest_without_waiting_on_themselves() -> None:
+    """Threads are kept between runs; a run inside a run gets threads of its own (on the kept ones it could wait
+    forever on the very threads that wait on it: with one of two threads busy here, it would merely queue)."""
+    import threading
+
+    from controller.fabric import Fabric
+
+    with Fabric(leaf_spine(2, 1, 1), None, workers=2) as fabric:
+        kept = {fabric.run_all("first", lambda n: threading.get_ident(), ["a"])["a"],
+                fabric.run_all("second", lambda n: threading.get_ident(), ["a"])["a"]}
+        assert len(kept) == 1
+
+        def inner(n: str) -> dict[str, str]:
+            return fabric.run_all("inner", lambda m: m + n + ":" + threading.current_thread().name, ["x", "y"])
+
+        nested = fabric.run_all("outer", inner, ["a"])["a"]
+    assert {k: v.split(":")[0] for k, v in nested.items()} == {"x": "xa", "y": "ya"}
+    assert all(v.split(":")[1].startswith("fabric-nested") for v in nested.values()), nested
