@@ -191,6 +191,7 @@ class FaultsRun:
         self.reroute_pending = False
         self.stall_questions = 0
         self._probe: tuple[float, set[str]] | None = None
+        self.probes: list[tuple[float, float]] = []  # (start, seconds) of every probe made
         self._probe_lock = threading.Lock()
         self.tmo = runner.tmo
         self.failure_timeout_s = cfg.failure_timeout_s or 1.5  # until the timer floor is measured
@@ -211,11 +212,13 @@ class FaultsRun:
         asked = clock.now()
         with self._probe_lock:
             if self._probe is None or self._probe[0] < asked - max_age_s:
+                t0 = clock.now()
                 # One try: a switch of this running job that refuses connections has lost the job either way (a
                 # process caught between its socket and its listen() is one starting afresh, with empty tables),
                 # and every stalled rank waits on this probe (the second try, 20 ms later, was most of it)
                 found = self.ctl.unreachable([sp.switch for sp in self.plan.switches], timeout=1.0, attempts=1)
                 self._probe = (clock.now(), found)
+                self.probes.append((t0, clock.now() - t0))
             return set(self._probe[1])
 
     def ask(self, topic: str, rank: int, value: Any) -> Any:
@@ -496,6 +499,10 @@ class FaultsRun:
             "first_detected_s": (min(detected) - t_kill) if detected else None,
             "replan_s": decision.get("replan_s"), "verdict": decision.get("verdict"),
             "probe_s": decision.get("probe_s"), "replan_phases": decision.get("replan_phases"),
+            # what every stalled rank waited on: the first probe after the kill, and the time from the last
+            # rank's detection to the start of the decision (its ask, that probe, the barrier)
+            "first_probe_s": next((d for t, d in self.probes if t >= t_kill), None),
+            "barrier_s": (decision["t_reported"] - max(detected)) if detected and decision else None,
             "redone_chunks": max((int(f["redo"]) for f in events), default=0),
             "chunks": max((int(f["chunks"]) for f in events), default=0),
             "elements": size, "lossless_allreduce_s": reference.latency_s,

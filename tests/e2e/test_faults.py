@@ -33,6 +33,7 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
     assert f["victim"] == f["old_root"] != f["new_root"]
     assert f["recovery_s"] > f["first_detected_s"] > 0 and 0 < f["redone_chunks"] <= f["chunks"]
     assert f["detect_bound_s"] >= f["failure_timeout_s"] >= cfg.failure_min_s
+    assert 0 < f["first_probe_s"] < f["recovery_s"] and 0 <= f["barrier_s"] < f["recovery_s"], f
     e = s["edge_failure"]
     assert e["reported"], e
     assert f"edge switch {e['switch']} is down, cutting off {', '.join(e['hosts'])}" in e["message"]
