@@ -28,9 +28,9 @@ import os
 import socket
 import struct
 import time
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.results import Figure, Figures
 from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary, bmv2diff, cbuild

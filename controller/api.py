@@ -94,8 +94,8 @@ class Controller:
             self._save()
 
     def unreachable(self, switches: Iterable[str] | None = None, timeout: float = 2.0, attempts: int = 2) -> set[str]:
-        """Switches (all, or these) whose P4Runtime server does not answer: dead switch processes (Fabric.unreachable
-        says what `attempts` rules out)."""
+        """Switches (all, or these) whose P4Runtime address refuses TCP connections: dead switch processes
+        (Fabric.unreachable says why a busy one is alive, and what `attempts` rules out)."""
         names = list(switches) if switches is not None else [s.name for s in self.topo.switches]
         return self.fabric.unreachable(names, timeout, attempts=attempts)
 

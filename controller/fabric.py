@@ -18,7 +18,6 @@ from controller.topology import Topology
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
-_RUNNING = threading.local()  # .fabric: this thread runs a task of Fabric.run
 
 
 class FabricError(Exception):
@@ -42,7 +41,6 @@ class Fabric:
         self._lock = threading.Lock()
         self._connecting: dict[str, threading.Lock] = {}
         self._memo: dict[str, tuple[SwitchClient, dict[str, Any]]] = {}
-        self._pool: ThreadPoolExecutor | None = None  # kept between runs: a fail-over should not wait on new threads
 
     def client(self, name: str) -> SwitchClient:
         with self._lock:
@@ -93,7 +91,7 @@ class Fabric:
 
         A refused connection means no process listens: a busy or stopped one still completes the handshake,
         which the kernel does for it, so the answer does not wait on the switch's own scheduling. (Asking each
-        switch over P4Runtime took 20-49 ms for the fail-over's 13 switches on the emulation's loaded machine:
+        switch over P4Runtime took 21-49 ms for the fail-over's 13 switches on the emulation's loaded machine:
         the slowest switch process's reply.) A connection still pending after `timeout` is a slow switch:
         alive. The second try rules out a server caught between its socket and its listen()."""
         addrs = {n: self.topo.switch(n).grpc_addr for n in switches}
@@ -115,41 +113,19 @@ class Fabric:
         self.run_all("connect", self.client, names)
 
     def run(self, fn: Callable[[str], T], switches: Iterable[str]) -> tuple[dict[str, T], dict[str, Exception]]:
-        """fn(switch) on every switch in parallel; results and exceptions, both by switch.
-
-        The threads are kept for the next run (starting 13 of them on the emulation's loaded machine spread a
-        fail-over's writes over 20 ms); a run from inside a run gets threads of its own, so that it never waits
-        on threads that wait on it."""
+        """fn(switch) on every switch in parallel; results and exceptions, both by switch."""
         names = list(switches)
         results: dict[str, T] = {}
         errors: dict[str, Exception] = {}
         if not names:
             return results, errors
-        nested = getattr(_RUNNING, "fabric", False)
-
-        def task(name: str) -> T:
-            _RUNNING.fabric = True
-            return fn(name)
-
-        if nested:
-            own = ThreadPoolExecutor(max_workers=min(self.workers, len(names)), thread_name_prefix="fabric-nested")
-            pool = own
-        else:
-            own = None
-            with self._lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="fabric")
-                pool = self._pool
-        try:
-            futures = {name: pool.submit(task, name) for name in names}
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(names)), thread_name_prefix="fabric") as pool:
+            futures = {name: pool.submit(fn, name) for name in names}
             for name, fut in futures.items():
                 try:
                     results[name] = fut.result()
                 except Exception as ex:  # collected per switch: the caller decides (rollback, report)
                     errors[name] = ex
-        finally:
-            if own is not None:
-                own.shutdown()
         return results, errors
 
     def run_all(self, what: str, fn: Callable[[str], T], switches: Iterable[str]) -> dict[str, T]:
@@ -161,11 +137,8 @@ class Fabric:
     def close(self) -> None:
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
-            pool, self._pool = self._pool, None
         for cl in clients:
             cl.close()
-        if pool is not None:
-            pool.shutdown()
 
     def __enter__(self) -> Fabric:
         return self

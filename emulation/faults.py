@@ -215,7 +215,7 @@ class FaultsRun:
                 t0 = clock.now()
                 # One try: a switch of this running job that refuses connections has lost the job either way (a
                 # process caught between its socket and its listen() is one starting afresh, with empty tables),
-                # and every stalled rank waits on this probe (the second try, 20 ms later, was most of it)
+                # and every stalled rank waits on this probe
                 found = self.ctl.unreachable([sp.switch for sp in self.plan.switches], timeout=1.0, attempts=1)
                 self._probe = (clock.now(), found)
                 self.probes.append((t0, clock.now() - t0))

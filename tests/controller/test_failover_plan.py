@@ -102,22 +102,3 @@ def test_a_listener_that_never_answers_is_alive_and_a_malformed_address_is_refus
     with pytest.raises(SwitchError, match="s1.*'nowhere' is not host:port"):
         refused({"s1": "nowhere"}, timeout=1.0)
 
-
-def test_fabric_runs_keep_their_threads_and_nest_without_waiting_on_themselves() -> None:
-    """Threads are kept between runs; a run inside a run gets threads of its own (on the kept ones it could wait
-    forever on the very threads that wait on it: with one of two threads busy here, it would merely queue)."""
-    import threading
-
-    from controller.fabric import Fabric
-
-    with Fabric(leaf_spine(2, 1, 1), None, workers=2) as fabric:
-        kept = {fabric.run_all("first", lambda n: threading.get_ident(), ["a"])["a"],
-                fabric.run_all("second", lambda n: threading.get_ident(), ["a"])["a"]}
-        assert len(kept) == 1
-
-        def inner(n: str) -> dict[str, str]:
-            return fabric.run_all("inner", lambda m: m + n + ":" + threading.current_thread().name, ["x", "y"])
-
-        nested = fabric.run_all("outer", inner, ["a"])["a"]
-    assert {k: v.split(":")[0] for k, v in nested.items()} == {"x": "xa", "y": "ya"}
-    assert all(v.split(":")[1].startswith("fabric-nested") for v in nested.values()), nested
