@@ -16,6 +16,21 @@ phases, pipelined chunk by chunk rather than run one after the other:
    it (when it computed the segment's sum itself, or received it in the ring's
    all-gather).
 
+Two things keep both directions of a leader's link busy (measured on the
+emulation's k=4 fat-tree at 2 Mbit/s, 128K elements, where without them hier
+took 1.19x, 1.28x and 1.30x its wire bound at 4, 8 and 16 hosts):
+
+- the tensor goes through the phases in pieces of `piece_chunks` chunks per
+  leader, one after another, as NCCL's ring loops over slices of its buffer, so
+  the first pieces' results go down while later pieces still come up;
+- a member keeps at most `member_window` chunks sent beyond the results it
+  holds, as an NCCL sender waits for a free buffer slot. Without that limit a
+  member's upload, one greedy flow, took three quarters of its leader's
+  downlink until it was done (sampled interface counters), starving the ring
+  there; the results then came late and went down the leader's uplink alone,
+  with its downlink half idle. With both, hier measured 1.00-1.02x its wire
+  bound at 4, 8 and 16 hosts (pieces alone: 1.10x and 1.22x at 8 and 16 hosts).
+
 Only one rank (a leader) computes each element's sum, and everyone else copies
 it, so every rank ends with bit-identical float32 results; the order of the
 additions is fixed, so a rerun gives the same bits too. One group is reduce +
@@ -38,7 +53,7 @@ from hosts.bf16 import round_bf16
 from hosts.collective import HostCollective
 from hosts.coordination import Group
 from hosts.reliable import MAX_TAG, CollectiveConfig, Exchange
-from hosts.ring import RingSchedule
+from hosts.ring import RingSchedule, segment_bounds
 
 LOG = logging.getLogger(__name__)
 
@@ -74,6 +89,15 @@ class HierConfig(CollectiveConfig):
     """groups[rank] = the rank's edge switch (any hashable name); leaders are the groups' lowest ranks."""
 
     groups: tuple[Hashable, ...] = ()
+    # Chunks per leader in one piece of the pipeline (0: the whole tensor is one piece). Chosen by measurement
+    # (16 hosts, 128K, 2 Mbit/s, member_window 16-128): 2 chunks were 1.01-1.11x the wire bound, 4 and 8 chunks
+    # 1.21x and 1.22x (with the member's pieces as the limit, before member_window).
+    piece_chunks: int = 2
+    # A member sends a chunk only while it has fewer than member_window chunks sent beyond the results it holds
+    # (0: no limit; never fewer than one per leader). Measured at 16 hosts: 8 and 16 chunks 1.01x the wire bound, 32 1.03x, 64 1.05x, 128 1.10x;
+    # 8 and 16 also 1.00-1.01x at 4 and 8 hosts. It bounds a member's rate by its round trip through the ring,
+    # so a network with far more in flight than the emulation's needs more.
+    member_window: int = 16
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -81,6 +105,9 @@ class HierConfig(CollectiveConfig):
             raise ValueError(f"groups names {len(self.groups)} ranks' groups for {len(self.peers)} peers")
         if 4 * len(set(self.groups)) > MAX_TAG + 1:
             raise ValueError(f"{len(set(self.groups))} groups: the 16-bit tags hold at most {(MAX_TAG + 1) // 4}")
+        if self.piece_chunks < 0 or self.member_window < 0:
+            raise ValueError(f"piece_chunks and member_window must be >= 0 (0: one piece; no limit), got "
+                             f"{self.piece_chunks} and {self.member_window}")
 
     @property
     def layout(self) -> HierLayout:
@@ -98,109 +125,147 @@ class HierAllreduce(HostCollective):
         self.group_index = self.layout.group_of[config.rank]
         self.leader = self.layout.leaders[self.group_index]
 
-    # Tags: UP + s (member -> leader, segment s), RING + step (leader ring), DOWN + s (leader -> member).
-    def _tags(self) -> tuple[int, int, int]:
-        n_leaders = len(self.layout.leaders)
-        return 0, n_leaders, 3 * n_leaders
+    def _pieces(self, elements: int) -> list[Piece]:
+        """The tensor's pieces, in order; each has its own ring schedule and its own 4 x leaders tags."""
+        n_ring = len(self.layout.leaders)
+        per, width = self.cfg.per_packet, 4 * n_ring
+        count = 1
+        if self.cfg.piece_chunks:
+            count = -(-elements // (n_ring * per * self.cfg.piece_chunks))
+        count = max(1, min(count, (MAX_TAG + 1) // width))
+        bounds = segment_bounds(elements, count)
+        return [Piece(int(bounds[i]), RingSchedule(int(bounds[i + 1] - bounds[i]), n_ring, self.group_index, per),
+                      i * width) for i in range(count)]
 
     def _run(self, acc: np.ndarray, call: int) -> Exchange:
-        lay, g = self.layout, self.group_index
-        sched = RingSchedule(acc.size, len(lay.leaders), g, self.cfg.per_packet)
+        pieces = self._pieces(acc.size)
         if self.cfg.rank == self.leader:
-            return self._lead(acc, call, sched)
-        return self._follow(acc, call, sched)
+            return self._lead(acc, call, pieces)
+        return self._follow(acc, call, pieces)
 
-    def _follow(self, acc: np.ndarray, call: int, sched: RingSchedule) -> Exchange:
-        """A member: the tensor up to the leader, the result back."""
-        up, _ring, down = self._tags()
-        leader, span = self.leader, sched.span
+    def _follow(self, acc: np.ndarray, call: int, pieces: list[Piece]) -> Exchange:
+        """A member: the tensor up to the leader, at most `member_window` chunks ahead of the results it holds."""
+        leader, n_ring = self.leader, len(self.layout.leaders)
+        down, width = 3 * n_ring, 4 * n_ring
+        # Chunk by chunk, piece by piece, segments in the order the leader's ring consumes them: its own segment
+        # (step 0) first, then the segment each reduce-scatter step adds to, so every step can start early.
+        order = [(self.group_index - t) % n_ring for t in range(n_ring)]
+        uploads = [(piece, s, c) for piece in pieces for c in range(max(piece.sched.chunks(s) for s in order))
+                   for s in order if c < piece.sched.chunks(s)]
+        # At least one chunk per leader: members send the chunks of a row (piece, chunk) in different orders,
+        # and a result needs every group's copy, so a window smaller than a row could leave each member waiting
+        # on a chunk another has not sent. With a full row allowed, the member furthest behind can always send.
+        limit = max(self.cfg.member_window, n_ring) if self.cfg.member_window else len(uploads)
+        sent = got = 0
+
+        def top_up() -> None:
+            nonlocal sent
+            while sent < len(uploads) and sent - got < limit:
+                piece, s, c = uploads[sent]
+                ex.send(leader, piece.tag + s, c, acc[piece.span(s, c)])
+                sent += 1
 
         def on_data(_src: int, tag: int, chunk: int, data: np.ndarray) -> None:
-            acc[span(tag - down, chunk)] = data
+            nonlocal got
+            acc[pieces[tag // width].span(tag % width - down, chunk)] = data
+            got += 1
+            top_up()
 
         ex = Exchange(self.endpoint, call, on_data)
-        for s in range(sched.n):
-            ex.expect(leader, down + s, sched.seg_len(s))
-        # Chunk by chunk, segments in the order the leader's ring consumes them: its own segment (step 0)
-        # first, then the segment each reduce-scatter step adds to, so every step can start early.
-        order = [(self.group_index - t) % sched.n for t in range(sched.n)]
-        for c in range(max(sched.chunks(s) for s in order)):
-            for s in order:
-                if c < sched.chunks(s):
-                    ex.send(leader, up + s, c, acc[span(s, c)])
+        for piece in pieces:
+            for s in range(n_ring):
+                ex.expect(leader, piece.tag + down + s, piece.sched.seg_len(s))
+        top_up()
         ex.run()
         return ex
 
-    def _lead(self, acc: np.ndarray, call: int, sched: RingSchedule) -> Exchange:
+    def _lead(self, acc: np.ndarray, call: int, pieces: list[Piece]) -> Exchange:
         """A leader: sum the group's chunks, run them through the leaders' ring, hand the results down."""
-        up, ring, down = self._tags()
-        lay, g, n_ring = self.layout, self.group_index, sched.n
+        lay, g, n_ring = self.layout, self.group_index, len(self.layout.leaders)
+        ring, down, width = n_ring, 3 * n_ring, 4 * n_ring  # a piece's tags: up + s, ring + step, down + s
         members = lay.members[g]
         right, left = lay.leaders[(g + 1) % n_ring], lay.leaders[(g - 1) % n_ring]
         bf16 = self.cfg.wire == "bfloat16"
-        span, seg_recv, last_step, owner_step = sched.span, sched.seg_recv, sched.last_step, n_ring - 2
+        last_step, owner_step = 2 * n_ring - 3, n_ring - 2
         parts = {m: np.empty(acc.size, dtype=np.float32) for m in members}  # the members' contributions
-        need = [np.full(sched.chunks(s), len(members), dtype=np.int32) for s in range(n_ring)]
-        ready = [np.zeros(sched.chunks(s), dtype=bool) for s in range(n_ring)]  # the group's sum is in acc
-        early: dict[tuple[int, int], list[tuple[int, np.ndarray]]] = {}  # ring data waiting for the group's sum
+        need = [[np.full(p.sched.chunks(s), len(members), dtype=np.int32) for s in range(n_ring)] for p in pieces]
+        ready = [[np.zeros(p.sched.chunks(s), dtype=bool) for s in range(n_ring)] for p in pieces]  # sum in acc
+        early: dict[tuple[int, int, int], list[tuple[int, np.ndarray]]] = {}  # ring data waiting for the group's sum
 
-        def result(s: int, c: int, where: slice, owner: bool) -> None:
+        def result(p: int, s: int, c: int, where: slice, owner: bool) -> None:
             """acc[where] holds the final sum: round it if this rank made it (bf16), then send it down."""
             if bf16 and owner:
                 acc[where] = round_bf16(acc[where])  # as the others receive it: identical everywhere
             for m in members:
-                ex.send(m, down + s, c, acc[where])
+                ex.send(m, pieces[p].tag + down + s, c, acc[where])
 
-        def group_sum(s: int, c: int) -> None:
-            where = span(s, c)
+        def group_sum(p: int, s: int, c: int) -> None:
+            where = pieces[p].span(s, c)
             for m in members:  # rank order: the same additions every run
                 acc[where] += parts[m][where]
-            ready[s][c] = True
+            ready[p][s][c] = True
             if n_ring == 1:
-                result(s, c, where, owner=True)
+                result(p, s, c, where, owner=True)
                 return
             if s == g:  # this leader's own segment enters the ring at step 0
-                ex.send(right, ring, c, acc[where])
-            for step, data in early.pop((s, c), ()):
-                ring_step(step, s, c, data)
+                ex.send(right, pieces[p].tag + ring, c, acc[where])
+            for step, data in early.pop((p, s, c), ()):
+                ring_step(p, step, s, c, data)
 
-        def ring_step(step: int, s: int, c: int, data: np.ndarray) -> None:
-            where = span(s, c)
+        def ring_step(p: int, step: int, s: int, c: int, data: np.ndarray) -> None:
+            where = pieces[p].span(s, c)
             if step <= owner_step:
                 acc[where] += data
                 if step == owner_step:
-                    result(s, c, where, owner=True)
+                    result(p, s, c, where, owner=True)
             else:
                 acc[where] = data
-                result(s, c, where, owner=False)
+                result(p, s, c, where, owner=False)
             if step < last_step:
-                ex.send(right, ring + step + 1, c, acc[where])
+                ex.send(right, pieces[p].tag + ring + step + 1, c, acc[where])
 
         def on_data(src: int, tag: int, chunk: int, data: np.ndarray) -> None:
-            if tag < ring:  # a member's contribution
-                s = tag - up
-                parts[src][span(s, chunk)] = data
-                need[s][chunk] -= 1
-                if need[s][chunk] == 0:
-                    group_sum(s, chunk)
+            p, kind = divmod(tag, width)
+            piece = pieces[p]
+            if kind < ring:  # a member's contribution
+                s = kind
+                parts[src][piece.span(s, chunk)] = data
+                need[p][s][chunk] -= 1
+                if need[p][s][chunk] == 0:
+                    group_sum(p, s, chunk)
             else:
-                step = tag - ring
-                s = seg_recv(step)
-                if ready[s][chunk]:
-                    ring_step(step, s, chunk, data)
+                step = kind - ring
+                s = piece.sched.seg_recv(step)
+                if ready[p][s][chunk]:
+                    ring_step(p, step, s, chunk, data)
                 else:  # the left leader is ahead of this group's members: keep a copy until the sum is here
-                    early.setdefault((s, chunk), []).append((step, data.copy()))
+                    early.setdefault((p, s, chunk), []).append((step, data.copy()))
 
         ex = Exchange(self.endpoint, call, on_data)
-        for m in members:
-            for s in range(n_ring):
-                ex.expect(m, up + s, sched.seg_len(s))
-        if n_ring > 1:
-            for step in range(last_step + 1):
-                ex.expect(left, ring + step, sched.seg_len(seg_recv(step)))
+        for piece in pieces:
+            for m in members:
+                for s in range(n_ring):
+                    ex.expect(m, piece.tag + s, piece.sched.seg_len(s))
+            if n_ring > 1:
+                for step in range(last_step + 1):
+                    ex.expect(left, piece.tag + ring + step, piece.sched.seg_len(piece.sched.seg_recv(step)))
         if not members:  # a group of one: its sum is its input, ready now
-            for s in range(n_ring):
-                for c in range(sched.chunks(s)):
-                    group_sum(s, c)
+            for p, piece in enumerate(pieces):
+                for s in range(n_ring):
+                    for c in range(piece.sched.chunks(s)):
+                        group_sum(p, s, c)
         ex.run()
         return ex
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One slice of the tensor through all three phases: where it starts, its ring schedule, its first tag."""
+
+    start: int
+    sched: RingSchedule
+    tag: int
+
+    def span(self, seg: int, chunk: int) -> slice:
+        where = self.sched.span(seg, chunk)
+        return slice(self.start + where.start, self.start + where.stop)

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from collective_rig import check, make_ranks, normal_inputs, run
 
+from hosts import hier
 from hosts.bf16 import round_bf16
 from hosts.hier import HierAllreduce, HierConfig, hier_layout
-from hosts.reliable import TransferTimeoutError
+from hosts.reliable import MAX_TAG, TransferTimeoutError
 
 LAYOUTS = {
     "one group": lambda n: ["e1"] * n,
@@ -57,6 +58,65 @@ def test_sizes(size: int, layout: str) -> None:
     check(inputs, run(ranks, inputs))
     st = ranks[0].last_stats
     assert st is not None and st.t_start < st.t_done and st.latency_s == pytest.approx(st.t_done - st.t_start)
+
+
+@pytest.mark.parametrize("piece_chunks", [0, 1, 3, 8])
+def test_pieces(piece_chunks: int) -> None:
+    """One piece, or many (down to one chunk per leader): the sum on every rank, bit-identical, in any case."""
+    n, size, groups = 7, 4001, LAYOUTS["uneven, interleaved"](7)  # 3 groups: 3 leaders, 12 tags a piece
+    inputs = normal_inputs(n, size, seed=piece_chunks)
+    ranks = make_hier(n, groups, elements_per_packet=50, piece_chunks=piece_chunks)
+    pieces = ranks[0]._pieces(size)
+    assert len(pieces) == (1 if piece_chunks == 0 else -(-size // (3 * 50 * piece_chunks)))
+    assert sum(p.sched.bounds[-1] for p in pieces) == size and [p.tag for p in pieces] == [12 * i for i in range(len(pieces))]
+    check(inputs, run(ranks, inputs))
+
+
+def test_pieces_stay_within_the_tags() -> None:
+    """A tensor of more pieces than the 16-bit tags can name is cut into fewer, larger pieces."""
+    ranks = make_hier(2, ["a", "b"], elements_per_packet=1, piece_chunks=1)  # 2 leaders: 8 tags a piece
+    try:
+        pieces = ranks[0]._pieces(100_000)
+        assert len(pieces) == 8192 and max(p.tag for p in pieces) + 8 - 1 <= MAX_TAG
+    finally:
+        for h in ranks:
+            h.close()
+
+
+@pytest.mark.parametrize(("n", "member_window"), [(4, 1), (4, 5), (4, 0), (8, 1), (8, 3), (8, 6)])
+def test_a_member_stays_within_its_window(n: int, member_window: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member never has more than member_window chunks sent beyond the results it holds (0: all at once), and
+    never fewer than one per leader: a smaller window deadlocks (each member waits on a chunk another holds)."""
+    size, per = 3000, 50  # groups of 2 (n / 2 leaders): 60 upload chunks per member
+    ahead: dict[int, list[int]] = {}  # member rank -> (chunks sent - results received) after every send
+
+    class Recording(hier.Exchange):
+        def __init__(self, endpoint: Any, call: int, on_data: Any) -> None:
+            rank = endpoint.cfg.rank
+            counts = [0, 0]
+
+            def counted(src: int, tag: int, chunk: int, data: np.ndarray) -> None:
+                counts[1] += 1
+                on_data(src, tag, chunk, data)
+
+            super().__init__(endpoint, call, counted if rank % 2 else on_data)
+            self._rank, self._counts = rank, counts
+
+        def send(self, dst: int, tag: int, chunk: int, values: np.ndarray) -> None:
+            if self._rank % 2:  # the odd ranks are the members
+                self._counts[0] += 1
+                ahead.setdefault(self._rank, []).append(self._counts[0] - self._counts[1])
+            super().send(dst, tag, chunk, values)
+
+    monkeypatch.setattr(hier, "Exchange", Recording)
+    inputs = normal_inputs(n, size, seed=member_window)
+    ranks = make_hier(n, LAYOUTS["pairs"](n), elements_per_packet=per, member_window=member_window)
+    check(inputs, run(ranks, inputs))
+    uploads = sum(p.sched.chunks(s) for p in ranks[1]._pieces(size) for s in range(n // 2))
+    assert uploads >= size // per
+    for member in range(1, n, 2):
+        assert len(ahead[member]) == uploads  # the whole tensor, each chunk once
+        assert max(ahead[member]) == (max(member_window, n // 2) if member_window else uploads)
 
 
 def test_the_same_bits_as_a_rerun() -> None:
@@ -108,6 +168,10 @@ def test_config_is_validated() -> None:
     peers = (("127.0.0.1", 1), ("127.0.0.1", 2))
     with pytest.raises(ValueError, match="groups"):
         HierConfig(rank=0, peers=peers, groups=("a",))
+    with pytest.raises(ValueError, match="piece_chunks and member_window"):
+        HierConfig(rank=0, peers=peers, groups=("a", "b"), piece_chunks=-1)
+    with pytest.raises(ValueError, match="piece_chunks and member_window"):
+        HierConfig(rank=0, peers=peers, groups=("a", "b"), member_window=-1)
 
 
 def test_silent_leader_times_out() -> None:
