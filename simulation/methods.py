@@ -16,7 +16,8 @@ semantics (hosts/methods.py): inc-int32, inc-int16, inc-int8, ring, ring-bf16, h
 - ring-bf16: the same ring moving bfloat16 (S/2 on the wire), as NCCL all-reduces bf16 gradients;
 - hier: the emulation's hierarchy (hosts/hier.py): every member sends its whole tensor to its group's leader
   (the group is the server, over NVLink, or else the edge switch), the leaders run the ring, each leader
-  sends the result back to its members; the three stages are pipelined chunk by chunk, so they overlap;
+  sends the result back to its members; the three stages are pipelined chunk by chunk, so they overlap (the
+  tensor in pieces, each member at most a window of chunks ahead of its results: no link waits on another);
 - tree: NCCL's double binary tree as hosts/tree.py builds it (the second tree the first shifted by one
   position), each tree carrying S/2, reduce and broadcast pipelined in chunks;
 - inc-int32 / inc-int16 / inc-int8: in-network aggregation on the planner's tree with wire format v2.1
@@ -415,30 +416,6 @@ def pipe_phase_time(p: Preset, stages: Sequence[Stage], busiest_s: float, busies
     bandwidth_bound = busiest_s + alpha
     credit = _burst_credit(p, busiest_bytes, busiest_rate) if first_phase else 0.0
     return max(latency_bound, bandwidth_bound, cpu_s) - credit
-
-
-def hier_shared_time(member: float, ring: float, members: int, rate: float) -> float:
-    """hier where a leader's link carries both its members' contributions and the leaders' ring (no NVLink).
-
-    `member`: wire bytes of one member's tensor; `ring`: the ring's wire bytes per leader link (2(L-1)/L of
-    a tensor); `members`: members per leader (g - 1); `rate`: the leader's link rate.  While the members
-    send, the leader's down-link is shared fairly between them and the ring coming in; the ring also
-    shares the leader's up-link with the results it sends its members, and those exist only as fast as the
-    ring completes them, so the ring runs at most rate / (1 + members x member / ring) (it never outruns the
-    members' contributions).  Once the members are done, the ring has the down-link to itself but is still
-    held by its up-link.  Neither link is busy all the time, so this is above the busiest link's bytes over
-    its rate, most where the ring is long (hosts/hier.py: the price of the hierarchy on a network whose edge
-    links are no faster than the rest).
-    """
-    if members <= 0 or ring <= 0:
-        return (members * member + ring) / rate
-    up_cap = rate / (1 + members * member / ring)
-    ring_a = min(rate / (members + 1), up_cap)
-    member_a = (rate - ring_a) / members
-    ring_a = min(ring_a, ring / member * member_a)  # the ring waits for the group sums
-    t_a = member / member_a
-    left = max(0.0, ring - ring_a * t_a)
-    return t_a + left / min(rate, up_cap)
 
 
 def tree_phase_time(p: Preset, data: float, all_active: Edges, levels: Sequence[tuple[Edges, Edges]], reduce: bool) -> float:

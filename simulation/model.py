@@ -25,7 +25,7 @@ from simulation import topologies
 from simulation.engine import Engine, FlowSet
 from simulation.fabric import Fabric, FabricError
 from simulation.methods import (
-    LANES, METHODS, Edges, FlowTable, MethodError, Phase, Plan, Stage, TreeMeasure, canonical, flow_port, groups_of, hier_shared_time, inc_phase_time,
+    LANES, METHODS, Edges, FlowTable, MethodError, Phase, Plan, Stage, TreeMeasure, canonical, flow_port, groups_of, inc_phase_time,
     pipe_phase_time, plan_method, ring_phase_time, tree_phase_time,
 )
 from simulation.params import IncFrames, Preset, agg_elements, get_preset
@@ -302,34 +302,8 @@ class Evaluation:
         busy = load / free
         k = int(np.argmax(busy))
         busiest = float(busy[k])
-        names = [st[0] for st in ph.stages]
-        if "hier-gather" in names and "hier-leader" in names:
-            busiest = max(busiest, self._hier_shared(ph, size))
         cpu = max(float(frames_at.max()) * p.host_packet_cost, emu)
         return pipe_phase_time(p, stages, busiest, float(load[k]), float(free[k]), cpu, first)
-
-    def _hier_shared(self, ph: Phase, size: int) -> float:
-        """hier's pace where members and the leaders' ring share a leader's link (methods.hier_shared_time)."""
-        p, f = self.preset, self.fabric
-        by = {st[0]: st for st in ph.stages}
-        g_key, g_span = by["hier-gather"][0], by["hier-gather"][1]
-        r_key, r_span, r_share, r_steps = by["hier-leader"][:4]
-        gfs, rfs = self.flowsets[g_key], self.flowsets[r_key]
-        gtab, rtab = self.tables[g_key], self.tables[r_key]
-        ring_in = {rtab.dst[i]: rfs.paths[i][-1] for i in range(*r_span)}
-        members: dict[int, int] = {}
-        shared = False
-        for i in range(*g_span):
-            leader = gtab.dst[i]
-            members[leader] = members.get(leader, 0) + 1
-            shared |= ring_in.get(leader, -1) == gfs.paths[i][-1]
-        if not shared:
-            return 0.0
-        rate = float(min(f.link_bw[ring_in[ld]] for ld in members if ld in ring_in))
-        ring_rate = float(rfs.rates[r_span[0]:r_span[1]].min())
-        member = float(p.wire_bytes(size, rate))
-        ring = r_steps * float(p.wire_bytes(size * r_share, ring_rate))
-        return hier_shared_time(member, ring, max(members.values()), rate)
 
     def link_bytes(self, plan: Plan, size: int) -> np.ndarray:
         """Bytes every link carries in one all-reduce of `size` bytes by `plan` (its job's flows only): frames,

@@ -23,13 +23,14 @@ FIXTURE = DATA / "emulation-k4"
 # 1. against the emulation ---------------------------------------------------------------------------------
 @needs_simgrid
 def test_calibrated_model_predicts_every_network_bound_emulation_point_within_15_percent(engine: Engine):
-    """Issue 11 asks for every point within 15%. On this fixture (recorded while other programs used up to 67%
-    of the cores) that holds for the 30 points the emulation calls link-bound (statements about the network)
-    and not for 8 of the 33 it calls cpu or unexplained (up to 23.2%: the Python agents' software on a shared
-    machine, which the model has only as fitted per-packet costs). Both figures are in the README."""
+    """Issue 11 asks for every point within 15%. On this fixture (recorded while other programs used up to 55%
+    of the cores) that holds for the 35 points the emulation calls link-bound (statements about the network)
+    and for all but 1 of the 28 it calls cpu or unexplained (inc-int8 at 16 hosts x 16K, cpu, +15.9%: the
+    Python agents' software on a shared machine, which the model has only as fitted per-packet costs). Both
+    figures are in the README."""
     calib = fit(FIXTURE, engine=engine)
     assert len(calib.table) == 63  # 7 methods x 3 host counts x 3 sizes, none dropped
-    assert calib.by_bound()["link"]["points"] == 30
+    assert calib.by_bound()["link"]["points"] == 35
     # the stored emulation preset is this fit (the costs that bind somewhere in the folder)
     for name in ("host_packet_cost", "switch_packet_cost", "switch_forward_cost"):
         assert getattr(EMULATION, name) == pytest.approx(calib.fitted[name], rel=0.2), name
@@ -120,8 +121,12 @@ def test_the_model_puts_the_bytes_the_emulation_counted_on_its_busiest_link(engi
         ev.solve()
         busiest = float(ev.link_bytes(ev.plans[0], 4 * pt["elements"]).max())
         # the tree's acks are batched in the model by the rate of all its flows at once, which counts a few
-        # more acks than the emulation's per-peer timers send (+1.05% at 4 hosts): known, and only upwards
-        rel = 0.01 if pt["method"] != "tree" else 0.02
+        # more acks than the emulation's per-peer timers send (+1.05% at 4 hosts): known, and only upwards.
+        # hier's members are paced by their results (hosts/hier.py), in bursts of the member window: the model
+        # batches their acks at the members' solo rate and counts fewer than the emulation's timers send (8
+        # hosts: 725-730 datagrams a member against 591-602 before the pacing, -1.06% of the busiest link's
+        # bytes); a fluid pace (bytes over the phase's time) overshoots instead (+1.4% at 4 hosts).
+        rel = 0.02 if pt["method"] in ("tree", "hier") else 0.01
         if busiest != pytest.approx(pt["wire_bytes"], rel=rel) or (pt["method"] == "tree" and busiest < 0.99 * pt["wire_bytes"]):
             misses.append((pt["method"], pt["hosts"], pt["elements"], busiest, pt["wire_bytes"]))
     assert checked == 21  # every method at every host count
