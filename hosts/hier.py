@@ -28,8 +28,9 @@ took 1.19x, 1.28x and 1.30x its wire bound at 4, 8 and 16 hosts):
   member's upload, one greedy flow, took three quarters of its leader's
   downlink until it was done (sampled interface counters), starving the ring
   there; the results then came late and went down the leader's uplink alone,
-  with its downlink half idle. With both, hier measured 1.00-1.02x its wire
-  bound at 4, 8 and 16 hosts (pieces alone: 1.10x and 1.22x at 8 and 16 hosts).
+  with its downlink half idle. With both, hier measured 1.01-1.02x its wire
+  bound at 4, 8 and 16 hosts in make emulate (pieces alone: 1.28x and 1.30x at
+  8 and 16 hosts, unchanged; pieces with a window of whole pieces: 1.10x, 1.22x).
 
 Only one rank (a leader) computes each element's sum, and everyone else copies
 it, so every rank ends with bit-identical float32 results; the order of the
@@ -42,7 +43,6 @@ the rest (NCCL's intra-server phase runs over NVLink instead).
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -54,9 +54,6 @@ from hosts.collective import HostCollective
 from hosts.coordination import Group
 from hosts.reliable import MAX_TAG, CollectiveConfig, Exchange
 from hosts.ring import RingSchedule, segment_bounds
-
-LOG = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class HierLayout:
@@ -89,12 +86,16 @@ class HierConfig(CollectiveConfig):
     """groups[rank] = the rank's edge switch (any hashable name); leaders are the groups' lowest ranks."""
 
     groups: tuple[Hashable, ...] = ()
-    # Chunks per leader in one piece of the pipeline (0: the whole tensor is one piece). Chosen by measurement
-    # (16 hosts, 128K, 2 Mbit/s, member_window 16-128): 2 chunks were 1.01-1.11x the wire bound, 4 and 8 chunks
-    # 1.21x and 1.22x (with the member's pieces as the limit, before member_window).
+    # Chunks per leader in one piece of the pipeline (0: the whole tensor is one piece); every rank must use the
+    # same piece_chunks and member_window (a mismatch shows as a timeout). Measured (16 hosts, 128K, 2 Mbit/s)
+    # with a window in whole pieces, where 1-2 chunks were 1.15-1.17x the wire bound and 4-8 chunks 1.21-1.22x;
+    # with member_window, 2 chunks gave 1.01-1.02x (4 and 8 chunks not measured with it). Pieces are cut
+    # evenly, so a segment's last chunk may be short: a member sends 368 datagrams of a 128K tensor at 16 and 8
+    # hosts and 364 at 4 (without pieces: 368, 364 and 362; at least 361).
     piece_chunks: int = 2
     # A member sends a chunk only while it has fewer than member_window chunks sent beyond the results it holds
-    # (0: no limit; never fewer than one per leader). Measured at 16 hosts: 8 and 16 chunks 1.01x the wire bound, 32 1.03x, 64 1.05x, 128 1.10x;
+    # (0: no limit; never fewer than one per leader). Measured at 16 hosts: 8 and 16 chunks 1.01x the wire
+    # bound, 32 1.03x, 64 1.05x, 128 1.10x;
     # 8 and 16 also 1.00-1.01x at 4 and 8 hosts. It bounds a member's rate by its round trip through the ring,
     # so a network with far more in flight than the emulation's needs more.
     member_window: int = 16

@@ -72,7 +72,7 @@ def test_pieces(piece_chunks: int) -> None:
     check(inputs, run(ranks, inputs))
 
 
-def test_pieces_stay_within_the_tags() -> None:
+def test_pieces_stay_within_the_tags(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tensor of more pieces than the 16-bit tags can name is cut into fewer, larger pieces."""
     ranks = make_hier(2, ["a", "b"], elements_per_packet=1, piece_chunks=1)  # 2 leaders: 8 tags a piece
     try:
@@ -81,6 +81,14 @@ def test_pieces_stay_within_the_tags() -> None:
     finally:
         for h in ranks:
             h.close()
+    # and an all-reduce through capped pieces (segments of several chunks each) is right: 64 tags, 5 pieces
+    monkeypatch.setattr(hier, "MAX_TAG", 63)
+    n, size = 6, 3000
+    inputs = normal_inputs(n, size, seed=9)
+    ranks = make_hier(n, LAYOUTS["pairs"](n), elements_per_packet=20, piece_chunks=1)  # 3 leaders: 12 tags a piece
+    pieces = ranks[0]._pieces(size)
+    assert len(pieces) == 5 and all(p.sched.chunks(0) > 1 for p in pieces)
+    check(inputs, run(ranks, inputs))
 
 
 @pytest.mark.parametrize(("n", "member_window"), [(4, 1), (4, 5), (4, 0), (8, 1), (8, 3), (8, 6)])

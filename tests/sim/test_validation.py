@@ -32,11 +32,15 @@ def test_calibrated_model_predicts_every_network_bound_emulation_point_within_15
     assert len(calib.table) == 63  # 7 methods x 3 host counts x 3 sizes, none dropped
     assert calib.by_bound()["link"]["points"] == 35
     # the stored emulation preset is this fit (the costs that bind somewhere in the folder)
-    for name in ("host_packet_cost", "switch_packet_cost", "switch_forward_cost"):
+    for name in ("host_packet_cost", "switch_packet_cost", "switch_forward_cost", "step_overhead", "switch_agg_latency",
+                 "barrier_cost"):
         assert getattr(EMULATION, name) == pytest.approx(calib.fitted[name], rel=0.2), name
+    # the preset's start is the fitted per-call cost plus the agents' median measured wake-up (a few ms)
+    assert 0 < EMULATION.start_cost - calib.fitted["start_cost"] < 0.015
     misses = [(r["method"], r["hosts"], r["elements"], r["bound"], f"{r['rel_error']:+.1%}") for r in calib.table if abs(r["rel_error"]) > 0.15]
     network_misses = [m for m in misses if m[3] in ("link", "latency")]
     assert not network_misses, network_misses
+    assert len(misses) <= 1, misses  # the docstring's one cpu-bound point; more is a regression of the model
 
 
 def _copy_without(tmp: Path, drop_column: str | None = None, drop_summary: bool = False, extra_method: bool = False) -> Path:
@@ -127,7 +131,9 @@ def test_the_model_puts_the_bytes_the_emulation_counted_on_its_busiest_link(engi
         # hosts: 725-730 datagrams a member against 591-602 before the pacing, -1.06% of the busiest link's
         # bytes); a fluid pace (bytes over the phase's time) overshoots instead (+1.4% at 4 hosts).
         rel = 0.02 if pt["method"] in ("tree", "hier") else 0.01
-        if busiest != pytest.approx(pt["wire_bytes"], rel=rel) or (pt["method"] == "tree" and busiest < 0.99 * pt["wire_bytes"]):
+        one_sided = (pt["method"] == "tree" and busiest < 0.99 * pt["wire_bytes"]) or (
+            pt["method"] == "hier" and busiest > 1.01 * pt["wire_bytes"])  # the known errors go one way each
+        if busiest != pytest.approx(pt["wire_bytes"], rel=rel) or one_sided:
             misses.append((pt["method"], pt["hosts"], pt["elements"], busiest, pt["wire_bytes"]))
     assert checked == 21  # every method at every host count
     assert not misses
