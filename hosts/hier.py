@@ -54,6 +54,10 @@ from hosts.collective import HostCollective
 from hosts.coordination import Group
 from hosts.reliable import MAX_TAG, CollectiveConfig, Exchange
 from hosts.ring import RingSchedule, segment_bounds
+# A piece's tags, per leader: up + s (member -> leader, segment s), ring + step (2 x leaders - 2 steps of the
+# leaders' ring, from ring = leaders), down + s (leader -> member, from 3 x leaders).
+TAGS_PER_LEADER = 4
+
 
 @dataclass(frozen=True)
 class HierLayout:
@@ -104,8 +108,9 @@ class HierConfig(CollectiveConfig):
         super().__post_init__()
         if len(self.groups) != len(self.peers):
             raise ValueError(f"groups names {len(self.groups)} ranks' groups for {len(self.peers)} peers")
-        if 4 * len(set(self.groups)) > MAX_TAG + 1:
-            raise ValueError(f"{len(set(self.groups))} groups: the 16-bit tags hold at most {(MAX_TAG + 1) // 4}")
+        if TAGS_PER_LEADER * len(set(self.groups)) > MAX_TAG + 1:
+            most = (MAX_TAG + 1) // TAGS_PER_LEADER
+            raise ValueError(f"{len(set(self.groups))} groups: the 16-bit tags hold at most {most}")
         if self.piece_chunks < 0 or self.member_window < 0:
             raise ValueError(f"piece_chunks and member_window must be >= 0 (0: one piece; no limit), got "
                              f"{self.piece_chunks} and {self.member_window}")
@@ -129,7 +134,7 @@ class HierAllreduce(HostCollective):
     def _pieces(self, elements: int) -> list[Piece]:
         """The tensor's pieces, in order; each has its own ring schedule and its own 4 x leaders tags."""
         n_ring = len(self.layout.leaders)
-        per, width = self.cfg.per_packet, 4 * n_ring
+        per, width = self.cfg.per_packet, TAGS_PER_LEADER * n_ring
         count = 1
         if self.cfg.piece_chunks:
             count = -(-elements // (n_ring * per * self.cfg.piece_chunks))
@@ -147,7 +152,7 @@ class HierAllreduce(HostCollective):
     def _follow(self, acc: np.ndarray, call: int, pieces: list[Piece]) -> Exchange:
         """A member: the tensor up to the leader, at most `member_window` chunks ahead of the results it holds."""
         leader, n_ring = self.leader, len(self.layout.leaders)
-        down, width = 3 * n_ring, 4 * n_ring
+        down, width = 3 * n_ring, TAGS_PER_LEADER * n_ring
         # Chunk by chunk, piece by piece, segments in the order the leader's ring consumes them: its own segment
         # (step 0) first, then the segment each reduce-scatter step adds to, so every step can start early.
         order = [(self.group_index - t) % n_ring for t in range(n_ring)]
@@ -183,11 +188,11 @@ class HierAllreduce(HostCollective):
     def _lead(self, acc: np.ndarray, call: int, pieces: list[Piece]) -> Exchange:
         """A leader: sum the group's chunks, run them through the leaders' ring, hand the results down."""
         lay, g, n_ring = self.layout, self.group_index, len(self.layout.leaders)
-        ring, down, width = n_ring, 3 * n_ring, 4 * n_ring  # a piece's tags: up + s, ring + step, down + s
+        ring, down, width = n_ring, 3 * n_ring, TAGS_PER_LEADER * n_ring
         members = lay.members[g]
         right, left = lay.leaders[(g + 1) % n_ring], lay.leaders[(g - 1) % n_ring]
         bf16 = self.cfg.wire == "bfloat16"
-        last_step, owner_step = 2 * n_ring - 3, n_ring - 2
+        last_step, owner_step = pieces[0].sched.last_step, n_ring - 2
         parts = {m: np.empty(acc.size, dtype=np.float32) for m in members}  # the members' contributions
         need = [[np.full(p.sched.chunks(s), len(members), dtype=np.int32) for s in range(n_ring)] for p in pieces]
         ready = [[np.zeros(p.sched.chunks(s), dtype=bool) for s in range(n_ring)] for p in pieces]  # sum in acc
