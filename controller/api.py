@@ -18,8 +18,8 @@ from controller.client import DEFAULT_TIMEOUT
 from controller.fabric import Fabric
 from controller.p4info import P4Schema
 from controller.planner import DEFAULT_SLOTS, JobPlan, JobSpec
-from controller.state import State
-from controller.topology import Topology
+from controller.state import State, StateError
+from controller.topology import Topology, TopologyError
 
 LOG = logging.getLogger(__name__)
 
@@ -44,6 +44,11 @@ class Controller:
         schema = p4info if isinstance(p4info, P4Schema) else (P4Schema.load(p4info) if p4info is not None and Path(p4info).exists() else None)
         self.device_config = device_config
         self.state = state if state is not None else State()
+        if self.state.failed_links:  # a state file for another fabric (or edited by hand): refused, by name
+            try:
+                topo.without((), self.state.failed_links)
+            except TopologyError as ex:
+                raise StateError(f"state file {self.state.path}: failed_links: {ex}") from ex
         self.fabric = Fabric(topo, schema, election_id=election_id, timeout=timeout)
 
     @property
@@ -100,13 +105,13 @@ class Controller:
         return self.fabric.unreachable(names, timeout, attempts=attempts)
 
     def fail_over(self, job_id: int, failed: Iterable[str], reroute: bool = True,
-                  timings: dict[str, float] | None = None) -> JobPlan:
-        """Re-plan and re-install a job around failed switches (installer.fail_over); routes avoid them too
-        (unless reroute=False: then call install_routes() once the job runs again). `timings` gets seconds
-        per phase (plan, read_back, write, save)."""
+                  timings: dict[str, float] | None = None, failed_links: Iterable[tuple[str, str]] = ()) -> JobPlan:
+        """Re-plan and re-install a job around failed switches and links that are down (installer.fail_over);
+        routes avoid them too (unless reroute=False: then call install_routes() once the job runs again).
+        `timings` gets seconds per phase (plan, read_back, write, save)."""
         self._need_schema()
         try:
-            return I.fail_over(self.fabric, self.state, job_id, failed, reroute, timings)
+            return I.fail_over(self.fabric, self.state, job_id, failed, reroute, timings, failed_links)
         finally:
             t0 = time.monotonic()
             self._save()

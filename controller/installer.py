@@ -25,7 +25,7 @@ from controller.p4info import P4InfoError, P4Schema, pipeline_cookie
 from controller.planner import DuplicateJobError, JobPlan, JobSpec, PlanError, SwitchPlan, SwitchUsage, next_token, plan_job
 from controller.registers import read_register_all, read_register_cells
 from controller.routing import all_route_entries
-from controller.state import State
+from controller.state import State, link_key
 from controller.topology import Topology
 
 LOG = logging.getLogger(__name__)
@@ -186,8 +186,16 @@ def push_pipeline(fabric: Fabric, p4info: p4info_pb2.P4Info, device_config: byte
 
 # -- routes ------------------------------------------------------------------------------
 def live_topology(fabric: Fabric, state: State | None) -> Topology:
-    """The fabric without the switches the state lists as failed."""
-    return fabric.topo.without(state.failed) if state is not None and state.failed else fabric.topo
+    """The fabric without the switches and links the state lists as failed."""
+    if state is None or not (state.failed or state.failed_links):
+        return fabric.topo
+    return fabric.topo.without(state.failed, state.failed_links)
+
+
+def _planning_topology(fabric: Fabric, state: State) -> Topology:
+    """What jobs are planned on: every switch (failed ones are the planner's `exclude`, which names them when
+    they cut hosts off), without the links that are down."""
+    return fabric.topo.without((), state.failed_links) if state.failed_links else fabric.topo
 
 
 def install_routes(fabric: Fabric, state: State | None = None) -> dict[str, SyncResult]:
@@ -295,7 +303,8 @@ def _plan_around_the_switches(fabric: Fabric, schema: P4Schema, state: State, sp
     reserved: dict[str, SwitchUsage] = {}
     others = [p for p in state.plans() if p.job_id != replacing]
     for _ in range(READ_BACK_ROUNDS):
-        plan = plan_job(fabric.topo, spec, others, state.installs, exclude=state.failed, reserved=reserved)
+        plan = plan_job(_planning_topology(fabric, state), spec, others, state.installs, exclude=state.failed,
+                        reserved=reserved)
         if clock:
             clock.lap("plan")
         held = _holdings(fabric, schema, state, plan)
@@ -316,7 +325,8 @@ def _plan_around_the_switches(fabric: Fabric, schema: P4Schema, state: State, sp
             continue
         if _move_past_held_tokens(state, {name: h.tokens for name, h in held.items()}):
             # the same tree and slots (tokens do not steer the plan), with tokens the switches lack
-            plan = plan_job(fabric.topo, spec, others, state.installs, exclude=state.failed, reserved=reserved)
+            plan = plan_job(_planning_topology(fabric, state), spec, others, state.installs, exclude=state.failed,
+                        reserved=reserved)
         return plan
     raise InstallError(f"job {spec.job_id}: what the switches hold kept changing over {READ_BACK_ROUNDS} plans "
                        "(is another controller installing jobs at the same time?); try again")
@@ -534,9 +544,10 @@ def remove_job(fabric: Fabric, state: State, job_id: int) -> JobPlan:
 
 
 def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], reroute: bool = True,
-              timings: dict[str, float] | None = None) -> JobPlan:
-    """A switch of a job's tree died: mark it failed, re-route around the failed switches and move the job to a
-    tree without them (new tokens on every switch, so the cells the interrupted all-reduce used start afresh).
+              timings: dict[str, float] | None = None, failed_links: Iterable[tuple[str, str]] = ()) -> JobPlan:
+    """A switch of a job's tree died (or a link of it went down: `failed_links`, pairs of switch names): mark it
+    failed, re-route around what failed and move the job to a tree without it (new tokens on every switch, so
+    the cells the interrupted all-reduce used start afresh).
 
     The new tree is planned first; then each live switch goes from the old job's entries to the new one's in
     place (a switch in both trees usually needs one write, its job_config with the new token; a switch only in
@@ -551,7 +562,10 @@ def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], 
     old = state.jobs.get(job_id)
     if old is None:
         raise RemoveError(f"job {job_id} is not installed (installed: {sorted(state.jobs) or 'none'})")
+    links = {link_key(*pair) for pair in failed_links}
+    fabric.topo.without((), links)  # unknown links are refused by name before anything changes
     state.failed |= set(failed)
+    state.failed_links |= links
     for name in state.failed:
         fabric.forget(name)
     schema = _schema(fabric)
@@ -600,7 +614,8 @@ def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], 
         why = f"switch {name}: {ex.entity}: {_first_failure(ex.error)}" if isinstance(ex, _PartialWrite) else f"switch {name}: {ex}"
         raise InstallError(f"job {job_id} not moved to root {plan.root} (taken off every live switch): {why}") from ex
     state.jobs[job_id] = plan
-    LOG.info("job %d moved to root %s (%d switches) around %s", job_id, plan.root, len(plan.switches), sorted(state.failed))
+    LOG.info("job %d moved to root %s (%d switches) around %s", job_id, plan.root, len(plan.switches),
+             sorted(state.failed) + ["-".join(pair) for pair in sorted(state.failed_links)])
     return plan
 
 

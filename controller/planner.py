@@ -48,12 +48,34 @@ class JobDoesNotFitError(PlanError):
 
 
 class HostsCutOffError(PlanError):
-    """Hosts of the job hang off a failed edge switch: no tree (and no ring) can reach them."""
+    """Hosts of the job hang off a failed edge switch, or off one whose links to the job's other edge switches
+    are all down (`isolated`): no tree (and no ring) can reach them."""
 
-    def __init__(self, job_id: int, cut: Mapping[str, Sequence[str]]) -> None:
+    def __init__(self, job_id: int, cut: Mapping[str, Sequence[str]], isolated: Iterable[str] = ()) -> None:
         self.cut = {sw: tuple(hosts) for sw, hosts in cut.items()}
-        what = "; ".join(f"edge switch {sw} is down, cutting off {', '.join(hosts)}" for sw, hosts in self.cut.items())
+        alone = set(isolated)
+        what = "; ".join(
+            f"edge switch {sw} {'has no live path to the others' if sw in alone else 'is down'}, cutting off "
+            f"{', '.join(hosts)}" for sw, hosts in self.cut.items())
         super().__init__(f"job {job_id}: {what}")
+
+
+def _components(topo: Topology, exclude: frozenset[str]) -> dict[str, int]:
+    """switch -> the number of its connected piece of the live fabric (links of `topo`, no excluded switch)."""
+    piece: dict[str, int] = {}
+    pieces = 0
+    for s in topo.switches:
+        if s.name in exclude or s.name in piece:
+            continue
+        n, todo = pieces, [s.name]
+        pieces += 1
+        piece[s.name] = n
+        while todo:
+            for nb in topo.switch_neighbors(todo.pop()):
+                if nb.peer not in exclude and nb.peer not in piece:
+                    piece[nb.peer] = n
+                    todo.append(nb.peer)
+    return piece
 
 
 @dataclass(frozen=True)
@@ -308,6 +330,14 @@ def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), in
     cut = {sw: [name for _port, name in hs] for sw, hs in sorted(members.items()) if sw in exclude}
     if cut:
         raise HostsCutOffError(spec.job_id, cut)
+    piece = _components(topo, exclude)
+    if len({piece[sw] for sw in members}) > 1:  # links down split the fabric: the smaller pieces are cut off
+        hosts_in: dict[int, int] = {}
+        for sw, hs in members.items():
+            hosts_in[piece[sw]] = hosts_in.get(piece[sw], 0) + len(hs)
+        main = max(sorted(hosts_in), key=lambda k: hosts_in[k])
+        cut = {sw: [name for _port, name in hs] for sw, hs in sorted(members.items()) if piece[sw] != main}
+        raise HostsCutOffError(spec.job_id, cut, isolated=cut)
     use = usage(existing)
     for name, r in (reserved or {}).items():
         u = use.setdefault(name, SwitchUsage())

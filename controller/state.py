@@ -29,6 +29,11 @@ class StateError(ValueError):
     pass
 
 
+def link_key(a: str, b: str) -> tuple[str, str]:
+    """One name for a link, whichever end is given first."""
+    return (a, b) if a <= b else (b, a)
+
+
 @dataclass
 class State:
     path: Path | None = None
@@ -38,6 +43,7 @@ class State:
     jobs: dict[int, JobPlan] = field(default_factory=dict)
     installs: dict[str, int] = field(default_factory=dict)  # switch -> job installs so far (tokens)
     failed: set[str] = field(default_factory=set)  # switches found dead: plans and routes avoid them
+    failed_links: set[tuple[str, str]] = field(default_factory=set)  # switch-to-switch links found down (sorted pairs)
 
     def plans(self) -> list[JobPlan]:
         return [self.jobs[j] for j in sorted(self.jobs)]
@@ -51,6 +57,7 @@ class State:
             "jobs": {str(j): p.to_dict() for j, p in sorted(self.jobs.items())},
             "installs": dict(sorted(self.installs.items())),
             "failed": sorted(self.failed),
+            "failed_links": [list(pair) for pair in sorted(self.failed_links)],
         }
 
     @classmethod
@@ -63,13 +70,18 @@ class State:
             if data.get("version") != STATE_VERSION:
                 raise StateError(f"state file {path} has version {data.get('version')}, this controller writes {STATE_VERSION}")
             jobs = {int(j): JobPlan.from_dict(p) for j, p in data.get("jobs", {}).items()}
+            installs = {str(k): int(v) for k, v in data.get("installs", {}).items()}
+            links = set()
+            for pair in data.get("failed_links", []):
+                if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(n, str) for n in pair)):
+                    raise ValueError(f"failed_links entry {pair!r} is not a pair of switch names")
+                links.add(link_key(*pair))
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as ex:
             if isinstance(ex, StateError):
                 raise
             raise StateError(f"state file {path} is unreadable ({ex}); move it away and run `p4ina verify` to compare with the switches") from ex
-        installs = {str(k): int(v) for k, v in data.get("installs", {}).items()}
         return cls(path, data.get("topology"), bool(data.get("routes")), data.get("pipeline_cookie"), jobs, installs,
-                   {str(s) for s in data.get("failed", [])})
+                   {str(s) for s in data.get("failed", [])}, links)
 
     def save(self) -> None:
         """Atomic: a crash leaves the old or the new file, never half of one."""

@@ -160,14 +160,21 @@ class Topology:
         switches = tuple(replace(s, grpc_addr=addresses.get(s.name, s.grpc_addr)) for s in self.switches)
         return Topology(self.kind, dict(self.params), switches, self.hosts, self.links)
 
-    def without(self, switches: Iterable[str]) -> Topology:
-        """The fabric that is left when `switches` fail: without them, their links and the hosts they carried."""
+    def without(self, switches: Iterable[str], links: Iterable[tuple[str, str]] = ()) -> Topology:
+        """The fabric that is left when `switches` fail: without them, their links and the hosts they carried;
+        and without the switch-to-switch `links` that are down (pairs of switch names, either order)."""
         gone = set(switches)
         for name in gone:
             self.switch(name)
+        down = {frozenset(pair) for pair in links}
+        known = {frozenset((ln.a, ln.b)) for ln in self.links}
+        unknown = sorted("-".join(sorted(pair)) for pair in down - known)
+        if unknown:
+            raise TopologyError(f"no switch-to-switch link {', '.join(unknown)} in this topology")
         return Topology(self.kind, dict(self.params), tuple(s for s in self.switches if s.name not in gone),
                         tuple(h for h in self.hosts if h.switch not in gone),
-                        tuple(ln for ln in self.links if ln.a not in gone and ln.b not in gone))
+                        tuple(ln for ln in self.links if ln.a not in gone and ln.b not in gone
+                              and frozenset((ln.a, ln.b)) not in down))
 
     # -- serialization --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -244,12 +244,18 @@ def _faults_table(s: dict[str, Any]) -> str:
         lines.append(f"switch failure: {f['victim']} killed, {f['verdict']}; recovered in {f['recovery_s']} s "
                      f"(detection bound {f['detect_bound_s']:.2f} s, goal {f['goal_s']:.2f} s), exact {f['exact']}, "
                      f"later all-reduces exact {f['later_exact']}")
+    ln = s.get("link_failure")
+    if ln:
+        lines.append(f"link failure: {ln['link']} down, {ln['verdict']}; recovered in {ln['recovery_s']} s "
+                     f"(goal {ln['goal_s']:.2f} s), exact {ln['exact']}, later all-reduces exact {ln['later_exact']}")
     e = s.get("edge_failure")
     if e:
         lines.append(f"edge failure: {e['switch']} ({', '.join(e['hosts'])}) reported {e['reported']}: {e['message']}")
     d = s.get("sdc")
     if d:
-        lines.append(f"silent corruption: {d['detected']} detected / {d['injected']} injected, exact {d['exact']}")
+        lines.append(f"silent corruption: {d['detected']} detected / {d['injected']} injected, exact {d['exact']}"
+                     + (f", {d['false_alarm_redos']} stalled round(s) redone on the same tree"
+                        if d.get("false_alarm_redos") else ""))
     lines.append("problems: " + ("; ".join(s["problems"]) or "none"))
     return "\n".join(lines)
 

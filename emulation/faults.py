@@ -27,7 +27,11 @@ exact, checked against numpy's float64 sum), agents on every member host, then:
    around it (new tokens), and the workers redo the chunks anyone lacks; the
    time from the kill to the completed all-reduce is the recovery time; later
    all-reduces run on the new tree;
-6. an edge-switch failure (last: it cuts hosts off): reported by name.
+6. a link failure: a link of the (new) tree, the root's to a switch below it,
+   goes down mid all-reduce with both switches running; P4Runtime still
+   answers, the port status (the interfaces' carrier) shows it, and the job
+   moves to a tree without that link the same way;
+7. an edge-switch failure (last: it cuts hosts off): reported by name.
 
 Writes summary.json, reports.json (every agent report) and faults.png.
 """
@@ -39,6 +43,7 @@ import logging
 import random
 import statistics
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,7 +54,7 @@ from controller.counters import totals
 from controller.installer import RemoveError
 from controller.planner import HostsCutOffError, JobDoesNotFitError, JobPlan
 from controller.registers import read_register, write_register
-from controller.state import State
+from controller.state import State, link_key
 from controller.topospec import load_topology
 from emulation import runner as R
 from emulation.experiment import ExperimentConfig
@@ -85,6 +90,9 @@ class FaultsConfig:
     reps: int = 7
     victim: str = "root"  # "root", "aggregation", or a switch name: killed mid all-reduce
     switch_failure: bool = True  # False: no switch is killed (the other phases alone)
+    # a link of the job's tree (the root's to its first switch child) taken down mid all-reduce, both switches
+    # running; after the switch failure, so on the tree that one left
+    link_failure: bool = True
     edge_failure: bool = True
     # duplication and reordering (tc BPF on both ends of every link): the fraction of packets copied and the
     # fraction held back behind later ones, per link end (a packet crosses up to six ends on the fat-tree)
@@ -190,7 +198,7 @@ class FaultsRun:
         self.problems: list[str] = []
         self.reroute_pending = False
         self.stall_questions = 0
-        self._probe: tuple[float, set[str]] | None = None
+        self._probe: tuple[float, set[str], set[tuple[str, str]]] | None = None
         self.probes: list[tuple[float, float]] = []  # (start, seconds) of every probe made
         self._probe_lock = threading.Lock()
         self.tmo = runner.tmo
@@ -205,29 +213,37 @@ class FaultsRun:
         self.job = _job_dict(self.plan, self.installs, timeout_s, min_timeout_s, self.failure_timeout_s)
         LOG.info("job %d: root %s, %d switches", JOB_ID, self.plan.root, len(self.plan.switches))
 
-    def dead_switches(self, max_age_s: float = 0.5) -> set[str]:
-        """The switches of the job's tree whose P4Runtime refuses connections. One probe serves every rank that
+    def failed_parts(self, max_age_s: float = 0.5) -> tuple[set[str], set[tuple[str, str]]]:
+        """The switches of the job's tree whose P4Runtime refuses connections, and the links of the tree that
+        are down (the switches' port status: emulation.network.down_links). One probe serves every rank that
         asked while it ran (or up to max_age_s before), so sixteen stalled ranks cost one probe, not sixteen."""
         assert self.plan is not None
         asked = clock.now()
         with self._probe_lock:
             if self._probe is None or self._probe[0] < asked - max_age_s:
                 t0 = clock.now()
+                tree = [sp.switch for sp in self.plan.switches]
                 # One try: a switch of this running job that refuses connections has lost the job either way (a
                 # process caught between its socket and its listen() is one starting afresh, with empty tables),
                 # and every stalled rank waits on this probe
-                found = self.ctl.unreachable([sp.switch for sp in self.plan.switches], timeout=1.0, attempts=1)
-                self._probe = (clock.now(), found)
+                found = self.ctl.unreachable(tree, timeout=1.0, attempts=1)
+                edges = {link_key(sp.switch, sp.parent) for sp in self.plan.switches if sp.parent is not None}
+                links = {ln for ln in self.net.down_links(tree) if ln in edges and not set(ln) & found}
+                self._probe = (clock.now(), found, links)
                 self.probes.append((t0, clock.now() - t0))
-            return set(self._probe[1])
+            return set(self._probe[1]), set(self._probe[2])
+
+    def dead_switches(self, max_age_s: float = 0.5) -> set[str]:
+        return self.failed_parts(max_age_s)[0]
 
     def ask(self, topic: str, rank: int, value: Any) -> Any:
         """A worker saw no result for failure_timeout_s: is its tree alive (a loss burst) or is a switch dead?"""
         if topic != "stall":
             return None
         self.stall_questions += 1
-        failed = self.dead_switches()
-        return {"alive": not failed, "failed": sorted(failed)}
+        failed, links = self.failed_parts()
+        return {"alive": not failed and not links, "failed": sorted(failed),
+                "links": ["-".join(ln) for ln in sorted(links)]}
 
     def decide(self, tag: str, values: list[Any]) -> Any:
         """The agents' switch-failure barrier: find the dead switch, re-plan around it, hand out the new job."""
@@ -236,38 +252,40 @@ class FaultsRun:
         t0 = clock.now()
         assert self.plan is not None
         event: dict[str, Any] = {"tag": tag, "t_reported": t0, "ranks": len(values),
-                                 "stalled_s": max(float(v["stalled_s"]) for v in values)}
+                                 "stalled_s": max(float(v.get("stalled_s", 0.0)) for v in values)}
         self.failover_events.append(event)
-        failed = self.dead_switches()
+        failed, links = self.failed_parts()
         event["failed"] = sorted(failed)
+        event["failed_links"] = ["-".join(ln) for ln in sorted(links)]
         event["probe_s"] = clock.now() - t0
         phases: dict[str, float] = {}
         event["replan_phases"] = phases
-        if not failed:  # a false alarm (long loss bursts): redo the missing chunks on the same tree, new epoch
-            event["verdict"] = "false alarm: every switch answers; same tree"
+        if not failed and not links:  # a false alarm (a long loss burst, a lost round): redo the missing chunks
+            event["verdict"] = "false alarm: every switch answers, every link is up; same tree"
             return {"job": self.job, "failed": []}
+        failed_names = sorted(failed) + event["failed_links"]
         try:
             # the job first, the routes (which aggregation packets do not use) after the step: the workers wait
-            self.plan = self.ctl.fail_over(JOB_ID, failed, reroute=False, timings=phases)
+            self.plan = self.ctl.fail_over(JOB_ID, failed, reroute=False, timings=phases, failed_links=links)
             self.reroute_pending = True
         except HostsCutOffError as ex:
             event["verdict"] = str(ex)
-            return {"error": str(ex), "failed": sorted(failed)}
+            return {"error": str(ex), "failed": failed_names}
         except JobDoesNotFitError as ex:
             self.ctl.install_routes()  # the ring needs routes around the failed switch
             event["verdict"] = f"ring: {ex}"
-            return {"fallback": "ring", "failed": sorted(failed), "reason": str(ex)}
+            return {"fallback": "ring", "failed": failed_names, "reason": str(ex)}
         except RemoveError as ex:
             event["verdict"] = str(ex)
-            return {"error": str(ex), "failed": sorted(failed)}
+            return {"error": str(ex), "failed": failed_names}
         self.installs += 1
         self.job = {**self.job, **_job_dict(self.plan, self.installs, self.job["timeout_s"], self.job["min_timeout_s"],
                                             self.failure_timeout_s)}
         event.update(verdict=f"re-planned: root {self.plan.root}", root=self.plan.root, t_installed=clock.now(),
                      replan_s=clock.now() - t0, tree=[sp.switch for sp in self.plan.switches])
-        LOG.warning("switch(es) %s failed: job %d re-planned on root %s in %.2f s", sorted(failed), JOB_ID,
+        LOG.warning("%s failed: job %d re-planned on root %s in %.2f s", ", ".join(failed_names), JOB_ID,
                     self.plan.root, clock.now() - t0)
-        return {"job": self.job, "failed": sorted(failed), "root": self.plan.root}
+        return {"job": self.job, "failed": failed_names, "root": self.plan.root}
 
     # -- steps ---------------------------------------------------------------------------------
     def post(self, phase: str, size: int | None = None) -> int:
@@ -429,6 +447,7 @@ class FaultsRun:
 
         thread = threading.Thread(target=flipper, name="sdc-flipper", daemon=True)
         steps: list[Step] = []
+        events_before = len(self.failover_events)
         if self.cfg.sdc_loss:
             self.net.set_loss(self.cfg.sdc_loss)
         # a lost contribution must hold its round open for a timer floor (the flipper's reads and write take a
@@ -454,7 +473,13 @@ class FaultsRun:
         host_caught = sum(s.total("corrupt") for s in steps)
         return {"injected": len(landed), "attempted": attempts, "detected": switch_caught + host_caught,
                 "detected_by_switches": switch_caught, "detected_by_hosts": host_caught,
-                "exact": all(s.exact for s in steps), "allreduces": len(steps), "flips": landed[:50]}
+                "exact": all(s.exact for s in steps), "allreduces": len(steps),
+                # fail-overs answered "false alarm, same tree" during the flips: a flip in a stored result that
+                # some workers already took restarts a round the others left, and the stalled worker's fail-over
+                # redoes that chunk with every worker; a long loss burst (sdc_loss) ends the same way
+                "false_alarm_redos": sum(1 for e in self.failover_events[events_before:]
+                                          if str(e.get("verdict", "")).startswith("false alarm")),
+                "flips": landed[:50]}
 
     def victim(self) -> str:
         assert self.plan is not None
@@ -472,26 +497,47 @@ class FaultsRun:
     def switch_failure(self, lossless_s: float) -> dict[str, Any]:
         assert self.plan is not None
         victim = self.victim()
+        out = self._interrupted("switch-failure", f"switch {victim}", lambda: self.net.kill_switch(victim))
+        return {"victim": victim, "tier": self.ctl.topo.switch(victim).tier, **out}
+
+    def link_failure(self) -> dict[str, Any]:
+        """A link of the tree goes down mid all-reduce while both its switches run: only the port status shows
+        it (P4Runtime still answers), and the job moves to a tree without that link."""
+        assert self.plan is not None
+        root = self.plan.on(self.plan.root)
+        switches = {sp.switch for sp in self.plan.switches}
+        child = next((c.node for c in root.children if c.node in switches), None)
+        if child is None:
+            raise FaultsError(f"job {JOB_ID}'s root {root.switch} has no switch below it: no link to take down")
+        link = link_key(root.switch, child)
+        out = self._interrupted("link-failure", f"link {'-'.join(link)}", lambda: self.net.set_link(*link, up=False))
+        return {"link": "-".join(link), **out}
+
+    def _interrupted(self, phase: str, what: str, fail: Callable[[], object]) -> dict[str, Any]:
+        """A reference all-reduce of the failure size, then one that `fail` interrupts 30% of the way in: when
+        every rank suspected it, how long the re-plan took, and the time from the failure to the completed
+        all-reduce against the goal (the failure timeout plus one loss-free all-reduce)."""
+        assert self.plan is not None
         old_root = self.plan.root
         size = self.cfg.size * self.cfg.failure_size_factor
         reference = self.run("failure-size-lossless", size)
-        step = self.post("switch-failure", size)
+        step = self.post(phase, size)
         released = self.wait_release(step)
         threading.Event().wait(0.3 * reference.latency_s)  # mid all-reduce
         t_kill = clock.now()
-        self.net.kill_switch(victim)
-        LOG.warning("killed switch %s %.3f s into step %d", victim, t_kill - released, step)
-        s = self.collect(step, "switch-failure")
+        fail()
+        LOG.warning("%s failed %.3f s into step %d", what, t_kill - released, step)
+        s = self.collect(step, phase)
         events = [f for r in s.reports.values() for f in r.get("failovers", [])]
-        detected = [float(f["detected_at"]) for f in events]
+        # a rank called back after it had finished the step (hosts.agent rejoin) detected nothing
+        detected = [float(f["detected_at"]) for f in events if f.get("detected_at") is not None]
         after = [self.run("after-failure") for _ in range(2)]
         recovery = s.t_done() - t_kill if s.reports and not s.errors else None
         if not [e for e in self.failover_events if e.get("t_reported", 0) >= t_kill]:
-            self.problems.append(f"the kill of {victim} came after step {step} had finished: nothing to recover")
+            self.problems.append(f"the failure of {what} came after step {step} had finished: nothing to recover")
         decision = next((e for e in self.failover_events if e.get("t_reported", 0) >= t_kill), {})
         return {
-            "victim": victim, "tier": self.ctl.topo.switch(victim).tier, "old_root": old_root,
-            "new_root": self.plan.root, "killed_after_s": t_kill - released,
+            "old_root": old_root, "new_root": self.plan.root, "killed_after_s": t_kill - released,
             "recovery_s": recovery, "exact": s.exact, "errors": s.errors[:5],
             "failure_timeout_s": self.failure_timeout_s,
             "detect_bound_s": self.failure_timeout_s + 2 * self.job["min_timeout_s"],
@@ -504,6 +550,7 @@ class FaultsRun:
             "first_probe_s": next((d for t, d in self.probes if t >= t_kill), None),
             "barrier_s": (decision["t_reported"] - max(detected)) if detected and decision else None,
             "redone_chunks": max((int(f["redo"]) for f in events), default=0),
+            "rejoined_ranks": sum(1 for r in s.reports.values() if r.get("rejoined")),
             "chunks": max((int(f["chunks"]) for f in events), default=0),
             "elements": size, "lossless_allreduce_s": reference.latency_s,
             "goal_s": self.failure_timeout_s + reference.latency_s,
@@ -545,7 +592,8 @@ def isolation_phase(cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, ru
 
 def summarize(cfg: FaultsConfig, lossless: dict[str, Any], loss: dict[str, Any], sdc: dict[str, Any] | None,
               failure: dict[str, Any] | None, edge: dict[str, Any] | None, problems: list[str],
-              dup_reorder: dict[str, Any] | None = None, isolation: dict[str, Any] | None = None) -> dict[str, Any]:
+              dup_reorder: dict[str, Any] | None = None, isolation: dict[str, Any] | None = None,
+              link: dict[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
                            "lossless": lossless, "loss": loss, "problems": problems}
     if dup_reorder is not None:
@@ -554,12 +602,15 @@ def summarize(cfg: FaultsConfig, lossless: dict[str, Any], loss: dict[str, Any],
         out["isolation"] = isolation
     if failure is not None:
         out["switch_failure"] = failure
+    if link is not None:
+        out["link_failure"] = link
     if edge is not None:
         out["edge_failure"] = edge
     if sdc is not None:
         out["sdc"] = sdc
     out["ok"] = (not problems and lossless.get("exact", False) and all(v["exact"] for v in loss.values())
                  and (failure is None or bool(failure["exact"] and failure["later_exact"]))
+                 and (link is None or bool(link["exact"] and link["later_exact"]))
                  and (dup_reorder is None or dup_reorder["exact"])
                  and (isolation is None or "skipped" in isolation or bool(isolation["exact"] and isolation["isolated"]))
                  and (sdc is None or (sdc["exact"] and sdc["detected"] >= sdc["injected"]))
@@ -624,7 +675,7 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                            input_kind="ones", seed=cfg.seed, results_root=cfg.results_root)
     lossless: dict[str, Any] = {}
     loss: dict[str, Any] = {}
-    sdc = failure = edge = dup = iso = None
+    sdc = failure = edge = dup = iso = link = None
     t0 = clock.now()
     try:
         with R._short_tmpdir() as sock_dir, EmulatedNetwork(model, NetworkConfig(run_dir=log_dir, backend=cfg.backend, shape=exp.shape)) as net:  # noqa: SLF001
@@ -650,6 +701,8 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                             sdc = run.sdc()
                         if cfg.switch_failure:
                             failure = run.switch_failure(lossless["latency_s"])
+                        if cfg.link_failure:
+                            link = run.link_failure()
                         if cfg.edge_failure:
                             edge = run.edge_failure()
                 finally:
@@ -661,7 +714,7 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
     except Exception as ex:
         result.problems.append(f"{type(ex).__name__}: {ex}")
         LOG.exception("faults experiment failed")
-    result.summary = summarize(cfg, lossless, loss, sdc, failure, edge, result.problems, dup, iso)
+    result.summary = summarize(cfg, lossless, loss, sdc, failure, edge, result.problems, dup, iso, link)
     result.summary["duration_s"] = clock.now() - t0
     (out / "summary.json").write_text(json.dumps(result.summary, indent=1, default=str) + "\n")
     if lossless:

@@ -297,6 +297,46 @@ class EmulatedNetwork:
                 out[k] += v
         return out
 
+    def _switch_link(self, a: str, b: str) -> Any:
+        assert self.net is not None
+        names = {a, b}
+        for link in self.net.links:
+            ends = {link.intf1.node.name, link.intf2.node.name}
+            if ends == names and link.intf1.node in self.switches and link.intf2.node in self.switches:
+                return link
+        raise NetworkError(f"no switch-to-switch link between {a!r} and {b!r}")
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        """Take the link between switches a and b down (both ends, as a cut cable: each loses its carrier) or
+        bring it back up; the switch processes keep running."""
+        link = self._switch_link(a, b)
+        for intf in (link.intf1, link.intf2):
+            sh("ip", "link", "set", "dev", intf.name, "up" if up else "down")
+        LOG.info("link %s-%s %s", a, b, "up" if up else "down")
+
+    def down_links(self, switches: Sequence[str] | None = None) -> set[tuple[str, str]]:
+        """Switch-to-switch links (of these switches, or all) whose interface at either end has no carrier: the
+        port status a switch reports (the kernel's view of the emulated cable; P4Runtime has no port status)."""
+        assert self.net is not None
+        want = set(switches) if switches is not None else None
+        out: set[tuple[str, str]] = set()
+        for link in self.net.links:
+            ends = (link.intf1, link.intf2)
+            if not all(i.node in self.switches for i in ends):
+                continue
+            a, b = (i.node.name for i in ends)
+            if want is not None and a not in want and b not in want:
+                continue
+            for intf in ends:
+                try:
+                    carrier = (Path("/sys/class/net") / intf.name / "carrier").read_text().strip()
+                except OSError:  # an interface that is down (or gone) cannot report a carrier
+                    carrier = "0"
+                if carrier != "1":
+                    out.add((a, b) if a <= b else (b, a))
+                    break
+        return out
+
     def kill_switch(self, name: str) -> int:
         """SIGKILL one switch process (a switch failure); returns its PID. Teardown skips it."""
         for sw in self.switches:

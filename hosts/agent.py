@@ -24,6 +24,7 @@ measurement step of that method would use.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import select
@@ -85,6 +86,9 @@ class Agent:
         self._transport: Any = transport
         self._endpoint = endpoint
         self._replicas: dict[str, Any] = {}  # training run -> hosts.training.Replica, kept between segments
+        # The last in-network step this agent finished (its command, worker and report): a failure that the
+        # other ranks detect after it finished calls it back to redo their missing chunks (rejoin)
+        self._finished: dict[str, Any] | None = None
 
     # -- waiting without going deaf --------------------------------------------------------------
     def _serviced(self, fn: Callable[[], T]) -> T:
@@ -216,17 +220,66 @@ class Agent:
         if cmd.get("checker") == self.cfg.rank:
             used = method("ring") if report.get("fallback") == "ring" else m
             report.update(self._check(used, result, kind, size, seed, iteration, worker))
+        kept = m.in_network and report.get("fallback") is None and getattr(worker, "last_partial", None) is not None
+        self._finished = {"step": step, "cmd": cmd, "worker": worker, "report": report} if kept else None
+        return report
+
+    def rejoin(self, call: dict[str, Any]) -> dict[str, Any]:
+        """Called back to a switch-failure barrier of a step this agent finished: the others lack chunks whose
+        results reached it before the switch died. It reports nothing missing and, on the verdict, redoes
+        their chunks with them (a sum needs every contribution), then checks that the redone chunks equal the
+        result it already returned; the step's report goes again, with the fail-over and that check."""
+        step, attempt = int(call["step"]), int(call["attempt"])
+        done = self._finished
+        try:
+            if done is None or done["step"] != step:
+                raise StepError(f"called back to step {step}, but the last in-network step this agent finished "
+                                f"was {done['step'] if done else 'none'}")
+            cmd, worker, report = done["cmd"], done["worker"], dict(done["report"])
+            x = workload.make_input(cmd.get("input", "normal"), int(cmd["size"]), self.cfg.rank,
+                                    int(cmd.get("seed", 0)), int(cmd["iteration"]))
+        except Exception as ex:  # the others wait at the barrier for this rank: tell them, then report
+            with contextlib.suppress(Exception):
+                self.client.decided_exchange(str(call["tag"]), {"rank": self.cfg.rank, "rejoined": True,
+                                                                "error": f"{type(ex).__name__}: {ex}"})
+            raise
+        failovers: list[dict[str, Any]] = []
+        result, worker = self._inc_allreduce(worker, x, cmd, step, failovers, rejoin=(worker.last_partial, attempt))
+        report["failovers"] = list(report.get("failovers", [])) + failovers
+        report["rejoined"] = report.get("rejoined", 0) + 1
+        # what it sent and received includes the redo (its result, and the time it held it, are the first call's)
+        counts = worker.last_stats.to_dict() if getattr(worker, "last_partial", None) is not None else {}
+        for key in ("packets_sent", "retransmissions", "fast_retransmissions", "packets_received", "duplicates",
+                    "bytes_sent", "corrupt"):
+            if key in counts:
+                report[key] = counts[key]
+        if report.get("fallback") is None and failovers and failovers[-1].get("fallback"):
+            report["fallback"] = failovers[-1]["fallback"]
+        if failovers[-1].get("fallback") == "ring":  # the others' sum is the ring's now: the ranks' reports differ
+            report["rejoin_note"] = "the others fell back to the host ring; this rank keeps the in-network sum"
+        elif result_digest(result) != report["digest"]:
+            report["error"] = (f"step {step}: the chunks redone after rejoining differ from the result this rank "
+                               f"returned before the failure (digest {result_digest(result)} != {report['digest']})")
+        self._finished = {**done, "worker": worker, "report": report} \
+            if getattr(worker, "last_partial", None) is not None else None
         return report
 
     def _inc_allreduce(self, worker: Any, x: np.ndarray, cmd: dict[str, Any], step: int,
-                       failovers: list[dict[str, Any]]) -> tuple[np.ndarray, Any]:
+                       failovers: list[dict[str, Any]],
+                       rejoin: tuple[Any, int] | None = None) -> tuple[np.ndarray, Any]:
         """The in-network all-reduce, surviving switch failures: on SwitchFailureSuspected every rank reports
         which chunks it lacks at a barrier the runner answers (hosts.coordination's decide hook) with the job
         re-planned around the failed switch (then the chunks someone lacks are redone on it), the host ring
-        (no tree left), or an error naming what is cut off."""
+        (no tree left), or an error naming what is cut off. The barrier calls back ranks that had finished.
+
+        rejoin (partial holding every chunk, attempt): such a call-back; go to that attempt's barrier first."""
         from hosts.inc_worker import SwitchFailureSuspected
 
         partial, redo = None, None
+        first = 0 if rejoin is None else rejoin[1]
+        # what goes to the barrier without streaming first: a finished rank called back (nothing missing)
+        pending: Any = None if rejoin is None else SwitchFailureSuspected(
+            f"step {step}: called back after finishing it (others lack chunks)", rejoin[0], 0.0, clock.now())
 
         def alive(stalled_s: float, missing: int, chunks: int) -> bool:
             answer = self.client.ask("stall", {"job_id": cmd["job"]["job_id"], "stalled_s": stalled_s,
@@ -234,32 +287,47 @@ class Agent:
             return isinstance(answer, dict) and answer.get("alive") is True
 
         while True:
-            worker.on_stall = alive
-            try:
-                if partial is None:
-                    return worker.allreduce(x), worker
-                return worker.resume(x, partial, redo), worker
-            except SwitchFailureSuspected as ex:
-                partial = ex.partial
-                n = len(partial.done)
-                mine = {"rank": self.cfg.rank, "job_id": cmd["job"]["job_id"], "missing": pack_mask(partial.missing),
-                        "chunks": n, "detected_at": ex.detected_at, "stalled_s": ex.stalled_s, "why": str(ex)}
-                LOG.warning("step %d: %s; reporting to the coordinator", step, ex)
-                values, released, decision = self.client.decided_exchange(f"failover-{step}-{len(failovers)}", mine)
-                redo = np.logical_or.reduce([unpack_mask(v["missing"], n) for v in values])
-                event: dict[str, Any] = {"detected_at": ex.detected_at, "stalled_s": ex.stalled_s, "decided_at": released,
-                                         "missing": int(partial.missing.sum()), "redo": int(redo.sum()), "chunks": n}
-                failovers.append(event)
-                if not isinstance(decision, dict) or "error" in decision:
-                    why = decision.get("error") if isinstance(decision, dict) else "nobody answered the failure report"
-                    raise SwitchFailureError(f"{ex}; the job could not be moved: {why}") from ex
-                event.update({k: decision[k] for k in ("failed", "root", "fallback") if k in decision})
-                if decision.get("fallback") == "ring":
-                    ring = self._host_method(method("ring"), cmd)
-                    return ring.allreduce(x, call=step), ring
-                cmd = {**cmd, "job": decision["job"]}
-                worker.on_stall = None
-                worker = self._inc_worker(cmd)
+            ex, pending = pending, None
+            if ex is None:
+                worker.on_stall = alive
+                try:
+                    if partial is None:
+                        return worker.allreduce(x), worker
+                    return worker.resume(x, partial, redo), worker
+                except SwitchFailureSuspected as raised:
+                    ex = raised
+            # report at the fail-over barrier, take the verdict
+            partial = ex.partial
+            n = len(partial.done)
+            called = rejoin is not None and not failovers
+            mine = {"rank": self.cfg.rank, "job_id": cmd["job"]["job_id"], "missing": pack_mask(partial.missing),
+                    "chunks": n, "detected_at": None if called else ex.detected_at, "stalled_s": ex.stalled_s,
+                    "why": str(ex), "rejoined": called}
+            LOG.warning("step %d: %s; reporting to the coordinator", step, ex)
+            attempt = first + len(failovers)
+            values, released, decision = self._serviced(lambda: self.client.decided_exchange(
+                f"failover-{step}-{attempt}", mine, call_in={"step": step, "attempt": attempt}))
+            refused = [v for v in values if isinstance(v, dict) and "error" in v]
+            if refused:
+                raise SwitchFailureError(f"{ex}; rank {refused[0].get('rank')} could not rejoin the fail-over: "
+                                         f"{refused[0]['error']}") from ex
+            redo = np.logical_or.reduce([unpack_mask(v["missing"], n) for v in values])
+            event: dict[str, Any] = {"detected_at": mine["detected_at"], "stalled_s": ex.stalled_s,
+                                     "decided_at": released, "missing": int(partial.missing.sum()),
+                                     "redo": int(redo.sum()), "chunks": n, "rejoined": called}
+            failovers.append(event)
+            if not isinstance(decision, dict) or "error" in decision:
+                why = decision.get("error") if isinstance(decision, dict) else "nobody answered the failure report"
+                raise SwitchFailureError(f"{ex}; the job could not be moved: {why}") from ex
+            event.update({k: decision[k] for k in ("failed", "root", "fallback") if k in decision})
+            if decision.get("fallback") == "ring":
+                worker.realign()  # the in-network worker, if it is used again, starts level with the others
+                ring = self._host_method(method("ring"), cmd)
+                return ring.allreduce(x, call=step), ring
+            cmd = {**cmd, "job": decision["job"]}
+            worker.on_stall = None
+            worker = self._inc_worker(cmd)  # the same worker on a false alarm (same install), else a new one
+            worker.realign()  # every rank from the same shadow copies (a rejoined one had advanced its own)
 
     def _check(self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int,
                worker: Any) -> dict[str, Any]:
@@ -316,6 +384,14 @@ class Agent:
         while True:
             cmd = self._serviced(lambda: self.client.next_command(last, wait_s=60.0))
             if cmd is None:
+                continue
+            if cmd.get("op") == "rejoin":  # a step it finished, called back (not a new step: `last` stays)
+                try:
+                    report = self.rejoin(cmd)
+                except Exception as ex:
+                    LOG.exception("rejoining step %s failed", cmd.get("step"))
+                    report = {"step": cmd.get("step"), "rank": self.cfg.rank, "error": f"{type(ex).__name__}: {ex}"}
+                self.client.step_report(int(cmd["step"]), report)
                 continue
             last = int(cmd["step"])
             if cmd.get("op") == "quit":

@@ -181,6 +181,8 @@ class CoordinatorServer:
         self._commands: dict[int, dict[str, Any]] = {}  # step -> command, for the agents
         self._step_reports: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
         self._commands_cond = threading.Condition()
+        # Barriers that call back ranks which already finished their step (tag -> step, attempt, ranks called)
+        self._call_ins: dict[str, dict[str, Any]] = {}
         family, sockaddr = parse_address(address)
         if family == socket.AF_UNIX and os.path.exists(sockaddr):
             os.unlink(sockaddr)
@@ -213,8 +215,16 @@ class CoordinatorServer:
         if not 0 <= rank < self.size:
             raise CoordinationError(f"rank {rank} not in 0..{self.size - 1}")
         if msg["op"] == "exchange":
+            tag = str(msg["tag"])
+            call_in = msg.get("call_in")
+            if call_in is not None:
+                self._open_call_in(tag, int(call_in["step"]), int(call_in.get("attempt", 0)), rank)
             member = LocalGroup(self._hub, rank, self.timeout_s)
-            values, released, decision = member.decided_exchange(str(msg["tag"]), msg.get("value"))
+            try:
+                values, released, decision = member.decided_exchange(tag, msg.get("value"))
+            finally:
+                if call_in is not None:
+                    self._close_call_in(tag)
             return {"values": values, "released": released, "decision": decision}
         if msg["op"] == "ask":
             try:
@@ -224,7 +234,8 @@ class CoordinatorServer:
                 answer = {"error": f"{type(ex).__name__}: {ex}"}
             return {"answer": answer}
         if msg["op"] == "next":
-            return {"command": self._next_command(int(msg.get("after", -1)), float(msg.get("wait", self.timeout_s)))}
+            return {"command": self._next_command(int(msg.get("after", -1)), float(msg.get("wait", self.timeout_s)),
+                                                  rank)}
         if msg["op"] == "step_report":
             step = int(msg["step"])
             with self._commands_cond:
@@ -252,14 +263,48 @@ class CoordinatorServer:
             self._commands[step] = {**command, "step": step}
             self._commands_cond.notify_all()
 
-    def _next_command(self, after: int, wait_s: float) -> dict[str, Any] | None:
+    def _next_command(self, after: int, wait_s: float, rank: int | None = None) -> dict[str, Any] | None:
+        """The first step after `after`; or, for a rank that finished a step whose other ranks now meet at a
+        calling-in barrier without it, a "rejoin" command naming that barrier (its report is withdrawn: the
+        step is not over for it until it reports again)."""
         with self._commands_cond:
+            called: list[dict[str, Any]] = []
+
             def ready() -> bool:
+                if rank is not None:
+                    for tag, c in self._call_ins.items():
+                        if self._owes(tag, c, rank):
+                            c["called"].add(rank)
+                            self._step_reports[c["step"]].pop(rank, None)
+                            called.append({"op": "rejoin", "tag": tag, "step": c["step"], "attempt": c["attempt"]})
+                            return True
                 return any(s > after for s in self._commands)
 
             if not self._commands_cond.wait_for(ready, wait_s):
                 return None
+            if called:
+                return called[0]
             return self._commands[min(s for s in self._commands if s > after)]
+
+    def _owes(self, tag: str, c: dict[str, Any], rank: int) -> bool:
+        """Whether `rank` is wanted at the calling-in barrier `tag`: it reported the barrier's step without an
+        error (it finished it), has not arrived there, and was not called yet. Caller holds _commands_cond.
+        Every rank of a calling-in barrier passes call_in, so arrivals are the barrier's own record (no lock
+        of the hub, which is held while the runner decides)."""
+        if rank in c["called"] or rank in c["arrived"]:
+            return False
+        report = self._step_reports.get(c["step"], {}).get(rank)
+        return isinstance(report, dict) and "error" not in report
+
+    def _open_call_in(self, tag: str, step: int, attempt: int, rank: int) -> None:
+        with self._commands_cond:
+            c = self._call_ins.setdefault(tag, {"step": step, "attempt": attempt, "called": set(), "arrived": set()})
+            c["arrived"].add(rank)
+            self._commands_cond.notify_all()
+
+    def _close_call_in(self, tag: str) -> None:
+        with self._commands_cond:
+            self._call_ins.pop(tag, None)
 
     def step_reports(self, step: int, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> dict[int, dict[str, Any]]:
         """Every rank's report of `step`; fewer if the timeout passes or `alive()` turns False."""
@@ -325,9 +370,17 @@ class CoordinatorClient:
         reply = self._call({"op": "exchange", "tag": tag, "value": value})
         return list(reply["values"]), float(reply["released"])
 
-    def decided_exchange(self, tag: str, value: Any) -> tuple[list[Any], float, Any]:
-        """timed_exchange(), and what the server's `decide` hook answered (the runner's verdict, e.g. a new job)."""
-        reply = self._call({"op": "exchange", "tag": tag, "value": value})
+    def decided_exchange(self, tag: str, value: Any,
+                         call_in: dict[str, int] | None = None) -> tuple[list[Any], float, Any]:
+        """timed_exchange(), and what the server's `decide` hook answered (the runner's verdict, e.g. a new job).
+
+        call_in {"step": S, "attempt": k}: ranks that already finished step S and have not come to this barrier
+        are handed a "rejoin" command for it (next_command), so a barrier after a failure cannot wait on a rank
+        that had finished before it."""
+        msg: dict[str, Any] = {"op": "exchange", "tag": tag, "value": value}
+        if call_in is not None:
+            msg["call_in"] = call_in
+        reply = self._call(msg)
         return list(reply["values"]), float(reply["released"]), reply.get("decision")
 
     def ask(self, topic: str, value: Any = None) -> Any:

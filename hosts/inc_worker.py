@@ -101,6 +101,9 @@ class Partial:
     sums: np.ndarray  # int64 (n_chunks, NUM_LANES); rows of chunks not done are meaningless
     exps: np.ndarray  # int64 per chunk
     stats: AllreduceStats  # what the interrupted attempt cost
+    # the exponents the all-reduce guessed (hosts that speculated), or None: a redo guesses the same, so a chunk
+    # comes out as it would have (and as it did on a worker that got it before the failure)
+    guess: np.ndarray | None = None
 
     @property
     def missing(self) -> np.ndarray:
@@ -157,6 +160,12 @@ class IncJob:
     # timer's backoff is capped at failure_timeout_s / failure_timeouts so that the timeouts do happen.
     failure_timeout_s: float | None = None
     failure_timeouts: int = 2
+    # A stall that the tree's liveness explains away (on_stall: every switch answers) this many times in a row,
+    # with no result in between, is a lost round, not a loss burst: a cell that can no longer complete (a
+    # stored result whose check failed restarts its round, but the workers that got the result have moved
+    # on). SwitchFailureSuspected then goes to the caller too, whose fail-over redoes the missing chunks
+    # under the next epoch with every worker (hosts.agent; the verdict is "false alarm: same tree").
+    lost_round_alarms: int = 2
     # Early retransmission (RACK, RFC 8985, for rounds): a round whose result is missing while a round sent after
     # it has been answered is sent again once it is a round trip plus early_window x srtt old, without waiting
     # for the timeout (every worker sends in the order the results came, so results return in send order; a
@@ -183,6 +192,8 @@ class IncJob:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.failure_timeout_s is not None and self.failure_timeout_s <= 0:
             raise ValueError(f"failure_timeout_s must be > 0 (or None), got {self.failure_timeout_s}")
+        if self.lost_round_alarms < 1:
+            raise ValueError(f"lost_round_alarms must be >= 1, got {self.lost_round_alarms}")
         if not self.early_window >= 0:
             raise ValueError(f"early_window must be >= 0 (0: off), got {self.early_window}")
         # The same check as `p4ina job install`: refuse what cannot represent the sum, naming the numbers.
@@ -209,6 +220,9 @@ class IncWorker:
         self.calls = 0
         self.last_stats: AllreduceStats | None = None
         self.last_plan: qz.FixedPoint | None = None
+        # What the last completed all-reduce holds (every chunk done): a rank called back to a fail-over of a
+        # step it finished redoes the others' chunks from it (hosts.agent's rejoin)
+        self.last_partial: Partial | None = None
         self._decoder = ResultDecoder()
         # Asked before SwitchFailureSuspected is raised: (stalled_s, missing chunks, chunks) -> True if the tree is
         # known to be alive (a long loss burst, not a failure): then the worker keeps waiting on the same rounds.
@@ -227,6 +241,15 @@ class IncWorker:
         # keeps that result for a worker that has not got it yet (without a barrier between calls, the others
         # may start the next call while it still asks). Every worker of a job counts alike.
         self._next_round = np.zeros(job.slot_count, dtype=np.int64)
+
+    def realign(self) -> None:
+        """Start every slot's rounds from the first shadow copy again, with no exponent history: after a
+        fail-over barrier, where a worker that had finished the step (rejoined) is a round ahead of the ones
+        that had not, and holds a history they lost. Safe because the redo runs under the next epoch, in which
+        every cell starts afresh (and guesses from the interrupted call's Partial); every worker of the job
+        calls it there."""
+        self._next_round[:] = 0
+        self._last_exps = None
 
     @property
     def epoch(self) -> int:
@@ -250,7 +273,7 @@ class IncWorker:
         self._last_exps = None  # set again only if this call completes
         sums, exps, stats = self._run(blocks, t_start, np.ones(n, dtype=bool), np.zeros((n, AGG.num_lanes), np.int64),
                                       np.zeros(n, np.int64), guess)
-        out = self._finish(x, sums, exps, stats, t_start)
+        out = self._finish(x, sums, exps, stats, t_start, guess)
         self._last_exps = self._agreed
         return out
 
@@ -269,7 +292,7 @@ class IncWorker:
         if np.any(~redo & ~partial.done):
             raise ValueError("a chunk neither done nor to be redone: the redo set must cover every missing chunk")
         sums, exps = partial.sums.copy(), partial.exps.copy()
-        sums, exps, stats = self._run(blocks, t_start, redo, sums, exps)
+        sums, exps, stats = self._run(blocks, t_start, redo, sums, exps, partial.guess)
         before = partial.stats
         merged = dataclasses.replace(
             stats, packets_sent=stats.packets_sent + before.packets_sent,
@@ -278,7 +301,7 @@ class IncWorker:
             packets_received=stats.packets_received + before.packets_received,
             duplicates=stats.duplicates + before.duplicates, bytes_sent=stats.bytes_sent + before.bytes_sent,
             corrupt=stats.corrupt + before.corrupt)
-        return self._finish(x, sums, exps, merged, before.t_start or t_start)
+        return self._finish(x, sums, exps, merged, before.t_start or t_start, partial.guess)
 
     @staticmethod
     def _blocks(x: np.ndarray) -> np.ndarray:
@@ -292,7 +315,7 @@ class IncWorker:
              exps: np.ndarray, guess: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
         """Stream the chunks in `todo` (one epoch) and put their sums and exponents into sums/exps.
 
-        guess: speculated exponents of every chunk (all chunks are to do), or None for exponent rounds."""
+        guess: speculated exponents of every chunk (those in `todo` are used), or None for exponent rounds."""
         job = self.job
         sub = blocks[todo]
         if not len(sub):  # every chunk arrived everywhere before the failure: nothing to stream
@@ -306,13 +329,14 @@ class IncWorker:
         index = np.flatnonzero(todo)
         t_framed = clock.now()
         try:
-            sub_sums, sub_exps, stats = self._stream(frames, sub, proposals, epoch, t_start, guess)
+            sub_sums, sub_exps, stats = self._stream(frames, sub, proposals, epoch, t_start,
+                                                     None if guess is None else guess[todo])
         except SwitchFailureSuspected as ex:
             done = ~todo.copy()
             done[index] = ex.partial.done
             sums[index[ex.partial.done]] = ex.partial.sums[ex.partial.done]
             exps[index[ex.partial.done]] = ex.partial.exps[ex.partial.done]
-            ex.partial = Partial(done, sums, exps, dataclasses.replace(ex.partial.stats, t_start=t_start))
+            ex.partial = Partial(done, sums, exps, dataclasses.replace(ex.partial.stats, t_start=t_start), guess)
             raise
         sums[index], exps[index] = sub_sums, sub_exps
         parts = dict(stats.parts)
@@ -320,7 +344,7 @@ class IncWorker:
         return sums, exps, dataclasses.replace(stats, parts=parts)
 
     def _finish(self, x: np.ndarray, sums: np.ndarray, exps: np.ndarray, stats: AllreduceStats,
-                t_start: float) -> np.ndarray:
+                t_start: float, guess: np.ndarray | None = None) -> np.ndarray:
         job = self.job
         size = x.size
         t0 = clock.now()
@@ -333,6 +357,7 @@ class IncWorker:
                                               t_done=t_done, parts=parts)
         self.last_plan = qz.FixedPoint(np.repeat(exps, AGG.num_lanes)[:size].reshape(x.shape), job.n_workers,
                                        job.contrib_type, job.result_type, job.shift, job.error_lsb)
+        self.last_partial = Partial(np.ones(len(exps), dtype=bool), sums, exps, self.last_stats, guess)
         return result
 
     def _stream(self, frames: ContributionFrames, blocks: np.ndarray, proposals: np.ndarray, epoch: int,
@@ -436,15 +461,19 @@ class IncWorker:
             for slot in range(n_slots):
                 start_chunk(slot, int(guess[slot]), speculated=True)
 
-        def stalled(now: float) -> SwitchFailureSuspected:
+        alarms = 0  # stalls explained away by a live tree since the last result
+
+        def stalled(now: float, alive: bool = False) -> SwitchFailureSuspected:
             stats = AllreduceStats(method="inc", elements=int(blocks.size), latency_s=now - t_start, packets_sent=sent,
                                    retransmissions=retrans, fast_retransmissions=fast, packets_received=received,
                                    duplicates=duplicates,
                                    bytes_sent=sent_bytes, overflows=overflows, corrupt=corrupt, t_start=t_start)
+            why = (f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost" if alive
+                   else "a switch of the job's tree is presumably down")
             return SwitchFailureSuspected(
                 f"job {job.job_id} rank {job.rank}: no result for {now - last_progress:.2f} s ({expired_since} "
-                f"retransmission timeouts, {n_chunks - done} of {n_chunks} chunks missing, epoch {epoch}): a switch "
-                "of the job's tree is presumably down", Partial(got.copy(), sums, exps, stats), now - last_progress, now)
+                f"retransmission timeouts, {n_chunks - done} of {n_chunks} chunks missing, epoch {epoch}): {why}",
+                Partial(got.copy(), sums, exps, stats), now - last_progress, now)
 
         while done < n_chunks:
             now = clock.now()
@@ -452,6 +481,9 @@ class IncWorker:
                 if self.on_stall is None or not self.on_stall(now - last_progress, n_chunks - done, n_chunks):
                     raise stalled(now)
                 self.false_alarms += 1
+                alarms += 1
+                if alarms >= job.lost_round_alarms:
+                    raise stalled(now, alive=True)
                 LOG.info("job %d rank %d: no result for %.2f s but the tree is alive; waiting on", job.job_id,
                          job.rank, now - last_progress)
                 last_progress, expired_since = clock.now(), 0
@@ -535,7 +567,7 @@ class IncWorker:
                     corrupt += 1  # no switch returns more than the minimum: a damaged header; fetched again
                     continue
                 if guess is not None and not 0 <= agreed - exps[rid] <= window_steps:  # missed: again, agreed scale
-                    last_progress, expired_since = clock.now(), 0
+                    last_progress, expired_since, alarms = clock.now(), 0, 0
                     if sends[rid] - round_from[rid] == 1:
                         answered(rid, clock.now())
                     missed += 1
@@ -549,7 +581,7 @@ class IncWorker:
                 sums[rid] = lanes
                 got[rid] = True
                 done += 1
-            last_progress, expired_since = clock.now(), 0
+            last_progress, expired_since, alarms = clock.now(), 0, 0
             if sends[rid] - round_from[rid] == 1:  # Karn: only unambiguous round trips
                 answered(rid, clock.now())
             nxt = rid + window if rid < n_chunks else slot

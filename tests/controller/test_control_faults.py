@@ -288,10 +288,11 @@ def test_a_session_reads_each_switch_back_once_and_remembers_its_own_installs(
 def test_fail_over_moves_the_job_in_place_and_leaves_nothing_behind(tmp_path: Path) -> None:
     """Leaf-spine, 2 leaves, 2 spines: the job's root spine fails and the job moves to the other one in place:
     the leaves keep their entries but job_config (a new token and up port) and the up port's entry, and every
-    live switch then holds exactly the state's entries (verify is clean). When the second spine fails too, no
-    tree is left: the job is taken off the live switches before the planner's error is raised."""
+    live switch then holds exactly the state's entries (verify is clean). When the second spine fails too, the
+    leaves are cut off from each other (no tree, no ring): the job is taken off the live switches before the
+    planner's error, which names the cut-off edge switch, is raised."""
     from controller.leafspine import leaf_spine
-    from controller.planner import JobDoesNotFitError
+    from controller.planner import HostsCutOffError
 
     with embedded_switches(leaf_spine(2, 2, 1)) as (live, _handles):
         with controller(live, tmp_path / "state.json") as ctl:
@@ -312,7 +313,7 @@ def test_fail_over_moves_the_job_in_place_and_leaves_nothing_behind(tmp_path: Pa
                 assert [e for e in changed if e.table == N.T_JOB_PORTS] == [
                     e for e in now if e.table == N.T_JOB_PORTS and dict(e.match)[N.K_INGRESS_PORT] == new.on(name).up_port]
                 assert new.on(name).token != old.on(name).token
-            with pytest.raises(JobDoesNotFitError):
+            with pytest.raises(HostsCutOffError, match="edge switch l2 has no live path to the others"):
                 ctl.fail_over(7, [new.root])
             assert 7 not in ctl.state.jobs
             for name in leaves:

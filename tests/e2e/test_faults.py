@@ -17,8 +17,9 @@ pytestmark = pytest.mark.mininet
 
 
 def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
-    # 2 leaves x 2 spines: the root spine dies, the other spine takes the job
-    cfg = FaultsConfig(topology="leaf-spine:2x2x2", hosts=4, size=4096, reps=2, loss_rates=(0.01, 0.05), sdc_flips=5,
+    # 2 leaves x 3 spines: the root spine dies, another spine takes the job; then a link of that spine goes
+    # down (the switch keeps running) and the third spine takes it
+    cfg = FaultsConfig(topology="leaf-spine:2x3x2", hosts=4, size=4096, reps=2, loss_rates=(0.01, 0.05), sdc_flips=5,
                        results_root=tmp_path)
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
@@ -34,6 +35,12 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
     assert f["recovery_s"] > f["first_detected_s"] > 0 and 0 < f["redone_chunks"] <= f["chunks"]
     assert f["detect_bound_s"] >= f["failure_timeout_s"] >= cfg.failure_min_s
     assert 0 < f["first_probe_s"] < f["recovery_s"] and 0 <= f["barrier_s"] < f["recovery_s"], f
+    ln = s["link_failure"]
+    assert ln["exact"] and ln["later_exact"] and ln["later_on_new_tree"], ln
+    assert ln["old_root"] == f["new_root"] != ln["new_root"] != f["old_root"], (f, ln)
+    assert ln["old_root"] in ln["link"].split("-")  # the root's link to a switch below it
+    assert ln["recovery_s"] > ln["first_detected_s"] > 0 and 0 < ln["redone_chunks"] <= ln["chunks"], ln
+    assert ln["verdict"].startswith("re-planned"), ln
     e = s["edge_failure"]
     assert e["reported"], e
     assert f"edge switch {e['switch']} is down, cutting off {', '.join(e['hosts'])}" in e["message"]
@@ -61,7 +68,7 @@ def test_faults_cli_refuses_a_bad_loss_rate(tmp_path: Path) -> None:
 def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_check: None) -> None:
     # no loss sweep, no flips, no kill: every link end copies 3% of its packets and holds 5% back
     cfg = FaultsConfig(topology="leaf-spine:2x2x2", hosts=4, size=4096, reps=3, loss_rates=(), sdc_flips=0,
-                       switch_failure=False, edge_failure=False, dup_rate=0.03, reorder_rate=0.05,
+                       switch_failure=False, link_failure=False, edge_failure=False, dup_rate=0.03, reorder_rate=0.05,
                        results_root=tmp_path)
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
@@ -86,7 +93,7 @@ def test_four_jobs_and_a_ring_at_once_stay_exact_and_isolated(tmp_path: Path, le
     # the k=4 fat-tree: four 3-host jobs spread over the pods (sharing edge, aggregation and core switches,
     # distinct slot ranges) and a 4-host ring, all at once; only the loss-free baseline besides
     cfg = FaultsConfig(topology="fat-tree:4", hosts=16, size=4096, reps=1, loss_rates=(), sdc_flips=0,
-                       dup_rate=0.0, reorder_rate=0.0, switch_failure=False, edge_failure=False,
+                       dup_rate=0.0, reorder_rate=0.0, switch_failure=False, link_failure=False, edge_failure=False,
                        isolation_reps=2, results_root=tmp_path)
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from hosts import quantization as qz
-from hosts.agent import Agent, AgentConfig
+from hosts.agent import Agent, AgentConfig, pack_mask
 from hosts.coordination import CoordinatorClient, CoordinatorServer
 from hosts.fakeswitch import FakeSwitch, FakeTransport
 from hosts.packets import Endpoint
@@ -24,7 +26,9 @@ class Rig:
     def __init__(self, tmp_path: Path) -> None:
         self.verdict: Any = None
         self.decided: list[list[Any]] = []
-        self.server = CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", N, timeout_s=60, decide=self.decide).start()
+        self.alive = False  # the runner's answer to a stalled worker's "is my tree alive?"
+        self.server = CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", N, timeout_s=60, decide=self.decide,
+                                        ask=lambda topic, rank, value: {"alive": self.alive}).start()
         self.switch = FakeSwitch(job_id=3, n_workers=N, slot_count=4)
         peers = tuple(f"127.0.0.1:{p}" for p in free_base_ports(N))
         self.agents = [Agent(AgentConfig(rank=r, workers=N, coord=self.server.address, peers=peers, groups=GROUPS),
@@ -44,8 +48,9 @@ class Rig:
         sw = self.switch
         sw.drop = lambda *_: sw.counters["results_sent"] >= results
 
-    def step(self, step: int, size: int = 40 * 256, job: dict[str, Any] = JOB) -> dict[int, dict[str, Any]]:
-        self.server.post(step, {"method": "inc-int32", "size": size, "iteration": step, "input": "ones", "seed": 2,
+    def step(self, step: int, size: int = 40 * 256, job: dict[str, Any] = JOB,
+             kind: str = "ones") -> dict[int, dict[str, Any]]:
+        self.server.post(step, {"method": "inc-int32", "size": size, "iteration": step, "input": kind, "seed": 2,
                                 "checker": 0, "job": job, "ring": {"timeout_s": 0.05}})
         reports = self.server.step_reports(step, 60)
         assert sorted(reports) == list(range(N)), reports
@@ -105,3 +110,172 @@ def test_a_cut_off_edge_is_reported_by_name_on_every_rank(rig: Rig) -> None:
     reports = rig.step(1)
     for r in reports.values():
         assert "SwitchFailureError" in r["error"] and "edge switch e1 is down, cutting off h1, h2" in r["error"]
+
+
+def test_a_rank_that_finished_before_the_failure_is_called_back_to_redo_the_others_chunks(rig: Rig) -> None:
+    """The switch dies just after rank 0 got every result, before ranks 1 and 2 got the last one: rank 0 has
+    reported the step and waits for the next; the others' fail-over barrier calls it back instead of waiting
+    for it until the coordinator's timeout (60 s here), and all three redo the missing chunks."""
+    chunks = 40
+    got: set[int] = set()
+    sw = rig.switch
+
+    def dies_after_rank0_is_served(direction: str, rank: int, fields: dict[str, int]) -> bool:
+        if len(got) == chunks:
+            return True  # dead: nothing in, nothing out
+        if direction == "down" and rank == 0 and fields["elem_type"] != qz.ELEM_NONE:
+            got.add(fields["offset"])
+        return False
+
+    sw.drop = dies_after_rank0_is_served
+
+    def revive() -> dict[str, Any]:
+        sw.token, sw.drop = 2, None
+        return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
+
+    rig.verdict = revive
+    t0 = time.monotonic()
+    reports = rig.step(1, size=chunks * 256)
+    assert time.monotonic() - t0 < 30  # not the coordinator's 60 s timeout
+    assert exact(reports), reports
+    (values,) = rig.decided
+    assert [v["rejoined"] for v in values] == [True, False, False]
+    assert values[0]["missing"] == pack_mask(np.zeros(chunks, dtype=bool))  # rank 0 held everything
+    (event,) = reports[0]["failovers"]
+    assert event["rejoined"] and event["detected_at"] is None and event["redo"] >= 1
+    assert reports[0]["rejoined"] == 1 and "error" not in reports[0]
+    for r in (1, 2):
+        (event,) = reports[r]["failovers"]
+        assert not event["rejoined"] and event["missing"] >= 1 and event["redo"] == reports[0]["failovers"][0]["redo"]
+    again = rig.step(2, size=chunks * 256, job={**JOB, "install": 1})  # every rank on the new install
+    assert exact(again) and not any("failovers" in r for r in again.values())
+
+
+def test_a_rejoined_rank_whose_redone_chunks_differ_reports_an_error(rig: Rig, monkeypatch: Any) -> None:
+    """The comparison can fail: rank 0's kept result is altered (as a corrupted memory would), so its redo of
+    the others' chunks no longer matches what it returned, and its report says so."""
+    chunks = 40
+    got: set[int] = set()
+    sw = rig.switch
+
+    def dies(direction: str, rank: int, fields: dict[str, int]) -> bool:
+        if len(got) == chunks:
+            return True
+        if direction == "down" and rank == 0 and fields["elem_type"] != qz.ELEM_NONE:
+            got.add(fields["offset"])
+        return False
+
+    sw.drop = dies
+
+    def revive() -> dict[str, Any]:
+        sw.token, sw.drop = 2, None
+        return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
+
+    rig.verdict = revive
+    real = Agent.rejoin
+
+    def tampered(self: Agent, call: dict[str, Any]) -> dict[str, Any]:
+        assert self._finished is not None  # noqa: SLF001
+        self._finished["report"] = {**self._finished["report"], "digest": "0" * 16}  # noqa: SLF001
+        return real(self, call)
+
+    monkeypatch.setattr(Agent, "rejoin", tampered)
+    reports = rig.step(1, size=chunks * 256)
+    assert "differ from the result this rank returned" in reports[0]["error"]
+    assert all("error" not in reports[r] for r in (1, 2))
+
+
+def test_a_lost_round_on_a_live_tree_is_redone_by_every_rank_and_the_next_step_runs_aligned(rig: Rig) -> None:
+    """Rank 2 never gets the last result of slot 1 (a cell that cannot complete: the corrupted stored result
+    of the faults experiment), while the tree answers: ranks 0 and 1 finish. Rank 2 goes to the fail-over after
+    its stalls, ranks 0 and 1 are called back, the verdict is the same tree (a false alarm), and all three redo
+    the chunk under the next epoch. The next step needs no fail-over: every rank starts from the same shadow
+    copies (without realign() the finished ranks would be a round ahead on every slot)."""
+    chunks = 40
+    last_of_slot1 = (chunks - 4 + 1) * 256
+    rig.alive = True
+    rig.switch.drop = lambda direction, rank, h: direction == "down" and rank == 2 and h["offset"] == last_of_slot1
+
+    def same_tree() -> dict[str, Any]:
+        rig.switch.drop = None
+        return {"job": JOB, "failed": []}
+
+    rig.verdict = same_tree
+    reports = rig.step(1, size=chunks * 256)
+    assert exact(reports), reports
+    (values,) = rig.decided
+    assert [v["rejoined"] for v in values] == [True, True, False]
+    assert "presumably lost" in values[2]["why"]
+    for r in range(N):
+        (event,) = reports[r]["failovers"]
+        assert event["redo"] == 1 and event["failed"] == []
+    again = rig.step(2, size=chunks * 256)
+    assert exact(again) and not any("failovers" in r for r in again.values()), again
+
+
+def test_a_rejoined_rank_of_a_speculated_allreduce_redoes_at_the_same_guesses(rig: Rig) -> None:
+    """A small all-reduce (4 chunks on 4 slots) guesses its exponents from the one before; the guess is kept
+    below the agreed exponent, so a redo at the agreed exponents would round differently from what rank 0
+    returned. The redo guesses the same (Partial.guess): every rank ends with rank 0's bits, and rank 0's check
+    of its redone chunks passes. Normal inputs, so a different rounding would change the digest."""
+    chunks = 4
+    assert exact_digests(rig.step(1, size=chunks * 256, kind="normal"))  # the history the guesses come from
+    got: set[int] = set()
+    sw = rig.switch
+
+    def dies(direction: str, rank: int, fields: dict[str, int]) -> bool:
+        if len(got) == chunks:
+            return True
+        if direction == "down" and rank == 0 and fields["elem_type"] != qz.ELEM_NONE:
+            got.add(fields["offset"])
+        return False
+
+    sw.drop = dies
+
+    def revive() -> dict[str, Any]:
+        sw.token, sw.drop = 2, None
+        return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
+
+    rig.verdict = revive
+    reports = rig.step(2, size=chunks * 256, kind="normal")
+    assert exact_digests(reports), reports
+    # every rank's redo guessed too (no exponent round), rank 0's report is its first call's
+    assert reports[0]["rejoined"] == 1 and all(r["exponent_rounds"] == 0 for r in reports.values()), reports
+
+
+def exact_digests(reports: dict[int, dict[str, Any]]) -> bool:
+    """No error, one digest, and the checker's result within its bound (inputs that are not integers)."""
+    return (not any("error" in r for r in reports.values()) and len({r["digest"] for r in reports.values()}) == 1
+            and reports[0]["max_error_ratio"] <= 1.0)
+
+
+def test_a_rank_that_cannot_rejoin_fails_the_barrier_at_once(rig: Rig, monkeypatch: Any) -> None:
+    """A called-back rank that cannot take part (here it lost what it kept of the step) tells the barrier so:
+    the others fail with its reason at once instead of waiting out the coordinator's 60 s."""
+    chunks = 40
+    got: set[int] = set()
+    sw = rig.switch
+
+    def dies(direction: str, rank: int, fields: dict[str, int]) -> bool:
+        if len(got) == chunks:
+            return True
+        if direction == "down" and rank == 0 and fields["elem_type"] != qz.ELEM_NONE:
+            got.add(fields["offset"])
+        return False
+
+    sw.drop = dies
+    rig.verdict = {"job": {**JOB, "install": 1}, "failed": ["c1"]}
+    real = Agent.run_step
+
+    def forgetful(self: Agent, cmd: dict[str, Any]) -> dict[str, Any]:
+        report = real(self, cmd)
+        self._finished = None  # noqa: SLF001
+        return report
+
+    monkeypatch.setattr(Agent, "run_step", forgetful)
+    t0 = time.monotonic()
+    reports = rig.step(1, size=chunks * 256)
+    assert time.monotonic() - t0 < 30
+    assert "called back to step 1, but the last in-network step this agent finished was none" in reports[0]["error"]
+    for r in (1, 2):
+        assert "rank 0 could not rejoin the fail-over: StepError: called back" in reports[r]["error"], reports[r]

@@ -165,3 +165,35 @@ def test_ask_is_answered_at_once_without_the_other_ranks(tmp_path: Path) -> None
             assert client.ask("stall") is None  # nobody answers: the worker treats its tree as dead
         finally:
             client.close()
+
+
+def test_a_calling_in_barrier_calls_back_only_ranks_that_finished_its_step(tmp_path: Path) -> None:
+    """Rank 1 reported step 4 and waits for its next command: rank 0's barrier with call_in hands it a rejoin
+    (and withdraws its report); rank 2 reported step 4 with an error and is not called; with no call-in open a
+    rank gets its next step as always."""
+    with CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", 3, timeout_s=10) as server:
+        clients = [CoordinatorClient(server.address, r, 3) for r in range(3)]
+        try:
+            assert clients[1].next_command(4, wait_s=0.05) is None  # nothing yet
+            clients[1].step_report(4, {"digest": "a"})
+            clients[2].step_report(4, {"error": "it failed"})
+            out: dict[str, Any] = {}
+            t = threading.Thread(target=lambda: out.update(
+                d=clients[0].decided_exchange("failover-4-0", 0, call_in={"step": 4, "attempt": 0})))
+            t.start()
+            call = clients[1].next_command(4, wait_s=5)
+            assert call == {"op": "rejoin", "tag": "failover-4-0", "step": 4, "attempt": 0}
+            assert 1 not in server.step_reports(4, 0.0)  # withdrawn until it reports again
+            server.post(5, {"method": "x"})
+            assert clients[2].next_command(4, wait_s=0.2)["step"] == 5  # not called: it did not finish step 4
+            assert clients[1].next_command(4, wait_s=0.2)["step"] == 5  # called once only
+            rest = [threading.Thread(target=lambda r=r: clients[r].decided_exchange(
+                "failover-4-0", r, call_in={"step": 4, "attempt": 0})) for r in (1, 2)]
+            for th in [*rest]:
+                th.start()
+            for th in [t, *rest]:
+                th.join(5)
+            assert out["d"][0] == [0, 1, 2] and not server._call_ins  # noqa: SLF001 (closed on release)
+        finally:
+            for c in clients:
+                c.close()

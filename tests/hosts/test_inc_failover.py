@@ -118,3 +118,25 @@ def test_a_loss_burst_on_a_live_tree_is_a_false_alarm_and_the_allreduce_goes_on(
     assert all(isinstance(o, np.ndarray) and (o == sum(range(1, N + 1))).all() for o in out), out
     assert asked and all(s >= FAILURE_S and m == c == 10 for s, m, c in asked)
     assert sum(w.false_alarms for w in ws) == len(asked)
+
+
+def test_a_round_that_never_completes_on_a_live_tree_goes_to_the_fail_over_after_lost_round_alarms() -> None:
+    """Rank 2 never gets chunk 37's result, its slot's last round (as when a corrupted stored result restarts a
+    round the others have left): the tree answers every liveness question, yet after lost_round_alarms stalls in
+    a row without a result in between, the worker stops waiting and raises, so its fail-over can redo the chunk
+    with everyone."""
+    sw = FakeSwitch(job_id=JOB, n_workers=N, slot_count=SLOTS)
+    sw.drop = lambda direction, rank, h: direction == "down" and rank == 2 and h["offset"] == 37 * L
+    ws = workers(sw)
+    asked: list[float] = []
+    ws[2].on_stall = lambda stalled_s, missing, chunks: asked.append(stalled_s) is None  # alive, every time
+    inputs = [np.full(40 * L, r + 1, dtype=np.float32) for r in range(N)]
+    out = in_threads(lambda r: ws[r].allreduce(inputs[r]))
+    assert all(isinstance(o, np.ndarray) for o in out[:2]), out
+    err = out[2]
+    assert isinstance(err, SwitchFailureSuspected) and "presumably lost" in str(err), err
+    assert len(asked) == IncJob.lost_round_alarms == ws[2].false_alarms
+    assert err.partial.missing.tolist() == [k == 37 for k in range(40)]
+    # the finished workers moved past rank 2 on chunk 37's slot: hosts.agent realigns every worker after the
+    # fail-over (tests/hosts/test_agent_failover.py runs the next step after it)
+    assert not np.array_equal(ws[0]._next_round, ws[2]._next_round)  # noqa: SLF001
