@@ -48,6 +48,24 @@ class Rig:
         sw = self.switch
         sw.drop = lambda *_: sw.counters["results_sent"] >= results
 
+    def die_once_rank0_has(self, chunks: int) -> None:
+        """The switch dies the moment rank 0 holds every chunk's result: ranks 1 and 2 lack the last one."""
+        got: set[int] = set()
+
+        def dies(direction: str, rank: int, fields: dict[str, int]) -> bool:
+            if len(got) == chunks:
+                return True  # dead: nothing in, nothing out
+            if direction == "down" and rank == 0 and fields["elem_type"] != qz.ELEM_NONE:
+                got.add(fields["offset"])
+            return False
+
+        self.switch.drop = dies
+
+    def revived(self) -> dict[str, Any]:
+        """A verdict hook: the "controller" re-installs the job (new token) on a working tree."""
+        self.switch.token, self.switch.drop = 2, None
+        return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
+
     def step(self, step: int, size: int = 40 * 256, job: dict[str, Any] = JOB,
              kind: str = "ones") -> dict[int, dict[str, Any]]:
         self.server.post(step, {"method": "inc-int32", "size": size, "iteration": step, "input": kind, "seed": 2,
@@ -80,11 +98,7 @@ def exact(reports: dict[int, dict[str, Any]]) -> bool:
 def test_a_re_planned_job_finishes_the_interrupted_allreduce_and_runs_the_next(rig: Rig) -> None:
     rig.die_after(N * 12)
 
-    def revive() -> dict[str, Any]:  # the "controller": a new install (new token) on a working tree
-        rig.switch.token, rig.switch.drop = 2, None
-        return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
-
-    rig.verdict = revive
+    rig.verdict = rig.revived
     reports = rig.step(1)
     assert exact(reports), reports
     assert len(rig.decided) == 1 and len(rig.decided[0]) == N  # every rank reported, once
@@ -117,23 +131,8 @@ def test_a_rank_that_finished_before_the_failure_is_called_back_to_redo_the_othe
     reported the step and waits for the next; the others' fail-over barrier calls it back instead of waiting
     for it until the coordinator's timeout (60 s here), and all three redo the missing chunks."""
     chunks = 40
-    got: set[int] = set()
-    sw = rig.switch
-
-    def dies_after_rank0_is_served(direction: str, rank: int, fields: dict[str, int]) -> bool:
-        if len(got) == chunks:
-            return True  # dead: nothing in, nothing out
-        if direction == "down" and rank == 0 and fields["elem_type"] != qz.ELEM_NONE:
-            got.add(fields["offset"])
-        return False
-
-    sw.drop = dies_after_rank0_is_served
-
-    def revive() -> dict[str, Any]:
-        sw.token, sw.drop = 2, None
-        return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
-
-    rig.verdict = revive
+    rig.die_once_rank0_has(chunks)
+    rig.verdict = rig.revived
     t0 = time.monotonic()
     reports = rig.step(1, size=chunks * 256)
     assert time.monotonic() - t0 < 30  # not the coordinator's 60 s timeout
@@ -155,23 +154,8 @@ def test_a_rejoined_rank_whose_redone_chunks_differ_reports_an_error(rig: Rig, m
     """The comparison can fail: rank 0's kept result is altered (as a corrupted memory would), so its redo of
     the others' chunks no longer matches what it returned, and its report says so."""
     chunks = 40
-    got: set[int] = set()
-    sw = rig.switch
-
-    def dies(direction: str, rank: int, fields: dict[str, int]) -> bool:
-        if len(got) == chunks:
-            return True
-        if direction == "down" and rank == 0 and fields["elem_type"] != qz.ELEM_NONE:
-            got.add(fields["offset"])
-        return False
-
-    sw.drop = dies
-
-    def revive() -> dict[str, Any]:
-        sw.token, sw.drop = 2, None
-        return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
-
-    rig.verdict = revive
+    rig.die_once_rank0_has(chunks)
+    rig.verdict = rig.revived
     real = Agent.rejoin
 
     def tampered(self: Agent, call: dict[str, Any]) -> dict[str, Any]:
@@ -220,23 +204,8 @@ def test_a_rejoined_rank_of_a_speculated_allreduce_redoes_at_the_same_guesses(ri
     of its redone chunks passes. Normal inputs, so a different rounding would change the digest."""
     chunks = 4
     assert exact_digests(rig.step(1, size=chunks * 256, kind="normal"))  # the history the guesses come from
-    got: set[int] = set()
-    sw = rig.switch
-
-    def dies(direction: str, rank: int, fields: dict[str, int]) -> bool:
-        if len(got) == chunks:
-            return True
-        if direction == "down" and rank == 0 and fields["elem_type"] != qz.ELEM_NONE:
-            got.add(fields["offset"])
-        return False
-
-    sw.drop = dies
-
-    def revive() -> dict[str, Any]:
-        sw.token, sw.drop = 2, None
-        return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
-
-    rig.verdict = revive
+    rig.die_once_rank0_has(chunks)
+    rig.verdict = rig.revived
     reports = rig.step(2, size=chunks * 256, kind="normal")
     assert exact_digests(reports), reports
     # every rank's redo guessed too (no exponent round), rank 0's report is its first call's
@@ -253,17 +222,7 @@ def test_a_rank_that_cannot_rejoin_fails_the_barrier_at_once(rig: Rig, monkeypat
     """A called-back rank that cannot take part (here it lost what it kept of the step) tells the barrier so:
     the others fail with its reason at once instead of waiting out the coordinator's 60 s."""
     chunks = 40
-    got: set[int] = set()
-    sw = rig.switch
-
-    def dies(direction: str, rank: int, fields: dict[str, int]) -> bool:
-        if len(got) == chunks:
-            return True
-        if direction == "down" and rank == 0 and fields["elem_type"] != qz.ELEM_NONE:
-            got.add(fields["offset"])
-        return False
-
-    sw.drop = dies
+    rig.die_once_rank0_has(chunks)
     rig.verdict = {"job": {**JOB, "install": 1}, "failed": ["c1"]}
     real = Agent.run_step
 
