@@ -25,8 +25,8 @@ from controller.p4info import P4InfoError, P4Schema, pipeline_cookie
 from controller.planner import DuplicateJobError, JobPlan, JobSpec, PlanError, SwitchPlan, SwitchUsage, next_token, plan_job
 from controller.registers import read_register_all, read_register_cells
 from controller.routing import all_route_entries
-from controller.state import State, link_key
-from controller.topology import Topology
+from controller.state import State
+from controller.topology import Topology, link_key
 
 LOG = logging.getLogger(__name__)
 
@@ -326,7 +326,7 @@ def _plan_around_the_switches(fabric: Fabric, schema: P4Schema, state: State, sp
         if _move_past_held_tokens(state, {name: h.tokens for name, h in held.items()}):
             # the same tree and slots (tokens do not steer the plan), with tokens the switches lack
             plan = plan_job(_planning_topology(fabric, state), spec, others, state.installs, exclude=state.failed,
-                        reserved=reserved)
+                            reserved=reserved)
         return plan
     raise InstallError(f"job {spec.job_id}: what the switches hold kept changing over {READ_BACK_ROUNDS} plans "
                        "(is another controller installing jobs at the same time?); try again")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.planner import JobPlan
+from controller.topology import link_key
 
 LOG = logging.getLogger(__name__)
 
@@ -27,11 +28,6 @@ STATE_VERSION = 1
 
 class StateError(ValueError):
     pass
-
-
-def link_key(a: str, b: str) -> tuple[str, str]:
-    """One name for a link, whichever end is given first."""
-    return (a, b) if a <= b else (b, a)
 
 
 @dataclass

@@ -44,6 +44,11 @@ class Host:
     port: int  # the switch port the host is attached to
 
 
+def link_key(a: str, b: str) -> tuple[str, str]:
+    """One name for a switch-to-switch link, whichever end is given first."""
+    return (a, b) if a <= b else (b, a)
+
+
 @dataclass(frozen=True)
 class Link:
     """A switch-to-switch link; `a` is the lower tier end."""

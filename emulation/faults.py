@@ -54,7 +54,8 @@ from controller.counters import totals
 from controller.installer import RemoveError
 from controller.planner import HostsCutOffError, JobDoesNotFitError, JobPlan
 from controller.registers import read_register, write_register
-from controller.state import State, link_key
+from controller.state import State
+from controller.topology import link_key
 from controller.topospec import load_topology
 from emulation import runner as R
 from emulation.experiment import ExperimentConfig
@@ -232,9 +233,6 @@ class FaultsRun:
                 self._probe = (clock.now(), found, links)
                 self.probes.append((t0, clock.now() - t0))
             return set(self._probe[1]), set(self._probe[2])
-
-    def dead_switches(self, max_age_s: float = 0.5) -> set[str]:
-        return self.failed_parts(max_age_s)[0]
 
     def ask(self, topic: str, rank: int, value: Any) -> Any:
         """A worker saw no result for failure_timeout_s: is its tree alive (a loss burst) or is a switch dead?"""

@@ -34,7 +34,7 @@ from mininet.node import Host
 # mininet.log makes MininetLogger (with its own console handler) the class of every logger created after it.
 logging.setLoggerClass(logging.Logger)
 
-from controller.topology import Topology
+from controller.topology import Topology, link_key
 from emulation import cleanup
 from emulation.nodes import BACKENDS, IFACE_PREFIX, SWITCH_CLASSES, P4Switch, default_backend, port_iface, stop_process, wait_ready
 from emulation.shaping import LinkShape
@@ -333,7 +333,7 @@ class EmulatedNetwork:
                 except OSError:  # an interface that is down (or gone) cannot report a carrier
                     carrier = "0"
                 if carrier != "1":
-                    out.add((a, b) if a <= b else (b, a))
+                    out.add(link_key(a, b))
                     break
         return out
 

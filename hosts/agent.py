@@ -253,9 +253,9 @@ class Agent:
                     "bytes_sent", "corrupt"):
             if key in counts:
                 report[key] = counts[key]
-        if report.get("fallback") is None and failovers and failovers[-1].get("fallback"):
-            report["fallback"] = failovers[-1]["fallback"]
-        if failovers[-1].get("fallback") == "ring":  # the others' sum is the ring's now: the ranks' reports differ
+        fallback = failovers[-1].get("fallback")  # the kept report had none: only in-network steps are kept
+        if fallback == "ring":  # the others' sum is the ring's now: the ranks' reports differ
+            report["fallback"] = fallback
             report["rejoin_note"] = "the others fell back to the host ring; this rank keeps the in-network sum"
         elif result_digest(result) != report["digest"]:
             report["error"] = (f"step {step}: the chunks redone after rejoining differ from the result this rank "
