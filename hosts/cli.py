@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "json", False):
             print(json.dumps({"method": args.cmd, "rank": args.rank, "error": f"{type(ex).__name__}: {ex}"}))
         return 1
-    if args.json or args.cmd == "agent":
+    if args.cmd == "agent" or args.json:  # the agent parser has no --json: it always prints its report
         print(json.dumps(report))
     else:
         lat = ", ".join(f"{t * 1e3:.2f}" for t in report["latency_s"])
