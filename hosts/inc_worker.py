@@ -231,6 +231,9 @@ class IncWorker:
         max_s = max(job.max_timeout_s, job.timeout_s)
         if job.failure_timeout_s is not None:  # backed-off timers must still expire failure_timeouts times in time
             max_s = max(min(max_s, job.failure_timeout_s / job.failure_timeouts), job.timeout_s, job.min_timeout_s)
+        # 2^(e/steps) of every exponent the header can carry, looked up per round (qz.scale's own values)
+        exponents = np.arange(qz.EXPONENT_MIN, qz.EXPONENT_MAX + 1)
+        self._scales: dict[int, float] = dict(zip(exponents.tolist(), qz.scale(exponents, job.contrib_type).tolist()))
         self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s), max_s=max_s)
         # The agreed exponents of the last all-reduce that completed normally (None: none, or a failure since):
         # the agreed ones, not the ones used, which a kept guess makes coarser (the next guess would drift).
@@ -372,6 +375,9 @@ class IncWorker:
         lane_dtype = qz.ELEM_DTYPE[job.contrib_type]
         lane_info = np.iinfo(lane_dtype)
         q_max = job.q_limit
+        scales = self._scales
+        blocks64 = blocks.astype(np.float64)  # once, not per round (the quantization's products are float64)
+        maxabs = np.abs(blocks64).max(axis=1)
         window_steps = SPEC_WINDOW[job.contrib_type] or 0
         sums = np.zeros((n_chunks, AGG.num_lanes), dtype=np.int64)
         exps = np.zeros(n_chunks, dtype=np.int64)
@@ -383,12 +389,14 @@ class IncWorker:
         expired_since = 0  # retransmission timeouts since then
         # A round is a packet id: chunk k is k, the exponent round of slot s is n_chunks + s.
         n_ids = n_chunks + n_slots
-        outstanding = np.full(window, -1, dtype=np.int64)  # round in flight per slot
-        rounds = self._next_round[:window].copy()  # the round each slot is in (shadow copy = round % 2)
-        sends = np.zeros(n_ids, dtype=np.int64)
-        round_from = np.zeros(n_ids, dtype=np.int64)  # sends[rid] when its current round began
-        first_sent = np.zeros(n_ids, dtype=np.float64)
-        expiries = np.zeros(n_ids, dtype=np.int64)  # timeouts of the round in flight (its backoff)
+        # Per-round bookkeeping in lists, not arrays: the loop reads and writes them one element at a time, which
+        # costs a numpy array several times what it costs a list (the agents' CPU is what bounds the emulation).
+        outstanding = [-1] * window  # round in flight per slot
+        rounds = self._next_round[:window].tolist()  # the round each slot is in (shadow copy = round % 2)
+        sends = [0] * n_ids
+        round_from = [0] * n_ids  # sends[rid] when its current round began
+        first_sent = [0.0] * n_ids
+        expiries = [0] * n_ids  # timeouts of the round in flight (its backoff)
         deadlines: list[tuple[float, int, int, bool]] = []  # heap of (deadline, round, send number, early)
         # early retransmission: every send in time order (time, round, send number), and the latest send time
         # answered (unambiguously) with its round trip; sends before it still unanswered are presumed lost
@@ -414,9 +422,9 @@ class IncWorker:
             sends[rid] += 1
             sent += 1
             sent_bytes += frames.exp_frame_len if is_exp else frames.frame_len
-            heapq.heappush(deadlines, (now + rto.timeout(1 + int(expiries[rid])), rid, int(sends[rid]), False))
+            heapq.heappush(deadlines, (now + rto.timeout(1 + expiries[rid]), rid, sends[rid], False))
             if early:
-                in_order.append((now, rid, int(sends[rid])))
+                in_order.append((now, rid, sends[rid]))
 
         def answered(rid: int, now: float) -> None:
             """rid's round came back, sent once: sends before it that are still unanswered get an early deadline."""
@@ -438,14 +446,21 @@ class IncWorker:
                     f"job {job.job_id} rank {job.rank}: chunk {chunk} agreed exponent {exponent} is above this "
                     f"worker's proposal {int(proposals[chunk])}: the switches must return the minimum")
             t0 = clock.now()
-            q = np.rint(blocks[chunk].astype(np.float64) * qz.scale(exponent, job.contrib_type))
+            s = scales.get(exponent)
+            if s is None:  # outside the header's range (no switch sends one): computed, and refused below
+                s = float(qz.scale(exponent, job.contrib_type))
+            q = blocks64[chunk] * s
+            np.rint(q, out=q)
+            # the block's largest |q| without scanning it: rint and a positive scale keep the order of |x|
+            top = float(np.rint(maxabs[chunk] * s))
             if speculated and exponent > proposals[chunk]:
                 np.clip(q, -q_max, q_max, out=q)  # too fine a scale for this block: the round will be sent again
-            if q.max(initial=0) > lane_info.max or q.min(initial=0) < lane_info.min:
+                top = min(top, q_max)
+            if top > lane_info.max:
                 raise ProtocolError(f"chunk {chunk}: exponent {exponent} overflows {lane_dtype}")
             slot = chunk % window
             frames.fill(chunk, exponent, q)
-            frames.set_shadow(chunk, int(rounds[slot] % 2))
+            frames.set_shadow(chunk, rounds[slot] % 2)
             exps[chunk] = exponent
             quantize_s += clock.now() - t0
             outstanding[slot] = chunk
@@ -454,7 +469,7 @@ class IncWorker:
 
         if guess is None:
             for slot in range(n_slots):
-                frames.set_exponent_shadow(slot, int(rounds[slot] % 2))
+                frames.set_exponent_shadow(slot, rounds[slot] % 2)
                 outstanding[slot] = n_chunks + slot
                 transmit(n_chunks + slot)
         else:
@@ -529,7 +544,7 @@ class IncWorker:
             if h["op"] != OP_RESULT or h["job_id"] != job.job_id or h["epoch"] != epoch or slot >= window:
                 duplicates += 1
                 continue
-            rid = int(outstanding[slot])
+            rid = outstanding[slot]
             if rid < 0:
                 duplicates += 1
                 continue
@@ -549,7 +564,7 @@ class IncWorker:
                     duplicates += 1
                     continue
                 try:
-                    lanes = self._decoder.lanes(payload, h["elem_type"])
+                    lanes = self._decoder.lanes(payload, h["elem_type"], widen=False)  # copied into sums below
                 except ValueError:
                     duplicates += 1
                     continue
@@ -594,7 +609,7 @@ class IncWorker:
             else:
                 outstanding[slot] = -1
         t_end = clock.now()
-        self._next_round[:n_slots] = rounds[:n_slots] + 1
+        self._next_round[:n_slots] = np.asarray(rounds[:n_slots], dtype=np.int64) + 1
         parts = {"quantize": quantize_s, "agree": ((agreed_at or t_end) - t_start) if guess is None else 0.0}
         stats = AllreduceStats(
             method="inc", elements=int(blocks.size), latency_s=t_end - t_start, packets_sent=sent,

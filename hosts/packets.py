@@ -203,7 +203,10 @@ class ContributionFrames:
         """Write the agreed exponent, the chunk's quantized lanes and their checksum into its frame."""
         self.frames[chunk, EXPONENT_AT] = exponent & 0xFF
         self._lane_view[chunk] = lanes  # type: ignore[index]
-        total = (int(np.asarray(lanes, dtype=np.int64).sum()) + int(self.salts[chunk])) & 0xFFFFFFFF
+        lanes = np.asarray(lanes)
+        # integer-valued floats (the worker's rounded products, |q| < 2^31) sum exactly in float64: no int copy
+        lane_sum = lanes.sum() if lanes.dtype.kind == "f" else lanes.sum(dtype=np.int64)
+        total = (int(lane_sum) + int(self.salts[chunk])) & 0xFFFFFFFF
         self.frames[chunk, CHECKSUM_AT : CHECKSUM_AT + 4] = np.frombuffer(total.to_bytes(4, "big"), dtype=np.uint8)
 
     def set_shadow(self, chunk: int, shadow: int) -> None:
@@ -248,7 +251,7 @@ def salts(offsets: np.ndarray, job_id: int, epoch: int) -> np.ndarray:
 
 def checks_out(lanes: np.ndarray, checksum: int, offset: int, job_id: int, epoch: int) -> bool:
     """Does a packet's checksum match its lanes (the end-to-end check of every result)?"""
-    return AGG.checksum(int(np.asarray(lanes, dtype=np.int64).sum()), offset, job_id, epoch) == checksum
+    return AGG.checksum(int(np.asarray(lanes).sum(dtype=np.int64)), offset, job_id, epoch) == checksum
 
 
 class ResultDecoder:
@@ -273,10 +276,12 @@ class ResultDecoder:
         return out
 
     @staticmethod
-    def lanes(payload: bytes | memoryview, elem_type: int) -> np.ndarray:
-        """The lanes as int64; raises ValueError if the payload is too short for its elem_type."""
+    def lanes(payload: bytes | memoryview, elem_type: int, widen: bool = True) -> np.ndarray:
+        """The lanes as int64 (widen=False: a read-only view in the wire's type, no copy); raises ValueError if
+        the payload is too short for its elem_type."""
         width = AGG.lane_bytes(elem_type)
         need = HEADER_LEN + AGG.num_lanes * width
         if len(payload) < need:
             raise ValueError(f"result payload has {len(payload)} bytes, elem_type {elem_type} needs {need}")
-        return np.frombuffer(payload, dtype=LANE_DTYPE[width], count=AGG.num_lanes, offset=HEADER_LEN).astype(np.int64)
+        view = np.frombuffer(payload, dtype=LANE_DTYPE[width], count=AGG.num_lanes, offset=HEADER_LEN)
+        return view.astype(np.int64) if widen else view

@@ -31,6 +31,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulation.softswitch import heap
 from emulation.softswitch.errors import SoftSwitchError
 from emulation.softswitch.p4runtime_server import NonLoopbackAddressError, P4RuntimeServer, parse_loopback_address
 from emulation.softswitch.delayline import DelaySpecError, PortDelays, parse_delay
@@ -343,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     except (SoftSwitchError, ValueError) as ex:  # the interpreter refused the JSON
         print(f"error: {opts.json_path}: {ex}", file=sys.stderr)
         return 1
+    # this process lives for its program: once one is loaded, the collector stops walking it (heap.py)
+    running.switch.on_program_change.append(heap.settle)
+    if running.switch.program_loaded:
+        heap.settle()
     try:
         if opts.ready_file is not None:
             try:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from emulation.softswitch import codegen, compilecache, ir, program, pyemit
+from emulation.softswitch import codegen, compilecache, heap, ir, program, pyemit
 from emulation.softswitch.engine import ActionCall, ActionInfo, ProgramAssertion, ProgramRuntime
 from emulation.softswitch.errors import (
     ConstDefaultActionError,
@@ -371,6 +371,10 @@ class SoftSwitch:
                  len(rt.action_infos), rt.engine)
 
     def _build_runtime(self, raw: bytes) -> ProgramRuntime:
+        with heap.paused():  # the collector would walk the growing program over and over (heap.py)
+            return self._build_runtime_unpaused(raw)
+
+    def _build_runtime_unpaused(self, raw: bytes) -> ProgramRuntime:
         comp = compilecache.compiled(raw)
         want = self.requested_engine
         if want == "auto":  # P4INA_SOFTSWITCH_ENGINE=c|python says what "auto" means (tests run the suite on either)
