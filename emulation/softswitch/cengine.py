@@ -16,14 +16,13 @@ from __future__ import annotations
 import ctypes
 import logging
 import random
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from emulation.softswitch import cbuild, cemit, codegen, engine
 from emulation.softswitch.engine import ProgramRuntime
+from emulation.softswitch.once import SharedBuilds
 
 LOG = logging.getLogger(__name__)
 
@@ -106,9 +105,7 @@ class CProgram:
 
 # targets whose C ABI aligns every struct member to its size, as cemit._slot_offsets assumes (`cc -dumpmachine`)
 LANE_LOOP_TARGETS = ("x86_64-", "aarch64-")
-_LOCK = threading.Lock()
-_PROGRAMS: OrderedDict[int, tuple[codegen.Compiled, CProgram | cemit.CUnsupported]] = OrderedDict()
-_KEEP = 8
+_PROGRAMS: SharedBuilds[tuple[codegen.Compiled, CProgram | cemit.CUnsupported]] = SharedBuilds(keep=8)
 _NO_COMPILER_LOGGED = False
 
 
@@ -132,29 +129,22 @@ def options_for(comp: codegen.Compiled) -> cemit.Options:
 
 def program_for(comp: codegen.Compiled, what: str = "program") -> CProgram:
     """The program's shared object, emitted and compiled once per process (CUnsupported when it cannot be)."""
-    key = id(comp)
-    with _LOCK:
-        hit = _PROGRAMS.get(key)
-        if hit is not None and hit[0] is comp:
-            _PROGRAMS.move_to_end(key)
-            if isinstance(hit[1], cemit.CUnsupported):
-                raise hit[1]
-            return hit[1]
-    try:
-        source = runtime_source(cemit.emit(comp.module, options_for(comp)))
-    except cemit.CUnsupported as ex:
-        with _LOCK:
-            _PROGRAMS[key] = (comp, ex)
-        raise
-    lib = cbuild.load(source, what)
-    _bind(lib)
-    if lib.p4sw_abi() != cemit.ABI:
-        raise cbuild.CompileError(f"C runtime ABI {lib.p4sw_abi()} != emitter ABI {cemit.ABI}")
-    prog = CProgram(lib, source, int(lib.p4sw_state_size()))
-    with _LOCK:
-        _PROGRAMS[key] = (comp, prog)
-        while len(_PROGRAMS) > _KEEP:
-            _PROGRAMS.popitem(last=False)
+
+    def build() -> tuple[codegen.Compiled, CProgram | cemit.CUnsupported]:
+        try:
+            source = runtime_source(cemit.emit(comp.module, options_for(comp)))
+        except cemit.CUnsupported as ex:
+            return comp, ex  # remembered: the refusal is as much a property of the program as its library
+        lib = cbuild.load(source, what)
+        _bind(lib)
+        if lib.p4sw_abi() != cemit.ABI:
+            raise cbuild.CompileError(f"C runtime ABI {lib.p4sw_abi()} != emitter ABI {cemit.ABI}")
+        return comp, CProgram(lib, source, int(lib.p4sw_state_size()))
+
+    # keyed by identity (a Compiled is shared by compilecache); `valid` guards against a reused id()
+    _, prog = _PROGRAMS.get(id(comp), build, valid=lambda hit: hit[0] is comp)
+    if isinstance(prog, cemit.CUnsupported):
+        raise prog
     return prog
 
 

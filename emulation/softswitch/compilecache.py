@@ -11,38 +11,26 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 from emulation.softswitch import codegen, program
+from emulation.softswitch.once import SharedBuilds
 
 LOG = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-_SOURCES = ("codegen.py", "lower.py", "ir.py", "cse.py", "pyemit.py", "program.py", "hashing.py", "compilecache.py")
+_SOURCES = ("codegen.py", "lower.py", "ir.py", "cse.py", "pyemit.py", "program.py", "hashing.py", "compilecache.py", "once.py")
 FINGERPRINT = hashlib.sha256(b"".join((_HERE / name).read_bytes() for name in _SOURCES)).hexdigest()[:16]
 
-_MEMORY: OrderedDict[str, codegen.Compiled] = OrderedDict()
-_LOCK = threading.Lock()
-_KEEP = 4
+_MEMORY: SharedBuilds[codegen.Compiled] = SharedBuilds(keep=4)
 
 
 def compiled(raw: bytes) -> codegen.Compiled:
     """The compiled program for a BMv2 JSON document.
 
     Only immutable results are shared between switches: the model, the IR, the generated source
-    and the read-only objects it refers to; every switch builds its own state around them.
+    and the read-only objects it refers to; every switch builds its own state around them. Switches
+    that ask at the same time wait for one compile (once.py).
     """
     key = hashlib.sha256(raw + FINGERPRINT.encode()).hexdigest()
-    with _LOCK:
-        hit = _MEMORY.get(key)
-        if hit is not None:
-            _MEMORY.move_to_end(key)
-            return hit
-    result = codegen.compile_program(program.load(raw))
-    with _LOCK:
-        _MEMORY[key] = result
-        while len(_MEMORY) > _KEEP:
-            _MEMORY.popitem(last=False)
-    return result
+    return _MEMORY.get(key, lambda: codegen.compile_program(program.load(raw)))
