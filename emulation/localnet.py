@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     import threading
 
     from controller.topospec import load_topology
+    from emulation.softswitch import heap
 
     ap = argparse.ArgumentParser(prog="python -m emulation.localnet", description="Start an embedded switch (P4Runtime on 127.0.0.1, no ports) for every switch of a topology and write the topology JSON with their addresses.")
     ap.add_argument("topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON")
@@ -114,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with embedded_switches(load_topology(args.topology)) as (topo, _):
+    with embedded_switches(load_topology(args.topology)) as (topo, running):
+        for rs in running.values():  # a process that lives for its switches' program, as a switch process does
+            rs.switch.on_program_change.append(heap.settle)
         tmp = args.out.with_name(args.out.name + ".tmp")
         topo.save(tmp)
         tmp.replace(args.out)  # appears complete or not at all: readers poll for it

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from pathlib import Path
 
 from emulation.softswitch import codegen, program
@@ -33,4 +34,11 @@ def compiled(raw: bytes) -> codegen.Compiled:
     that ask at the same time wait for one compile (once.py).
     """
     key = hashlib.sha256(raw + FINGERPRINT.encode()).hexdigest()
-    return _MEMORY.get(key, lambda: codegen.compile_program(program.load(raw)))
+
+    def build() -> codegen.Compiled:
+        t0 = time.perf_counter()
+        comp = codegen.compile_program(program.load(raw))
+        LOG.debug("compiled program %s in %.2f s", key[:12], time.perf_counter() - t0)
+        return comp
+
+    return _MEMORY.get(key, build)
