@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with embedded_switches(load_topology(args.topology)) as (topo, running):
         for rs in running.values():  # a process that lives for its switches' program, as a switch process does
-            rs.switch.on_program_change.append(heap.settle)
+            rs.switch.on_program_change.append(heap.settle_soon)  # once after a push to all of them
         tmp = args.out.with_name(args.out.name + ".tmp")
         topo.save(tmp)
         tmp.replace(args.out)  # appears complete or not at all: readers poll for it

