@@ -38,11 +38,11 @@ def _together(n: int, fn) -> list:
 
 def test_concurrent_misses_build_once_and_share_the_value() -> None:
     cache: SharedBuilds[object] = SharedBuilds()
-    calls, release = [], threading.Event()
+    calls: list[int] = []
 
     def build() -> object:
         calls.append(1)
-        release.wait(timeout=0.5)  # hold the build open so that every other thread arrives while it runs
+        time.sleep(0.3)  # hold the build open so that every other thread arrives while it runs
         return object()
 
     got = _together(8, lambda: cache.get("k", build))
@@ -53,15 +53,18 @@ def test_concurrent_misses_build_once_and_share_the_value() -> None:
 
 def test_a_failed_build_is_retried_by_each_waiter_and_raised_to_each() -> None:
     cache: SharedBuilds[int] = SharedBuilds()
-    calls = []
+    calls: list[int] = []
 
     def build() -> int:
         calls.append(1)
-        raise ValueError(f"bad program #{len(calls)}")
+        n = len(calls)
+        time.sleep(0.2)  # the others arrive while it runs and wait for it, then build in turn
+        raise ValueError(f"bad program #{n}")
 
     got = _together(4, lambda: cache.get("k", build))
     assert all(isinstance(g, ValueError) for g in got)
-    assert len(calls) == 4 and len({str(g) for g in got}) == 4  # each caller its own build and exception
+    # each caller its own build and exception: none is handed another's failure, none hangs
+    assert len(calls) == 4 and len({str(g) for g in got}) == 4
     assert len(cache) == 0
     assert cache.get("k", lambda: 7) == 7  # nothing of the failures is left behind
 
