@@ -14,6 +14,7 @@ from controller.state import State
 from controller.topology import Topology
 
 REPO = Path(__file__).resolve().parents[2]
+_FROZEN = re.compile(r"heap: \d+ unreachable objects collected, (\d+) frozen")
 
 
 def test_a_pushed_program_is_compiled_once_and_frozen_out_of_the_collector(tmp_path: Path) -> None:
@@ -37,12 +38,18 @@ def test_a_pushed_program_is_compiled_once_and_frozen_out_of_the_collector(tmp_p
             ctl.install_routes()
             ctl.install_job(1, [h.name for h in topo.hosts])
             assert all(d.clean for d in ctl.verify().values())
+        # the settle runs 0.5 s after the last load; routes and a job can take less than that on five switches
+        deadline = time.monotonic() + 60
+        while not _FROZEN.search(log.read_text()):
+            assert proc.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "no settle within 60 s of the push: " + log.read_text()[-2000:]
+            time.sleep(0.05)
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=60)
     text = log.read_text()
     assert rc == 0, text[-2000:]
-    frozen = re.findall(r"heap: \d+ unreachable objects collected, (\d+) frozen", text)
+    frozen = _FROZEN.findall(text)
     assert frozen, text[-2000:]  # settled after the push (how many times depends on how the loads spread out)
     assert all(int(n) > 0 for n in frozen)
     assert len(re.findall(r"compiled program [0-9a-f]+ in", text)) == 1, text[-2000:]

@@ -76,7 +76,8 @@ def test_settle_collects_cycles_and_freezes_the_rest(collector: None) -> None:
 def test_settle_soon_coalesces_calls_into_one_settle(collector: None, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     monkeypatch.setattr(heap, "settle", lambda: calls.append(1) or (0, 0))
-    timers = [heap.settle_soon(0.3) for _ in range(20)]  # twenty switches loading one after another
+    # twenty switches loading one after another; 2 s so that a stalled CI machine does not let the first fire
+    timers = [heap.settle_soon(2.0) for _ in range(20)]
     for t in timers:
         t.join(10)
     assert calls == [1]
