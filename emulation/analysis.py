@@ -67,6 +67,9 @@ class Rep:
     parts: dict[str, float]
     speculated: bool = False  # in-network: the workers guessed the exponents (no exponent rounds)
     missed_exponents: int = 0  # ... chunks sent again because a guess missed (the same on every rank)
+    agents_cores: float = math.nan  # where the cores went (experiment.Sample)
+    switches_cores: float = math.nan
+    kernel_cores: float = math.nan
 
     @property
     def t_over_wire(self) -> float:
@@ -123,6 +126,7 @@ def repetitions(samples: Sequence[Sample]) -> list[Rep]:
             max_error_ratio=checker.max_error_ratio if checker else math.nan, parts=parts,
             speculated=bool(good) and all(s.speculated for s in good),
             missed_exponents=max((s.missed_exponents for s in good), default=0),
+            agents_cores=first.agents_cores, switches_cores=first.switches_cores, kernel_cores=first.kernel_cores,
         ))
     return out
 
@@ -193,6 +197,9 @@ class Point:
             "switch_busy": _median(r.switch_busy for r in reps), "busiest_switch": busiest,
             "agents_busy": _median(r.agents_busy for r in reps),
             "cores_busy": _median(r.cores_busy for r in reps), "ours_busy": _median(r.ours_busy for r in reps),
+            "agents_cores": _median(r.agents_cores for r in reps),
+            "switches_cores": _median(r.switches_cores for r in reps),
+            "kernel_cores": _median(r.kernel_cores for r in reps),
         }
 
 
@@ -265,7 +272,10 @@ def _why_not(f: dict[str, Any]) -> str:
     sb, ab, cb = _num(f["switch_busy"]), _num(f["agents_busy"]), _num(f["cores_busy"])
     busy = (f"; busiest switch {f['busiest_switch']} {sb * 100:.0f}% busy, busiest agent {ab * 100:.0f}%, "
             f"all cores {cb * 100:.0f}%" if not math.isnan(sb) else "")
-    return f"{f['bound']}: {wire}{path} (both above {bounds.BOUND_SLACK}){busy}"
+    ac, sc, kc = (_num(f.get(k)) for k in ("agents_cores", "switches_cores", "kernel_cores"))
+    where = (f"; in cores: agents {ac:.2f}, switches {sc:.2f}, kernel {kc:.2f}"
+             if not (math.isnan(ac) or math.isnan(sc) or math.isnan(kc)) else "")
+    return f"{f['bound']}: {wire}{path} (both above {bounds.BOUND_SLACK}){busy}{where}"
 
 
 def _clean(x: Any) -> Any:

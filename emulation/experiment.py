@@ -192,6 +192,10 @@ class Sample:
     agents_busy: float = math.nan  # the busiest host agent's CPU share
     cores_busy: float = math.nan  # all cores, anyone's work
     ours_busy: float = math.nan  # of which our switches and agents
+    # Where the cores went, in cores (1.0 = one core for the whole repetition): what explains a cpu-bound point.
+    agents_cores: float = math.nan  # every host agent (user + system time of their processes)
+    switches_cores: float = math.nan  # every switch process
+    kernel_cores: float = math.nan  # all cores' system, irq and softirq time (includes the processes' system time)
 
     @classmethod
     def columns(cls) -> list[str]:

@@ -114,15 +114,17 @@ class Snapshot:
     links: dict[str, tuple[int, int]]
     switch_cpu: dict[str, float]
     agent_cpu: dict[int, float]
-    machine: tuple[int, int]  # busy, total jiffies of all cores
+    machine: tuple[int, int, int]  # busy, total and kernel (system, irq, softirq) jiffies of all cores
     ours: float  # CPU seconds of our switch and agent processes
 
 
-def machine_jiffies() -> tuple[int, int]:
+def machine_jiffies() -> tuple[int, int, int]:
+    """(busy, total, kernel) jiffies over all cores since boot, from /proc/stat's first line."""
     fields_ = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields_[3] + (fields_[4] if len(fields_) > 4 else 0)  # idle + iowait
     total = sum(fields_[:8])  # guest time is already counted in user
-    return total - idle, total
+    kernel = fields_[2] + sum(fields_[5:7])  # system + irq + softirq: syscalls, veth, qdiscs, the stacks
+    return total - idle, total, kernel
 
 
 @contextmanager
@@ -199,11 +201,16 @@ class Runner:
         agents = [(after.agent_cpu[p] - before.agent_cpu.get(p, after.agent_cpu[p])) / dt for p in after.agent_cpu]
         if agents:
             out["agents_busy"] = max(agents)
+            out["agents_cores"] = sum(agents)
+        if busy:
+            out["switches_cores"] = sum(busy.values())
         b = after.machine[0] - before.machine[0]
         t = after.machine[1] - before.machine[1]
         if t > 0:
+            cores = os.cpu_count() or 1
             out["cores_busy"] = b / t
-            out["ours_busy"] = (after.ours - before.ours) / (dt * (os.cpu_count() or 1))
+            out["ours_busy"] = (after.ours - before.ours) / (dt * cores)
+            out["kernel_cores"] = (after.machine[2] - before.machine[2]) / t * cores
         return out
 
     # -- jobs and agents ------------------------------------------------------------------------

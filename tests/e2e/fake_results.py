@@ -46,7 +46,8 @@ def fake_result(out_dir: Path, *, cpu_bound: tuple[str, int, int] | None = None)
                             rel_l2_target=m.rel_l2_target if checker else math.nan,
                             wire_bytes=wire, wire_link="e1:3>h1", t_wire_s=t_wire, t_path_s=t_wire / 4,
                             host_up_bytes=wire, host_down_bytes=wire, switch_busy=0.9 if slow else 0.2,
-                            busiest_switch="e1", agents_busy=0.3, cores_busy=0.5, ours_busy=0.45))
+                            busiest_switch="e1", agents_busy=0.3, cores_busy=0.5, ours_busy=0.45,
+                            agents_cores=0.6, switches_cores=0.3, kernel_cores=0.25))
     return ExperimentResult(cfg, samples, out_dir, {"backend": {"name": "embedded"}}, 5.0, 60.0)
 
 

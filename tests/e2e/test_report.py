@@ -61,6 +61,8 @@ def test_a_cpu_bound_point_is_no_headline_and_says_why(tmp_path: Path) -> None:
     assert not p["speedup_over_ring"]["headline"] and "cpu-bound" in p["speedup_over_ring"]["left_out_because"]
     (out,) = summary["left_out"]
     assert out["method"] == "inc-int32" and "busiest switch e1 90% busy" in out["why"]
+    assert "in cores: agents 0.60, switches 0.30, kernel 0.25" in out["why"]  # where the cores went
+    assert (p["agents_cores"], p["switches_cores"], p["kernel_cores"]) == (0.6, 0.3, 0.25)
     assert "*" in report.table(summary)
     assert any("neither" in n for n in summary["notes"])
 

@@ -1,0 +1,37 @@
+"""The runner's per-repetition figures from two snapshots (no network): the bound and where the cores went."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from emulation import runner as rn
+
+
+def _runner() -> rn.Runner:
+    r = rn.Runner.__new__(rn.Runner)  # only what _figures reads
+    r.ports = {"e1-eth1": ("e1", 1, "h1"), "e1-eth3": ("e1", 3, "a1")}
+    r.rate_bps, r.credit_bytes = 8e6, 0
+    return r
+
+
+def test_figures_split_the_cores_between_agents_switches_and_kernel() -> None:
+    cores = os.cpu_count() or 1
+    before = rn.Snapshot(10.0, {"e1-eth1": (0, 0), "e1-eth3": (0, 0)}, {"e1": 1.0, "a1": 2.0},
+                         {11: 5.0, 12: 7.0}, (1000, 5000, 300), 15.0)
+    after = rn.Snapshot(12.0, {"e1-eth1": (1_000_000, 200), "e1-eth3": (50, 400_000)}, {"e1": 1.5, "a1": 2.1},
+                        {11: 6.0, 12: 7.4}, (1000 + 150 * cores, 5000 + 200 * cores, 300 + 40 * cores), 17.0)
+    f = _runner()._figures(before, after, {"h1"})
+    assert f["wire_bytes"] == 1_000_000 and f["wire_link"] == "e1:1>h1"
+    assert f["t_wire_s"] == pytest.approx(1.0)  # 1 MB at 8 Mbit/s
+    assert f["agents_busy"] == pytest.approx(0.5) and f["agents_cores"] == pytest.approx(0.7)
+    assert f["switch_busy"] == pytest.approx(0.25) and f["busiest_switch"] == "e1"
+    assert f["switches_cores"] == pytest.approx(0.3)
+    assert f["cores_busy"] == pytest.approx(0.75)
+    assert f["kernel_cores"] == pytest.approx(0.2 * cores)  # 40 of 200 jiffies per core
+
+
+def test_machine_jiffies_reads_busy_total_and_kernel() -> None:
+    busy, total, kernel = rn.machine_jiffies()
+    assert 0 <= kernel <= busy <= total
