@@ -70,6 +70,9 @@ class Rep:
     agents_cores: float = math.nan  # where the cores went (experiment.Sample)
     switches_cores: float = math.nan
     kernel_cores: float = math.nan
+    line_rate_cores: float = math.nan
+    line_rate_kernel_cores: float = math.nan
+    kernel_us_per_frame: float = math.nan
 
     @property
     def t_over_wire(self) -> float:
@@ -127,6 +130,8 @@ def repetitions(samples: Sequence[Sample]) -> list[Rep]:
             speculated=bool(good) and all(s.speculated for s in good),
             missed_exponents=max((s.missed_exponents for s in good), default=0),
             agents_cores=first.agents_cores, switches_cores=first.switches_cores, kernel_cores=first.kernel_cores,
+            line_rate_cores=first.line_rate_cores, line_rate_kernel_cores=first.line_rate_kernel_cores,
+            kernel_us_per_frame=first.kernel_us_per_frame,
         ))
     return out
 
@@ -200,6 +205,9 @@ class Point:
             "agents_cores": _median(r.agents_cores for r in reps),
             "switches_cores": _median(r.switches_cores for r in reps),
             "kernel_cores": _median(r.kernel_cores for r in reps),
+            "line_rate_cores": _median(r.line_rate_cores for r in reps),
+            "line_rate_kernel_cores": _median(r.line_rate_kernel_cores for r in reps),
+            "kernel_us_per_frame": _median(r.kernel_us_per_frame for r in reps),
         }
 
 
@@ -275,7 +283,10 @@ def _why_not(f: dict[str, Any]) -> str:
     ac, sc, kc = (_num(f.get(k)) for k in ("agents_cores", "switches_cores", "kernel_cores"))
     where = (f"; in cores: agents {ac:.2f}, switches {sc:.2f}, kernel {kc:.2f}"
              if not (math.isnan(ac) or math.isnan(sc) or math.isnan(kc)) else "")
-    return f"{f['bound']}: {wire}{path} (both above {bounds.BOUND_SLACK}){busy}{where}"
+    lc, lk = _num(f.get("line_rate_cores")), _num(f.get("line_rate_kernel_cores"))
+    line = (f"; line rate would take {lc:.2f} cores (kernel {lk:.2f})"
+            if not (math.isnan(lc) or math.isnan(lk)) else "")
+    return f"{f['bound']}: {wire}{path} (both above {bounds.BOUND_SLACK}){busy}{where}{line}"
 
 
 def _clean(x: Any) -> Any:

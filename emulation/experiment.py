@@ -196,6 +196,12 @@ class Sample:
     agents_cores: float = math.nan  # every host agent (user + system time of their processes)
     switches_cores: float = math.nan  # every switch process
     kernel_cores: float = math.nan  # all cores' system, irq and softirq time (includes the processes' system time)
+    # What line rate would take: the repetition's CPU time (all cores, anyone's) and the kernel's, over T_wire;
+    # and the kernel's CPU per frame on the wire (every link transmission counted once).
+    line_rate_cores: float = math.nan
+    line_rate_kernel_cores: float = math.nan
+    wire_frames: int = 0
+    kernel_us_per_frame: float = math.nan
 
     @classmethod
     def columns(cls) -> list[str]:

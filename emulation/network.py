@@ -226,6 +226,18 @@ class EmulatedNetwork:
                 continue
         return out
 
+    def link_frames(self) -> dict[str, tuple[int, int]]:
+        """Frames each switch interface sent and received so far (as link_bytes, in frames): with the kernel's
+        CPU time they give its cost per frame on the wire, which sets the link rate the machine can emulate."""
+        out = {}
+        for name in self._link_names:
+            base = Path("/sys/class/net") / name / "statistics"
+            try:
+                out[name] = (int((base / "tx_packets").read_text()), int((base / "rx_packets").read_text()))
+            except OSError:
+                continue
+        return out
+
     def _random_loss(self, fraction: float) -> None:
         """Loss on both ends of every link where netem is missing (hosts.netns.add_random_loss)."""
         for i, link in enumerate(self.net.links):

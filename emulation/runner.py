@@ -116,6 +116,7 @@ class Snapshot:
     agent_cpu: dict[int, float]
     machine: tuple[int, int, int]  # busy, total and kernel (system, irq, softirq) jiffies of all cores
     ours: float  # CPU seconds of our switch and agent processes
+    frames: dict[str, tuple[int, int]] = field(default_factory=dict)  # as links, in frames
 
 
 def machine_jiffies() -> tuple[int, int, int]:
@@ -171,7 +172,7 @@ class Runner:
         switch_cpu = self.net.switch_cpu_seconds()
         agent_cpu = {p.pid: c for _h, p in self._agents if (c := proc_cpu_seconds(p.pid)) is not None}
         return Snapshot(clock.now(), self.net.link_bytes(), switch_cpu, agent_cpu, machine_jiffies(),
-                        sum(switch_cpu.values()) + sum(agent_cpu.values()))
+                        sum(switch_cpu.values()) + sum(agent_cpu.values()), self.net.link_frames())
 
     def _on_release(self, tag: str) -> None:
         snap = self.snapshot()
@@ -211,6 +212,23 @@ class Runner:
             out["cores_busy"] = b / t
             out["ours_busy"] = (after.ours - before.ours) / (dt * cores)
             out["kernel_cores"] = (after.machine[2] - before.machine[2]) / t * cores
+            # The cores this repetition's work would take at line rate (its CPU time over T_wire): above the
+            # machine's count, the link rate cannot be emulated, whatever the code (issue 10's ceiling).
+            if out["t_wire_s"] > 0:
+                out["line_rate_cores"] = out["cores_busy"] * cores * dt / out["t_wire_s"]
+                out["line_rate_kernel_cores"] = out["kernel_cores"] * dt / out["t_wire_s"]
+        # Every transmission on a link once: what switches sent, and what hosts sent (a host port's receive).
+        switches = {sw for sw, _port, _peer in self.ports.values()}
+        frames = 0
+        for iface, (tx1, rx1) in after.frames.items():
+            tx0, rx0 = before.frames.get(iface, (tx1, rx1))
+            frames += tx1 - tx0
+            if self.ports.get(iface, ("?", -1, "?"))[2] not in switches:
+                frames += rx1 - rx0
+        if frames > 0:
+            out["wire_frames"] = frames
+            if "kernel_cores" in out:
+                out["kernel_us_per_frame"] = out["kernel_cores"] * dt / frames * 1e6
         return out
 
     # -- jobs and agents ------------------------------------------------------------------------

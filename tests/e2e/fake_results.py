@@ -47,7 +47,9 @@ def fake_result(out_dir: Path, *, cpu_bound: tuple[str, int, int] | None = None)
                             wire_bytes=wire, wire_link="e1:3>h1", t_wire_s=t_wire, t_path_s=t_wire / 4,
                             host_up_bytes=wire, host_down_bytes=wire, switch_busy=0.9 if slow else 0.2,
                             busiest_switch="e1", agents_busy=0.3, cores_busy=0.5, ours_busy=0.45,
-                            agents_cores=0.6, switches_cores=0.3, kernel_cores=0.25))
+                            agents_cores=0.6, switches_cores=0.3, kernel_cores=0.25,
+                            line_rate_cores=3.5, line_rate_kernel_cores=1.25, wire_frames=4000,
+                            kernel_us_per_frame=12.5))
     return ExperimentResult(cfg, samples, out_dir, {"backend": {"name": "embedded"}}, 5.0, 60.0)
 
 

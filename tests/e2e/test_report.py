@@ -63,6 +63,8 @@ def test_a_cpu_bound_point_is_no_headline_and_says_why(tmp_path: Path) -> None:
     assert out["method"] == "inc-int32" and "busiest switch e1 90% busy" in out["why"]
     assert "in cores: agents 0.60, switches 0.30, kernel 0.25" in out["why"]  # where the cores went
     assert (p["agents_cores"], p["switches_cores"], p["kernel_cores"]) == (0.6, 0.3, 0.25)
+    assert "line rate would take 3.50 cores (kernel 1.25)" in out["why"]
+    assert (p["line_rate_cores"], p["line_rate_kernel_cores"], p["kernel_us_per_frame"]) == (3.5, 1.25, 12.5)
     assert "*" in report.table(summary)
     assert any("neither" in n for n in summary["notes"])
 

@@ -30,6 +30,26 @@ def test_figures_split_the_cores_between_agents_switches_and_kernel() -> None:
     assert f["switches_cores"] == pytest.approx(0.3)
     assert f["cores_busy"] == pytest.approx(0.75)
     assert f["kernel_cores"] == pytest.approx(0.2 * cores)  # 40 of 200 jiffies per core
+    # 2 s of 0.75 of every core over a 1 s T_wire: line rate would take 1.5 x the cores (0.4 x of them kernel)
+    assert f["line_rate_cores"] == pytest.approx(1.5 * cores)
+    assert f["line_rate_kernel_cores"] == pytest.approx(0.4 * cores)
+    assert "wire_frames" not in f  # no frame counters in these snapshots: nothing made up
+
+
+def test_frames_on_the_wire_count_each_transmission_once_and_give_the_kernel_cost_per_frame() -> None:
+    cores = os.cpu_count() or 1
+    r = _runner()  # e1-eth1 faces host h1, e1-eth3 faces switch a1 (whose own ports are not in the snapshot)
+    r.ports["a1-eth1"] = ("a1", 1, "e1")
+    links = {"e1-eth1": (0, 0), "e1-eth3": (0, 0), "a1-eth1": (0, 0)}
+    before = rn.Snapshot(0.0, links, {}, {}, (0, 0, 0), 0.0,
+                         {"e1-eth1": (100, 100), "e1-eth3": (100, 100), "a1-eth1": (0, 0)})
+    after = rn.Snapshot(1.0, links, {}, {}, (100 * cores, 200 * cores, 50 * cores), 0.0,
+                        {"e1-eth1": (110, 120), "e1-eth3": (130, 140), "a1-eth1": (40, 30)})
+    f = r._figures(before, after, {"h1"})
+    # switches sent 10 + 30 + 40; the host sent 20 (e1-eth1's receive); switch-to-switch receives are the
+    # other end's sends, not counted again
+    assert f["wire_frames"] == 100
+    assert f["kernel_us_per_frame"] == pytest.approx(0.25 * cores * 1.0 / 100 * 1e6)
 
 
 def test_machine_jiffies_reads_busy_total_and_kernel() -> None:
