@@ -285,7 +285,7 @@ def _why_not(f: dict[str, Any]) -> str:
              if not (math.isnan(ac) or math.isnan(sc) or math.isnan(kc)) else "")
     lc, lk = _num(f.get("line_rate_cores")), _num(f.get("line_rate_kernel_cores"))
     line = (f"; line rate would take {lc:.2f} cores (kernel {lk:.2f})"
-            if not (math.isnan(lc) or math.isnan(lk)) else "")
+            if f["bound"] == "cpu" and not (math.isnan(lc) or math.isnan(lk)) else "")  # else not a rate limit
     return f"{f['bound']}: {wire}{path} (both above {bounds.BOUND_SLACK}){busy}{where}{line}"
 
 
