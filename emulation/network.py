@@ -217,23 +217,20 @@ class EmulatedNetwork:
         Together they give both directions of every link (every link has a switch end), as the
         frames were on the wire: Ethernet header and payload, what the shapers let through.
         """
-        out = {}
-        for name in self._link_names:
-            base = Path("/sys/class/net") / name / "statistics"
-            try:
-                out[name] = (int((base / "tx_bytes").read_text()), int((base / "rx_bytes").read_text()))
-            except OSError:
-                continue
-        return out
+        return self._counters("bytes")
 
     def link_frames(self) -> dict[str, tuple[int, int]]:
         """Frames each switch interface sent and received so far (as link_bytes, in frames): with the kernel's
         CPU time they give its cost per frame on the wire, which sets the link rate the machine can emulate."""
+        return self._counters("packets")
+
+    def _counters(self, unit: str) -> dict[str, tuple[int, int]]:
+        """(tx_<unit>, rx_<unit>) of every switch interface that still exists."""
         out = {}
         for name in self._link_names:
             base = Path("/sys/class/net") / name / "statistics"
             try:
-                out[name] = (int((base / "tx_packets").read_text()), int((base / "rx_packets").read_text()))
+                out[name] = (int((base / f"tx_{unit}").read_text()), int((base / f"rx_{unit}").read_text()))
             except OSError:
                 continue
         return out
