@@ -213,7 +213,7 @@ class Runner:
             out["ours_busy"] = (after.ours - before.ours) / (dt * cores)
             out["kernel_cores"] = (after.machine[2] - before.machine[2]) / t * cores
             # The cores this repetition's work would take at line rate (its CPU time over T_wire): above the
-            # machine's count, the link rate cannot be emulated, whatever the code (issue 10's ceiling).
+            # machine's count, that link rate cannot be emulated here, however fast agents and switches get.
             if out["t_wire_s"] > 0:
                 out["line_rate_cores"] = out["cores_busy"] * cores * dt / out["t_wire_s"]
                 out["line_rate_kernel_cores"] = out["kernel_cores"] * dt / out["t_wire_s"]

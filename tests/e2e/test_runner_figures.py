@@ -38,7 +38,7 @@ def test_figures_split_the_cores_between_agents_switches_and_kernel() -> None:
 
 def test_frames_on_the_wire_count_each_transmission_once_and_give_the_kernel_cost_per_frame() -> None:
     cores = os.cpu_count() or 1
-    r = _runner()  # e1-eth1 faces host h1, e1-eth3 faces switch a1 (whose own ports are not in the snapshot)
+    r = _runner()  # e1-eth1 faces host h1, e1-eth3 faces switch a1; a1-eth1 is that link's other end
     r.ports["a1-eth1"] = ("a1", 1, "e1")
     links = {"e1-eth1": (0, 0), "e1-eth3": (0, 0), "a1-eth1": (0, 0)}
     before = rn.Snapshot(0.0, links, {}, {}, (0, 0, 0), 0.0,
