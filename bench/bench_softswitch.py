@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.results import Figure, Figures
-from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary, bmv2diff, cbuild
+from native import cbuild
+from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary, bmv2diff
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)

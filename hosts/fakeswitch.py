@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 import queue
+import select
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from hosts.native_stream import Fds
 from hosts.packets import FLAG_OVERFLOW, HEADER_LEN, LANE_DTYPE, OP_CONTRIB, OP_RESULT, PREFIX_LEN, pack_headers
 from wireformat import AGG
 from wireformat import fixedpoint as fxp
@@ -181,6 +184,71 @@ class FakeTransport:
 
     def close(self) -> None:
         pass
+
+
+class SocketPairTransport:
+    """A worker's transport through a datagram socket pair, so that the worker's C stream loop
+    (hosts.native_stream), which needs file descriptors, runs against an in-process switch too: one thread
+    hands each frame to `deliver`, another sends what arrives in `results` back. close() stops them."""
+
+    def __init__(self, deliver: Callable[[bytes], None], results: queue.Queue[bytes], name: str = "") -> None:
+        self._deliver, self._results = deliver, results
+        self.sent = 0  # frames the worker sent through it
+        self._mine, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        for sock in (self._mine, self._theirs):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self._theirs.settimeout(0.05)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._up, name=f"pair-up-{name}", daemon=True),
+                         threading.Thread(target=self._down, name=f"pair-down-{name}", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _up(self) -> None:
+        while not self._stop.is_set():
+            try:
+                frame = self._theirs.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.sent += 1
+            self._deliver(frame)
+
+    def _down(self) -> None:
+        q = self._results
+        while not self._stop.is_set():
+            try:
+                payload = q.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            try:
+                self._theirs.send(payload)
+            except OSError:
+                return
+
+    def native_fds(self) -> Fds:
+        return Fds(tx=self._mine.fileno(), rx=self._mine.fileno(), packet_mode=False)
+
+    def send(self, frame: bytes | memoryview) -> None:
+        self._mine.send(frame)
+
+    def recv(self, timeout: float) -> bytes | None:
+        ready, _, _ = select.select([self._mine], [], [], max(timeout, 0.0))
+        return self._mine.recv(65536) if ready else None
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(2)
+        self._mine.close()
+        self._theirs.close()
+
+
+def fake_socket_transport(switch: FakeSwitch, rank: int) -> SocketPairTransport:
+    """FakeTransport's counterpart with sockets: worker `rank` of a FakeSwitch through a socket pair."""
+    return SocketPairTransport(lambda frame: switch.receive(rank, frame), switch.queues[rank], str(rank))
 
 
 class FakePortSwitch:

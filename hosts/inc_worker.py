@@ -43,15 +43,17 @@ import collections
 import dataclasses
 import heapq
 import logging
+import os
 from dataclasses import dataclass
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from hosts import clock
+from hosts import clock, native_stream
 from hosts import quantization as qz
-from hosts.packets import ELEM_NONE, FLAG_OVERFLOW, OP_RESULT, ContributionFrames, Endpoint, ResultDecoder, checks_out
+from hosts.packets import (ELEM_NONE, FLAG_OVERFLOW, FLAG_RETRANSMIT, HEADER_LEN, LAYOUT, OP_RESULT, ContributionFrames,
+                           Endpoint, ResultDecoder, checks_out)
 from hosts.rto import RtoEstimator
 from hosts.stats import AllreduceStats
 from wireformat import AGG
@@ -367,7 +369,15 @@ class IncWorker:
                 t_start: float, guess: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
         """Run every slot's rounds to the end; (int64 sums per chunk, exponent per chunk, stats).
 
-        guess: the speculated exponent of each chunk (no exponent rounds), or None."""
+        guess: the speculated exponent of each chunk (no exponent rounds), or None.
+
+        Where the transport has sockets (native_fds) and the C loop builds, the same rounds run in C
+        (_stream_native); this loop is the reference, and the path of transports without descriptors."""
+        fds_of = getattr(self.transport, "native_fds", None)
+        fds = fds_of() if fds_of is not None else None
+        lib = native_stream.library() if fds is not None else None
+        if lib is not None and fds is not None:
+            return self._stream_native(lib, fds, frames, blocks, proposals, epoch, t_start, guess)
         job, send, recv = self.job, self.transport.send, self.transport.recv
         n_chunks, window = len(frames), job.slot_count
         n_slots = frames.n_slots
@@ -619,6 +629,125 @@ class IncWorker:
         )
         if overflows:
             msg = f"{overflows} result(s) flagged overflow (shift {job.shift})"
+            if job.strict_overflow:
+                raise AggregationOverflowError(msg)
+            LOG.warning(msg)
+        return sums, exps, stats
+
+    def _stream_native(self, lib: Any, fds: native_stream.Fds, frames: ContributionFrames, blocks: np.ndarray,
+                       proposals: np.ndarray, epoch: int, t_start: float,
+                       guess: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
+        """_stream's rounds in C (hosts/c/inc_stream.c): the same results, counters and errors."""
+        job = self.job
+        n_chunks, window, n_slots = len(frames), job.slot_count, frames.n_slots
+        blocks64 = np.ascontiguousarray(blocks, dtype=np.float64)
+        maxabs = np.ascontiguousarray(np.abs(blocks64).max(axis=1))
+        sums = np.zeros((n_chunks, AGG.num_lanes), dtype=np.int64)
+        exps = np.zeros(n_chunks, dtype=np.int64)
+        agreed_exps = exps if guess is None else np.zeros(n_chunks, dtype=np.int64)
+        self._agreed = agreed_exps
+        got = np.zeros(n_chunks, dtype=np.uint8)
+        rounds = np.ascontiguousarray(self._next_round[:window], dtype=np.int64).copy()
+        exps_all = np.arange(qz.EXPONENT_MIN, qz.EXPONENT_MAX + 1)
+        scales = np.ascontiguousarray([self._scales[int(e)] for e in exps_all], dtype=np.float64)
+        lay = frames.layout()
+        rto = self.rto
+        elem_codes = sorted(AGG.elem_types.values())
+        widths = [AGG.lane_bytes(code) for code in range(native_stream.N_WIDTHS)] if elem_codes == list(
+            range(native_stream.N_WIDTHS)) else [0] * native_stream.N_WIDTHS
+        ints = dict(
+            tx_fd=fds.tx, rx_fd=fds.rx, packet_mode=int(fds.packet_mode), payload_at=fds.payload_at,
+            chunks=n_chunks, window=window, slots=n_slots, lanes=AGG.num_lanes, width=frames.width,
+            frame_len=frames.frame_len, exp_frame_len=frames.exp_frame_len, header_len=HEADER_LEN,
+            flag_retransmit=FLAG_RETRANSMIT, flag_overflow=FLAG_OVERFLOW, op_result=OP_RESULT, elem_none=ELEM_NONE,
+            job=job.job_id, epoch=epoch, result_type=job.result_type, shift=job.shift, q_max=job.q_limit,
+            lane_max=int(np.iinfo(qz.ELEM_DTYPE[job.contrib_type]).max), exp_min=qz.EXPONENT_MIN,
+            exp_max=qz.EXPONENT_MAX, speculate=int(guess is not None),
+            window_steps=SPEC_WINDOW[job.contrib_type] or 0, max_retries=job.max_retries,
+            failure=int(job.failure_timeout_s is not None), failure_timeouts=job.failure_timeouts,
+            early=int(job.early_window > 0), exp_sign=1 << (AGG.field("exponent").bits - 1),
+            has_srtt=int(rto.srtt is not None), **lay)
+        floats = dict(failure_s=job.failure_timeout_s or 0.0, early_window=job.early_window, rto=rto.rto,
+                      srtt=rto.srtt or 0.0, rttvar=rto.rttvar, calm_until=rto._calm_until, rto_min=rto.min_s,
+                      rto_max=rto.max_s)
+        arrays = dict(frames=frames.frames, exp_frames=frames.exp_frames, blocks=blocks64, maxabs=maxabs,
+                      proposals=np.ascontiguousarray(proposals, dtype=np.int64),
+                      guess=None if guess is None else np.ascontiguousarray(guess, dtype=np.int64),
+                      scales=scales, salts=np.ascontiguousarray(frames.salts, dtype=np.int64), sums=sums, exps=exps,
+                      agreed=agreed_exps, got=got, rounds=rounds)
+        layout = {name: LAYOUT[name] for name in native_stream.FIELDS}
+
+        with native_stream.NativeStream(lib, ints, widths, layout, floats, arrays) as ns:
+
+            def stats_now(t_end: float, final: bool) -> AllreduceStats:
+                c, t = ns.stats()
+                rto.rto, rto.rttvar, rto._calm_until = t["rto"], t["rttvar"], t["calm_until"]
+                rto.srtt = t["srtt"] if c["has_srtt"] else None
+                parts = {"quantize": t["quantize_s"],
+                         "agree": ((t["agreed_at"] if t["agreed_at"] >= 0 else t_end) - t_start)
+                         if guess is None else 0.0} if final else {}
+                return AllreduceStats(
+                    method="inc", elements=int(blocks.size), latency_s=t_end - t_start, packets_sent=c["sent"],
+                    retransmissions=c["retrans"], fast_retransmissions=c["fast"], packets_received=c["received"],
+                    duplicates=c["duplicates"], bytes_sent=c["bytes"], overflows=c["overflows"], corrupt=c["corrupt"],
+                    parts=parts, t_start=t_start, **(dict(exponent_rounds=0 if guess is not None else n_slots,
+                                                          missed_exponents=c["missed"]) if final else {}))
+
+            def stalled(now: float, alarms: int, alive: bool = False) -> SwitchFailureSuspected:
+                c, t = ns.stats()
+                stats = stats_now(now, final=False)
+                why = (f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost" if alive
+                       else "a switch of the job's tree is presumably down")
+                return SwitchFailureSuspected(
+                    f"job {job.job_id} rank {job.rank}: no result for {now - t['last_progress']:.2f} s "
+                    f"({c['expired_since']} retransmission timeouts, {n_chunks - c['done']} of {n_chunks} chunks "
+                    f"missing, epoch {epoch}): {why}",
+                    Partial(got.astype(bool), sums, exps, stats), now - t["last_progress"], now)
+
+            while True:
+                code, info = ns.run()
+                if code == native_stream.DONE:
+                    break
+                if code == native_stream.STALL:
+                    now = clock.now()
+                    c, t = ns.stats()
+                    stalled_s = now - t["last_progress"]
+                    if self.on_stall is None or not self.on_stall(stalled_s, n_chunks - c["done"], n_chunks):
+                        raise stalled(now, c["alarms"])
+                    self.false_alarms += 1
+                    alarms = ns.false_alarm()
+                    if alarms >= job.lost_round_alarms:
+                        raise stalled(now, alarms, alive=True)
+                    LOG.info("job %d rank %d: no result for %.2f s but the tree is alive; waiting on", job.job_id,
+                             job.rank, stalled_s)
+                    ns.false_alarm(restart=True)
+                    continue
+                if code == native_stream.RETRIES:
+                    slot, rid = info[0], info[1]
+                    what = "exponent round" if rid >= n_chunks else f"offset {rid * AGG.num_lanes}"
+                    raise AllreduceTimeoutError(
+                        f"job {job.job_id} rank {job.rank}: no result for slot {slot} ({what}) after "
+                        f"{job.max_retries} retransmissions (epoch {epoch}); is the job installed and are all "
+                        f"{job.n_workers} workers running?")
+                if code == native_stream.ABOVE_PROPOSAL:
+                    raise ProtocolError(
+                        f"job {job.job_id} rank {job.rank}: chunk {info[0]} agreed exponent {info[1]} is above this "
+                        f"worker's proposal {info[2]}: the switches must return the minimum")
+                if code == native_stream.LANE_OVERFLOW:
+                    raise ProtocolError(f"chunk {info[0]}: exponent {info[1]} overflows "
+                                        f"{np.dtype(qz.ELEM_DTYPE[job.contrib_type])}")
+                if code == native_stream.MISMATCH:
+                    raise JobMismatchError(
+                        f"job {job.job_id}: a result has elem_type {info[0]} shift {info[1]}, the worker "
+                        f"was configured with {job.result_type} / {job.shift}: pass the result type and shift the "
+                        "controller installed (set_job)")
+                raise OSError(-code, f"job {job.job_id} rank {job.rank}: the stream's socket call failed: "
+                                     f"{os.strerror(-code)}")
+            t_end = clock.now()
+            stats = stats_now(t_end, final=True)
+        self._next_round[:n_slots] = rounds[:n_slots] + 1
+        if stats.overflows:
+            msg = f"{stats.overflows} result(s) flagged overflow (shift {job.shift})"
             if job.strict_overflow:
                 raise AggregationOverflowError(msg)
             LOG.warning(msg)

@@ -199,6 +199,11 @@ class ContributionFrames:
     def __len__(self) -> int:
         return self.frames.shape[0]
 
+    def layout(self) -> dict[str, int]:
+        """Where fill() and set_shadow() write in a frame (for the C stream loop, which writes the same bytes)."""
+        return dict(exponent_at=EXPONENT_AT, checksum_at=CHECKSUM_AT, flag_at=self._flag_at,
+                    shadow_at=self._shadow_at, shadow_bit=self._shadow_bit, lanes_at=PREFIX_LEN + HEADER_LEN)
+
     def fill(self, chunk: int, exponent: int, lanes: np.ndarray) -> None:
         """Write the agreed exponent, the chunk's quantized lanes and their checksum into its frame."""
         self.frames[chunk, EXPONENT_AT] = exponent & 0xFF

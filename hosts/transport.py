@@ -27,6 +27,7 @@ import socket
 import struct
 from pathlib import Path
 
+from hosts.native_stream import Fds
 from hosts.packets import Endpoint
 from wireformat import AGG
 
@@ -160,6 +161,10 @@ class RawSocketTransport:
         if not self._poll.poll(max(0, int(timeout * 1000 + 0.999))):
             return None
         return self._take()
+
+    def native_fds(self) -> Fds:
+        """The sockets for the worker's C stream loop (hosts.native_stream), which sends and takes in as above."""
+        return Fds(tx=self._tx.fileno(), rx=self._rx.fileno(), packet_mode=bool(self._skip), payload_at=self._skip)
 
     def close(self) -> None:
         for sock in self._sockets:

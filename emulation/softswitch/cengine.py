@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulation.softswitch import cbuild, cemit, codegen, engine
+from native import cbuild
+from emulation.softswitch import cemit, codegen, engine
 from emulation.softswitch.engine import ProgramRuntime
 from emulation.softswitch.once import SharedBuilds
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emulation.softswitch import cbuild, cemit
+from native import cbuild
+from emulation.softswitch import cemit
 
 LOG = logging.getLogger(__name__)
 

@@ -257,7 +257,7 @@ def parse_options(argv: list[str]) -> Options:
 
 def _engine(asked: str | None) -> str:
     """The engine to run: as asked, else C where a compiler is present (a log line when there is none)."""
-    from emulation.softswitch import cbuild
+    from native import cbuild
 
     if asked == "python":
         return "python"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from emulation.softswitch import cbuild
+from native import cbuild
 from tests.dataplane.backends import Dut, open_dut
 
 

@@ -13,6 +13,9 @@ from hosts.packets import Endpoint
 from hosts.stats import AllreduceStats
 from wireformat import AGG
 
+# every test here runs on both stream loops (tests/hosts/conftest.py)
+pytestmark = pytest.mark.usefixtures("stream_loop")
+
 JOB, N, SLOTS, L = 9, 3, 4, AGG.num_lanes
 FAILURE_S = 0.3
 

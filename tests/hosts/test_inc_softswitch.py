@@ -19,8 +19,13 @@ import pytest
 from hosts import quantization as qz
 from hosts.inc_worker import SPEC_GUARD, IncJob, IncWorker
 from hosts.packets import PREFIX_LEN, Endpoint
+from hosts.fakeswitch import SocketPairTransport
 from softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
+from stream_loops import PAIRS
 from wireformat import AGG
+
+# every test here runs on both stream loops (tests/hosts/conftest.py)
+pytestmark = pytest.mark.usefixtures("stream_loop")
 
 L = AGG.num_lanes
 
@@ -36,18 +41,22 @@ class Wire:
         self.lock = threading.Lock()
         self.strays: list[tuple[int, bytes]] = []
 
+    def deliver(self, rank: int, frame: bytes | memoryview) -> None:
+        """A frame from worker `rank` through the switch, its results onto the ports' queues."""
+        with self.lock:
+            out = self.processor.process_packet(rank + 1, bytes(frame))
+        for port, data in out:
+            if 1 <= port <= len(self.queues):
+                self.queues[port - 1].put(data[PREFIX_LEN:])
+            else:
+                self.strays.append((port, data))
+
     def transport(self, rank: int) -> Any:
         wire = self
 
         class Transport:
             def send(self, frame: bytes | memoryview) -> None:
-                with wire.lock:
-                    out = wire.processor.process_packet(rank + 1, bytes(frame))
-                for port, data in out:
-                    if 1 <= port <= len(wire.queues):
-                        wire.queues[port - 1].put(data[PREFIX_LEN:])
-                    else:
-                        wire.strays.append((port, data))
+                wire.deliver(rank, frame)
 
             def recv(self, timeout: float) -> bytes | None:
                 try:
@@ -59,6 +68,21 @@ class Wire:
                 pass
 
         return Transport()
+
+
+@pytest.fixture(autouse=True)
+def _sockets_for_the_c_loop(stream_loop: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the C loop, each worker reaches the Wire through a socket pair (closed by stream_loop)."""
+    if stream_loop != "c":
+        return
+    made = request.node.stash[PAIRS]
+
+    def paired(wire: Wire, rank: int) -> SocketPairTransport:
+        t = SocketPairTransport(lambda frame: wire.deliver(rank, frame), wire.queues[rank], str(rank))
+        made.append(t)
+        return t
+
+    monkeypatch.setattr(Wire, "transport", paired)
 
 
 def workers_on(wire: Wire, n: int, timeout_s: float, **job: Any) -> list[IncWorker]:

@@ -14,6 +14,9 @@ from hosts.packets import Endpoint
 from hosts.stats import AllreduceStats
 from wireformat import AGG
 
+# every test here runs on both stream loops (tests/hosts/conftest.py)
+pytestmark = pytest.mark.usefixtures("stream_loop")
+
 JOB = 5
 NONE = AGG.elem_types["ELEM_NONE"]
 L = AGG.num_lanes

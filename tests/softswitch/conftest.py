@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from emulation.softswitch import cbuild, switch
+from native import cbuild
+from emulation.softswitch import switch
 
 ENGINES = ("c", "python")
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from emulation.softswitch import SoftSwitch, cbuild, cemit, cengine, compilecache
+from native import cbuild
+from emulation.softswitch import SoftSwitch, cemit, cengine, compilecache
 
 try:
     from . import fake_switch

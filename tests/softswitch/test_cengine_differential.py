@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, bmv2diff, cbuild
+from native import cbuild
+from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, bmv2diff
 from tests.dataplane.frames import INT8, INT16, INT32, NONE, RESULT, RETRANSMIT, contribution, host_ip, host_mac, udp_frame
 from tests.dataplane.recorded import CASES, P4INA, Case, mutate
 from wireformat import AGG

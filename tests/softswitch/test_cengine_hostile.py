@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from emulation.softswitch import SoftSwitch, SoftSwitchError, cbuild
+from native import cbuild
+from emulation.softswitch import SoftSwitch, SoftSwitchError
 
 try:
     from .test_hostile_json import PACKETS, STRUCTURAL, TARGETS, every_name, hostile_names, program_doc, rename

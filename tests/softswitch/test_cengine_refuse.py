@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from emulation.softswitch import SoftSwitch, cbuild
+from native import cbuild
+from emulation.softswitch import SoftSwitch
 
 try:
     from . import fake_switch

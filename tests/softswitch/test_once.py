@@ -102,7 +102,8 @@ def test_switches_loading_one_program_at_once_compile_it_once(engine: str, monke
     calls = counting(codegen, "compile_program")
     emits: list[int] = []
     if engine == "c":
-        from emulation.softswitch import cbuild, cemit, cengine
+        from native import cbuild
+        from emulation.softswitch import cemit, cengine
 
         if cbuild.toolchain() is None:
             pytest.skip("no C compiler: the C engine is not available")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from emulation.softswitch import cbuild, cemit, cengine, codegen, ir, program, reroll
+from native import cbuild
+from emulation.softswitch import cemit, cengine, codegen, ir, program, reroll
 
 ROOT = Path(__file__).resolve().parents[2]
 B = ir.BinOp

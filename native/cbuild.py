@@ -1,7 +1,7 @@
 """Compile C into shared objects with the system compiler, cached by content hash, and load them safely.
 
-The switch runs as root and loads what it compiles, so the cache must never hand it a library
-someone else could have written:
+The switch and the host agents run as root and load what they compile, so the cache must never hand
+them a library someone else could have written:
 
 * the cache directory ($P4INA_SOFTSWITCH_CACHE, else $XDG_CACHE_HOME/p4ina/softswitch-c, else
   ~/.cache/p4ina/softswitch-c) is created mode 0700 and used only if it is a real directory owned by
