@@ -235,7 +235,8 @@ class IncWorker:
             max_s = max(min(max_s, job.failure_timeout_s / job.failure_timeouts), job.timeout_s, job.min_timeout_s)
         # 2^(e/steps) of every exponent the header can carry, looked up per round (qz.scale's own values)
         exponents = np.arange(qz.EXPONENT_MIN, qz.EXPONENT_MAX + 1)
-        self._scales: dict[int, float] = dict(zip(exponents.tolist(), qz.scale(exponents, job.contrib_type).tolist()))
+        self._scale_table = np.ascontiguousarray(qz.scale(exponents, job.contrib_type), dtype=np.float64)  # also the C loop's table
+        self._scales: dict[int, float] = dict(zip(exponents.tolist(), self._scale_table.tolist()))
         self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s), max_s=max_s)
         # The agreed exponents of the last all-reduce that completed normally (None: none, or a failure since):
         # the agreed ones, not the ones used, which a kept guess makes coarser (the next guess would drift).
@@ -648,13 +649,10 @@ class IncWorker:
         self._agreed = agreed_exps
         got = np.zeros(n_chunks, dtype=np.uint8)
         rounds = np.ascontiguousarray(self._next_round[:window], dtype=np.int64).copy()
-        exps_all = np.arange(qz.EXPONENT_MIN, qz.EXPONENT_MAX + 1)
-        scales = np.ascontiguousarray([self._scales[int(e)] for e in exps_all], dtype=np.float64)
         lay = frames.layout()
         rto = self.rto
-        elem_codes = sorted(AGG.elem_types.values())
-        widths = [AGG.lane_bytes(code) for code in range(native_stream.N_WIDTHS)] if elem_codes == list(
-            range(native_stream.N_WIDTHS)) else [0] * native_stream.N_WIDTHS
+        codes = set(AGG.elem_types.values())  # a code the wire format lacks has no lanes: its results are refused
+        widths = [AGG.lane_bytes(c) if c in codes else 0 for c in range(native_stream.N_WIDTHS)]
         ints = dict(
             tx_fd=fds.tx, rx_fd=fds.rx, packet_mode=int(fds.packet_mode), payload_at=fds.payload_at,
             chunks=n_chunks, window=window, slots=n_slots, lanes=AGG.num_lanes, width=frames.width,
@@ -673,7 +671,7 @@ class IncWorker:
         arrays = dict(frames=frames.frames, exp_frames=frames.exp_frames, blocks=blocks64, maxabs=maxabs,
                       proposals=np.ascontiguousarray(proposals, dtype=np.int64),
                       guess=None if guess is None else np.ascontiguousarray(guess, dtype=np.int64),
-                      scales=scales, salts=np.ascontiguousarray(frames.salts, dtype=np.int64), sums=sums, exps=exps,
+                      scales=self._scale_table, salts=np.ascontiguousarray(frames.salts, dtype=np.int64), sums=sums, exps=exps,
                       agreed=agreed_exps, got=got, rounds=rounds)
         layout = {name: LAYOUT[name] for name in native_stream.FIELDS}
 
@@ -694,8 +692,8 @@ class IncWorker:
                                                           missed_exponents=c["missed"]) if final else {}))
 
             def stalled(now: float, alarms: int, alive: bool = False) -> SwitchFailureSuspected:
-                c, t = ns.stats()
                 stats = stats_now(now, final=False)
+                c, t = ns.stats()
                 why = (f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost" if alive
                        else "a switch of the job's tree is presumably down")
                 return SwitchFailureSuspected(
