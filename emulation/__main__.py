@@ -32,7 +32,6 @@ from emulation.experiment import (
     DEFAULT_HOST_COUNTS,
     DEFAULT_METHODS,
     DEFAULT_REPS,
-    DEFAULT_SIZES,
     PRESETS,
     ConfigError,
     ExperimentConfig,
@@ -194,7 +193,7 @@ def _faults(args: argparse.Namespace, config: ExperimentConfig) -> int:
     try:
         cfg = FaultsConfig(
             topology=config.topology, hosts=max(config.host_counts),
-            size=16384 if config.sizes == DEFAULT_SIZES else config.sizes[0],
+            size=16384 if args.sizes is None else config.sizes[0],
             slots=32 if args.slots == 128 else args.slots,
             bw_mbps=10.0 if args.bw == DEFAULT_BW_MBPS else (args.bw or 10.0),
             loss_rates=tuple(float(x) / 100 for x in args.loss_rates.split(",") if x.strip()),

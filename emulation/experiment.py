@@ -46,18 +46,33 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    # links slow enough for the switches and agents to keep up, so the wire is the limit
-    "bandwidth": Preset("large all-reduces where the links' rate sets the pace", DEFAULT_HOST_COUNTS, DEFAULT_SIZES,
+    # links slow enough for the switches and agents to keep up, so the wire is the limit. Only sizes whose wire
+    # time dwarfs a repetition's fixed costs: the slowest of 16 agents starting after the barrier's release, the
+    # exponent round and a tree's pipeline fill and drain (a frame's store-and-forward at every busy hop, 1-4 ms
+    # each at 2 Mbit/s). At 1K elements those are all there is (the int16 and int8 jobs fit in the shaper's
+    # credit: no wire bound at all), and at 16K they are 10-25% of an in-network job's 100-320 ms (at 16 hosts
+    # 23-29 ms of start and exponent round against 130-194 ms for int8 and int16), so at 1K no point and at 16K
+    # not every point is link-bound (results/2026-12-05_120956_..._sweep: 38 of 63, all 21 at 128K). Small
+    # all-reduces are the latency preset's question, asked with a delay that dominates those costs.
+    "bandwidth": Preset("large all-reduces where the links' rate sets the pace", DEFAULT_HOST_COUNTS, (131072,),
                         ALL_METHODS, DEFAULT_BW_MBPS),
+    # The bandwidth preset with small sizes as well (about 9 minutes): the calibration input of `p4ina simulate
+    # --calibrate` (tests/sim/data/emulation-k4), where the small points fit the model's per-packet costs.
+    "sweep": Preset("the bandwidth preset at 1K, 16K and 128K elements (the simulator's calibration input)",
+                    DEFAULT_HOST_COUNTS, DEFAULT_SIZES, ALL_METHODS, DEFAULT_BW_MBPS),
     # small all-reduces over links whose propagation delay dwarfs a software hop and a frame's serialization
     # (87 us for a full int32 frame at 100 Mbit/s, paid again at every store-and-forward hop, which T_path does
-    # not count): the O(log N) methods against the ring's 2(N-1) steps. The delay: an in-network round trip
-    # (6 links, 6 switch passes in the delay stage's Python port loop, 2 agent passes, the wake-up after the
-    # barrier) measured 15-25 ms of software on these cores (results/2026-12-01_142622_...: 74-95 ms against a
-    # 60 ms T_path at 10 ms per link); for that to stay within the 15% the bound rule allows, a round trip's
-    # delay must be at least ~7x it, so 6 links x 25 ms = 150 ms.
-    "latency": Preset("small all-reduces where each hop's delay sets the pace", (16,), (256, 1024), ALL_METHODS,
-                      100.0, delay_ms=25.0),
+    # not count): the O(log N) methods against the ring's 2(N-1) steps. The delay: after the barrier's release
+    # an in-network round trip waits for the last of 16 agents to start (16 agents woken at once on 2 cores)
+    # and, once its results arrive together, for the last agent to take its own (the same 2 cores). Measured at
+    # 50 ms per link (results/2026-12-05_125045_..._latency-cdelay2, the delay held in the switches' C port loop):
+    # the network part was the path plus 2-12 ms, the slowest start 11-57 ms (median 20) and the spread of the
+    # results 5-37 ms (median 13), so the guessing in-network points measured 1.12-1.16x T_path, at 25 ms per
+    # link 1.13-1.16x: the agents' start and finish on 2 cores, about 30 ms, not the path. At 100 ms per link
+    # (a 600 ms path) those 30 ms are about 5%; one size (1K: 4 chunks, the issue's point) keeps the preset
+    # under 5 minutes.
+    "latency": Preset("small all-reduces where each hop's delay sets the pace", (16,), (1024,), ALL_METHODS,
+                      100.0, delay_ms=100.0),
 }
 
 

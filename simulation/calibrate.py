@@ -101,6 +101,11 @@ class Results:
     lanes: int | None = None  # elements per in-network packet, inferred from raw.csv
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def links(self) -> str:
+        """The links the run had, e.g. '2 Mbit/s' or '100 Mbit/s, 50 ms'."""
+        return f"{self.bw_mbps:g} Mbit/s" + (f", {self.delay_ms:g} ms" if self.delay_ms else "")
+
 
 def _json(path: Path) -> dict[str, Any]:
     try:
@@ -347,7 +352,7 @@ def _nelder_mead(f: Callable[[list[float]], float], x0: list[float], steps: list
 
 @dataclass
 class Calibration:
-    results: Results
+    results: list[Results]  # the folders fitted together
     preset: Preset
     fitted: dict[str, float]
     table: list[dict[str, Any]]
@@ -365,42 +370,71 @@ class Calibration:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"folder": str(self.results.folder), "topology": self.results.topology, "fitted": self.fitted,
-                "max_rel_error": self.max_rel_error, "by_bound": self.by_bound(), "skipped_methods": self.results.skipped, "notes": self.results.notes,
-                "lanes_in_results": self.results.lanes, "lanes_in_model": AGG.num_lanes,
+        first = self.results[0]
+        return {"folder": str(first.folder), "folders": [str(r.folder) for r in self.results], "topology": first.topology,
+                "fitted": self.fitted, "max_rel_error": self.max_rel_error, "by_bound": self.by_bound(),
+                "skipped_methods": {m: why for r in self.results for m, why in r.skipped.items()},
+                "notes": [n for r in self.results for n in r.notes],
+                "lanes_in_results": first.lanes, "lanes_in_model": AGG.num_lanes,
                 "table": self.table, "preset": self.preset.to_dict()}
 
     def text(self) -> str:
-        lines = [f"calibration against {self.results.folder} ({self.results.topology}, {self.results.bw_mbps:g} Mbit/s)",
-                 "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
-                 f"{'method':<10} {'hosts':>5} {'elements':>9} {'bound':>11} {'emulation ms':>13} {'model ms':>10} {'error':>8}"]
+        lines = [f"calibration against {r.folder} ({r.topology}, {r.links})" for r in self.results]
+        lines += ["fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
+                  f"{'method':<10} {'hosts':>5} {'elements':>9} {'links':>18} {'bound':>11} {'emulation ms':>13} {'model ms':>10} {'error':>8}"]
         for r in self.table:
-            lines.append(f"{r['method']:<10} {r['hosts']:>5} {r['elements']:>9} {r['bound'] or '-':>11} {r['measured_s'] * 1e3:>13.1f} "
-                         f"{r['predicted_s'] * 1e3:>10.1f} {r['rel_error'] * 100:>+7.1f}%")
+            lines.append(f"{r['method']:<10} {r['hosts']:>5} {r['elements']:>9} {r['links']:>18} {r['bound'] or '-':>11} "
+                         f"{r['measured_s'] * 1e3:>13.1f} {r['predicted_s'] * 1e3:>10.1f} {r['rel_error'] * 100:>+7.1f}%")
         lines.append(f"max |error| {self.max_rel_error * 100:.1f}% over {len(self.table)} points")
         for bound, e in self.by_bound().items():
             lines.append(f"  {bound}-bound (the emulation's label): {e['points']} points, max |error| "
                          f"{e['max_rel_error'] * 100:.1f}%, median {e['median_rel_error'] * 100:.1f}%")
-        for m, why in self.results.skipped.items():
+        for m, why in self.to_dict()["skipped_methods"].items():
             lines.append(f"skipped {m}: {why}")
-        lines += [f"note: {n}" for n in self.results.notes]
+        lines += [f"note: {n}" for r in self.results for n in r.notes]
         return "\n".join(lines)
 
 
-def fit(folder: Path | str, params: Sequence[str] = tuple(FIT), engine: Engine | None = None) -> Calibration:
-    """Fit `params` (a subset of FIT) to the folder's medians; the others keep the emulation preset's values."""
-    res = read_results(folder)
-    if not res.points:
-        raise CalibrationError(f"{folder}: none of its methods ({', '.join(res.skipped)}) has a model")
+def result_folders(path: Path | str) -> list[Path]:
+    """A results folder, or a folder of them (`make emulate`'s bandwidth and latency runs): the folders fitted together."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CalibrationError(f"{path} is not a results folder")
+    marks = ("config.json", "summary.json", "raw.csv")
+    if any((path / m).exists() for m in marks):
+        return [path]
+    subs = sorted(p for p in path.iterdir() if p.is_dir() and any((p / m).exists() for m in marks))
+    if not subs:
+        raise CalibrationError(f"{path}: neither a results folder (config.json, summary.json, raw.csv) nor a folder of them")
+    return subs
+
+
+def fit(folders: Path | str | Sequence[Path | str], params: Sequence[str] = tuple(FIT),
+        engine: Engine | None = None) -> Calibration:
+    """Fit `params` (a subset of FIT) to the medians of one or more results folders with one set of costs (each
+    folder keeps its own links: rate, delay); the others keep the emulation preset's values. The preset returned
+    simulates the links of the first folder without a link delay (the bandwidth runs, which the emulation
+    preset describes), or of the first folder when every one has a delay."""
+    paths = [folders] if isinstance(folders, (str, Path)) else list(folders)
+    results = [read_results(f) for p in paths for f in result_folders(p)]
+    if not results:
+        raise CalibrationError("no results folder given")
+    empty = [r for r in results if not r.points]
+    if empty:
+        raise CalibrationError(f"{empty[0].folder}: none of its methods ({', '.join(empty[0].skipped)}) has a model")
     unknown = set(params) - set(FIT)
     if unknown:
         raise CalibrationError(f"cannot fit {sorted(unknown)}; fittable: {', '.join(FIT)}")
-    model = Model(res, engine)
-    measured = [pt.median_s for pt in res.points]
+    models = [Model(r, engine) for r in results]
+    points = [pt for r in results for pt in r.points]
+    measured = [pt.median_s for pt in points]
     names = list(params)
     lo = [FIT[n][0] for n in names]
     hi = [FIT[n][1] for n in names]
     start = {n: FIT[n][2] for n in names}
+
+    def predict(values: Mapping[str, float]) -> list[float]:
+        return [t for m in models for t in m.predict(with_params(m.base, values))]
 
     def decode(x: list[float]) -> dict[str, float]:  # a logistic map keeps every parameter inside its bounds
         return {n: lo[i] + (hi[i] - lo[i]) / (1 + math.exp(-x[i])) for i, n in enumerate(names)}
@@ -413,7 +447,7 @@ def fit(folder: Path | str, params: Sequence[str] = tuple(FIT), engine: Engine |
         return out
 
     def loss(x: list[float]) -> float:
-        pred = model.predict(with_params(model.base, decode(x)))
+        pred = predict(decode(x))
         # the eighth power of the log errors: close to minimising the largest error (what the 15% test asks)
         return sum(math.log(p / m) ** 8 for p, m in zip(pred, measured) if p > 0 and m > 0)
 
@@ -432,12 +466,14 @@ def fit(folder: Path | str, params: Sequence[str] = tuple(FIT), engine: Engine |
             best, best_loss = x, loss(x)
     assert best is not None
     fitted = decode(best)
-    pred = model.predict(with_params(model.base, fitted))
-    # the preset for simulating this emulation elsewhere: the fit, plus the points' median measured wake-up
-    wake = statistics.median(pt.start_s for pt in res.points)
-    preset = with_params(model.base, {**fitted, "start_cost": fitted.get("start_cost", model.base.start_cost) + wake})
-    table = [{"method": pt.method, "hosts": pt.hosts, "elements": pt.elements, "bound": pt.bound, "measured_s": pt.median_s,
-              "predicted_s": p, "rel_error": (p - pt.median_s) / pt.median_s, "wake_up_s": pt.start_s}
-             for pt, p in zip(res.points, pred)]
+    pred = predict(fitted)
+    # the preset for simulating this emulation elsewhere: the fit on the (undelayed) folder's links, plus its
+    # points' median measured wake-up
+    first = next((m for m in models if not m.res.delay_ms), models[0])
+    wake = statistics.median(pt.start_s for pt in first.res.points)
+    preset = with_params(first.base, {**fitted, "start_cost": fitted.get("start_cost", first.base.start_cost) + wake})
+    table = [{"method": pt.method, "hosts": pt.hosts, "elements": pt.elements, "links": r.links, "bound": pt.bound,
+              "measured_s": pt.median_s, "predicted_s": p, "rel_error": (p - pt.median_s) / pt.median_s, "wake_up_s": pt.start_s}
+             for (r, pt), p in zip([(r, pt) for r in results for pt in r.points], pred)]
     LOG.info("calibration: max error %.1f%% over %d points", max(abs(r["rel_error"]) for r in table) * 100, len(table))
-    return Calibration(res, preset, fitted, table)
+    return Calibration(results, preset, fitted, table)

@@ -5,8 +5,8 @@ a fat-tree, a rail-optimised fat-tree and Dragonfly+; placement of eight
 jobs; failures; the emulation's own fat-tree), the four validations, and
 writes a results folder with config.json, raw.csv, summary.json, table.txt
 and the plots.  With --topology/--gpus it runs the grid those options name.
---calibrate RESULTS_DIR fits the per-packet costs to an emulation results
-folder and prints the error table.
+--calibrate RESULTS_DIR [...] fits one set of per-packet costs to emulation
+results folders (each with its own links) and prints the error table.
 """
 
 from __future__ import annotations
@@ -68,7 +68,9 @@ def _override(text: str) -> tuple[str, float]:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="p4ina simulate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calibrate", type=Path, metavar="RESULTS_DIR", help="fit per-packet costs to an emulation results folder, print the error table")
+    ap.add_argument("--calibrate", type=Path, nargs="+", metavar="RESULTS_DIR",
+                    help="fit per-packet costs to emulation results folders (or a folder of them, e.g. make emulate's "
+                    "bandwidth and latency runs), one set of costs for all, and print the error table")
     ap.add_argument("--sweep", choices=("default", "quick"), help="a predefined sweep (default when no --topology is given)")
     ap.add_argument("--topology", type=_list(str), help="topologies, comma-separated: fat-tree:K, leaf-spine:LxSxH, a JSON, "
                     "fattree[:radix=R,tiers=T,oversub=O], rail[:...], dragonfly+[:radix=R]")

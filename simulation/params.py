@@ -254,25 +254,25 @@ _PRESET_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Preset))
 
 
 # The emulation's default (`make emulate`'s bandwidth preset): k=4 fat-tree, every link shaped to 2 Mbit/s by tc
-# (HTB, a one-frame burst), Python host agents and the embedded switch (its C engine) on the machine's two cores.
-# The costs are the calibration's fit to the committed results folder (tests/sim/data/emulation-k4, `p4ina simulate
-# --calibrate`): 36 us per aggregation packet in a switch and 7.4 us per forwarded one, 51 us per packet in a host
-# agent, 0.04 ms of a switch hop's software latency, 0.09 ms per step of a host method, nothing per lane (the C
-# engine); the per-call start is 0.09 ms plus the agents' median measured wake-up after the barrier's release
-# (4.7 ms), and 0.75 ms per rank.  On two shared cores the agents' and the switches' per-packet work add up (the
-# emulator's term), so the latencies alone do not tell them apart: the emulation's own CPU counters put most of
-# it in the agents.  The split is ill-determined: fitted to the folder before it (hier then paid a shared-link
-# penalty in the model, and measured 1.19-1.30x its wire bound) it was 15 us per host packet and 58 us per
-# aggregation packet.  Where a cost does not bind anywhere in the folder (e.g. the lane cost) the fit leaves it
-# near zero: read them together.
+# (HTB, a one-frame burst), host agents (the in-network ones' stream loop in C) and the embedded switch (its C
+# engine, link delays held in its C port loop) on the machine's two cores. The costs are the calibration's one fit
+# to both committed runs (tests/sim/data/emulation-k4: the sweep preset at 2 Mbit/s and the latency preset with
+# 100 ms links, `p4ina simulate --calibrate`): 22 us per packet in a host agent, 18 us per packet a switch
+# forwards, 0.78 ms per rank, and about nothing per aggregation packet beyond forwarding, per lane, per step of a
+# host method or per switch hop; the per-call start is the agents' median measured wake-up after the barrier's
+# release (4.3 ms). On two shared cores the agents' and the switches' per-packet work add up (the emulator's
+# term), so the latencies alone do not tell them apart, and where a cost does not bind anywhere in the runs the
+# fit leaves it near zero: read them together. Fitted to the runs of 97f5106 (Python stream loop in the agents,
+# the delay in Python) the same model took 51 us per host packet, 36 us per aggregation packet and 7.4 us per
+# forwarded one.
 
 EMULATION = Preset(
     name="emulation",
-    description="make emulate: k=4 fat-tree, 2 Mbit/s tc-shaped links, Python hosts and the embedded switch (C engine) on 2 cores",
+    description="make emulate: k=4 fat-tree, 2 Mbit/s tc-shaped links, host agents and the embedded switch (C engine) on 2 cores",
     nic_bw=mbit(2.0), fabric_bw=mbit(2.0), cable_latency=0.0, switch_latency=0.0,
-    step_overhead=92.4e-6, host_packet_cost=50.9e-6, switch_packet_cost=35.6e-6, switch_lane_cost=0.0,
-    switch_forward_cost=7.39e-6, switch_agg_latency=40.5e-6, emulator_cores=2.0, link_burst_bytes=EMU_LINK_BURST,
-    start_cost=0.086e-3 + 4.69e-3, barrier_cost=0.746e-3,
+    step_overhead=0.0, host_packet_cost=22.4e-6, switch_packet_cost=0.0, switch_lane_cost=6.2e-9,
+    switch_forward_cost=17.5e-6, switch_agg_latency=0.0, emulator_cores=2.0, link_burst_bytes=EMU_LINK_BURST,
+    start_cost=0.0 + 4.30e-3, barrier_cost=0.779e-3,
     ack_every=EMU_ACK_EVERY, ack_delay=EMU_ACK_DELAY, ack_overhead=EMU_ACK_OVERHEAD, ack_entry=EMU_ACK_ENTRY,
     pipeline_chunk=EMU_RING_PAYLOAD, routing="ecmp",
 )

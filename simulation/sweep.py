@@ -59,7 +59,7 @@ def failures(preset: str = "h100") -> list[Scenario]:
 
 
 def emulation(preset: str = "emulation") -> list[Scenario]:
-    """`make emulate`'s bandwidth preset: k=4, 4/8/16 hosts, 1K/16K/128K float32 elements, its seven methods."""
+    """The emulation's sweep preset (its calibration input): k=4, 4/8/16 hosts, 1K/16K/128K float32 elements, seven methods."""
     return [Scenario(topology="fat-tree:4", gpus=n, preset=preset, methods=EMULATION_METHODS, sizes=(4 * KIB, 64 * KIB, 512 * KIB),
                      label="emulation") for n in (4, 8, 16)]
 

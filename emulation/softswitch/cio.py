@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from native import cbuild
 from emulation.softswitch import cemit
+from emulation.softswitch.delayline import PortDelays
+from native import cbuild
 
 LOG = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ def library() -> ctypes.CDLL:
         "cio_abi": (c_int, []),
         "cio_new": (vp, [u32, c_int]),
         "cio_add_port": (c_int, [vp, c_int, c_int, c_int, ctypes.c_char_p]),
+        "cio_set_delay": (c_int, [vp, c_int, ctypes.c_uint64, ctypes.c_uint64]),
         "cio_attach": (None, [vp, vp, vp]),
         "cio_start": (c_int, [vp]),
         "cio_stop": (None, [vp]),
@@ -59,8 +61,10 @@ class CPortLoop:
     """One C thread moving frames between the given sockets and an attached C program."""
 
     def __init__(self, ports: list[tuple[int, int, int, str]], max_frame: int, cpu_port: int | None,
-                 on_punt: Callable[[bytes], None] | None = None, name: str = "softswitch") -> None:
-        """ports: (switch port, socket descriptor, interface index, interface name)."""
+                 on_punt: Callable[[bytes], None] | None = None, name: str = "softswitch",
+                 delays: PortDelays | None = None) -> None:
+        """ports: (switch port, socket descriptor, interface index, interface name); delays: the seconds each port
+        holds the frames it receives (ingress) and sends (egress), held in C (a link's propagation delay)."""
         self.lib = library()
         self.name = name
         self.max_frame = max_frame
@@ -71,6 +75,12 @@ class CPortLoop:
             if self.lib.cio_add_port(self.io, port, fd, ifindex, iface.encode()) != 0:
                 self.lib.cio_free(self.io)
                 raise ValueError(f"C port loop: cannot add port {port} ({iface})")
+        delays = delays or PortDelays()
+        for port in set(delays.ingress) | set(delays.egress):
+            ns = [round(table.get(port, 0.0) * 1e9) for table in (delays.ingress, delays.egress)]
+            if any(ns) and self.lib.cio_set_delay(self.io, port, ns[0], ns[1]) != 0:
+                self.lib.cio_free(self.io)
+                raise ValueError(f"C port loop: a delay for port {port}, which it does not have")
         self.ports = [p for p, _, _, _ in ports]
         self._on_punt = on_punt
         self._punter: threading.Thread | None = None
@@ -128,9 +138,9 @@ class CPortLoop:
         return int(buf[0]), int(buf[1]), int(buf[2]), int(buf[3]), bool(buf[4])
 
     def stats(self) -> dict[str, int]:
-        buf = (ctypes.c_uint64 * 4)()
+        buf = (ctypes.c_uint64 * 6)()
         self.lib.cio_stats(self.io, buf)
-        return dict(zip(("tx_no_port", "punt_dropped", "batches", "frames"), (int(x) for x in buf)))
+        return dict(zip(("tx_no_port", "punt_dropped", "batches", "frames", "held", "held_dropped"), (int(x) for x in buf)))
 
     def send(self, port: int, frame: bytes) -> bool:
         return self.lib.cio_send(self.io, port, frame, len(frame)) == 0

@@ -125,6 +125,20 @@ def test_cli_options_become_a_config() -> None:
     assert "fat-tree2_embedded_h2_bw5_d1ms" == cfg.label() and cfg.reps == 5
 
 
+def test_presets_bandwidth_runs_only_large_sizes_and_sweep_adds_the_small_ones() -> None:
+    """make emulate's bandwidth preset holds only sizes whose wire time dwarfs a repetition's fixed costs; the
+    sweep (the simulator's calibration input) is the same runs at 1K and 16K as well; options still override."""
+    bandwidth = config_from_args(build_parser().parse_args([]))
+    assert bandwidth.sizes == (131072,) and bandwidth.host_counts == (4, 8, 16) and bandwidth.name == ""
+    assert set(bandwidth.methods) == set(METHODS) and bandwidth.shape == LinkShape(2.0, None, None)
+    sweep = config_from_args(build_parser().parse_args(["--preset", "sweep"]))
+    assert sweep.sizes == (1024, 16384, 131072) and sweep.name == "sweep"
+    assert (sweep.methods, sweep.shape, sweep.host_counts) == (bandwidth.methods, bandwidth.shape, bandwidth.host_counts)
+    assert config_from_args(build_parser().parse_args(["--preset", "sweep", "--sizes", "2K"])).sizes == (2048,)
+    latency = config_from_args(build_parser().parse_args(["--preset", "latency"]))
+    assert latency.sizes == (1024,) and latency.shape == LinkShape(100.0, 100.0, None)
+
+
 @pytest.mark.parametrize("bad", [dict(host_counts=(1,)), dict(sizes=()), dict(methods=("nccl",)), dict(reps=0),
                                  dict(slots=0), dict(methods=("ring", "ring"))])
 def test_bad_configs_are_refused_with_the_field_named(bad: dict) -> None:

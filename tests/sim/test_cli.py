@@ -81,9 +81,9 @@ def test_invalid_configurations_are_refused_naming_the_problem(tmp_path: Path, a
 
 
 def _four_host_part(out: Path) -> Path:
-    """The fixture's 4-host points only (21 of 63): the CLI's plumbing is under test here, and one fit of the
-    whole folder, with its 15% claim, is test_validation's (fitting all 63 points twice cost the suite ~50 s)."""
-    src = REPO / "tests/sim/data/emulation-k4"
+    """The sweep fixture's 4-host points only (21 of 63): the CLI's plumbing is under test here, and the fit of
+    the whole fixture, with its 15% claim, is test_validation's (fitting all 63 points cost the suite ~50 s)."""
+    src = REPO / "tests/sim/data/emulation-k4/sweep"
     out.mkdir()
     (out / "config.json").write_text((src / "config.json").read_text())
     summary = json.loads((src / "summary.json").read_text())

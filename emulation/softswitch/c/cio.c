@@ -11,6 +11,13 @@
  * are skipped. The batch goes to the program under its lock once; the outputs are sent in order,
  * consecutive frames for one port by one sendmmsg call. Sends block (back-pressure, no drops).
  * Frames for the CPU port go to a queue that Python drains (packet-in over P4Runtime).
+ *
+ * A link's propagation delay (delayline.py says where it is held) is held here too, so that a delayed
+ * switch never moves frames through Python: each port has a FIFO per direction (one delay per port and
+ * direction keeps a FIFO in due order), a frame is copied into it with its due time (CLOCK_MONOTONIC),
+ * and a timerfd armed at the earliest head wakes the loop to process (ingress) or send (egress) what is
+ * due. A FIFO holds at most CIO_HOLD_CAP frames; beyond that a frame is dropped and counted, as a full
+ * queue would. Frames a controller sends (cio_send, packet-out) are not delayed.
  */
 #include <errno.h>
 #include <linux/if_packet.h>
@@ -22,6 +29,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,11 +39,26 @@
 #define CIO_ROUNDS 2 /* batches read from one socket before looking at the others */
 #define CIO_PUNT_CAP 1024
 #define CIO_WAKE UINT32_MAX
+#define CIO_TIMER (UINT32_MAX - 1)
+#define CIO_HOLD_CAP (1u << 16)
+
+struct cio_held {
+    uint64_t due; /* CLOCK_MONOTONIC, ns */
+    uint32_t len;
+    uint8_t *data;
+};
+
+struct cio_fifo { /* frames held for one port and direction, in due order */
+    uint64_t delay_ns;
+    struct cio_held *q;
+    uint32_t head, n, cap;
+};
 
 struct cio_port {
     int port, fd, ifindex, active;
     char name[IF_NAMESIZE];
     uint64_t rx, tx, tx_errors, oversized; /* atomics (__atomic builtins) */
+    struct cio_fifo in, out; /* ingress and egress delay (loop thread only) */
 };
 
 struct cio_punt {
@@ -47,7 +70,8 @@ struct cio {
     struct cio_port ports[CIO_MAX_PORTS];
     int nports;
     int by_port[CIO_MAX_PORTS];
-    int epfd, wakefd, puntfd;
+    int epfd, wakefd, puntfd, timerfd;
+    uint64_t armed; /* the timerfd's due time, 0 when disarmed */
     pthread_t thread;
     int started, stop;
     pthread_mutex_t attach_lock; /* held while a batch is processed */
@@ -63,7 +87,7 @@ struct cio {
     struct rt_outs outs;
     struct mmsghdr smsg[CIO_BATCH];
     struct iovec siov[CIO_BATCH];
-    uint64_t tx_no_port, punt_dropped, batches, frames_in;
+    uint64_t tx_no_port, punt_dropped, batches, frames_in, held, held_dropped;
     pthread_mutex_t punt_lock;
     struct cio_punt punt[CIO_PUNT_CAP];
     uint32_t punt_head, punt_n;
@@ -71,6 +95,66 @@ struct cio {
 
 static void cio_add(uint64_t *p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static uint64_t cio_get(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+static uint64_t cio_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* hold a copy of a frame until now + the FIFO's delay; 0, or -1 when it was dropped (full, no memory) */
+static int cio_hold(struct cio *io, struct cio_fifo *f, const uint8_t *data, uint32_t len, uint64_t now)
+{
+    struct cio_held *e;
+    uint8_t *copy;
+    if (f->n == f->cap) {
+        uint32_t cap = f->cap ? f->cap * 2 : 64, i;
+        struct cio_held *q;
+        if (f->cap >= CIO_HOLD_CAP || !(q = (struct cio_held *)malloc(sizeof(*q) * cap))) {
+            cio_add(&io->held_dropped, 1);
+            return -1;
+        }
+        for (i = 0; i < f->n; i++) q[i] = f->q[(f->head + i) % f->cap];
+        free(f->q);
+        f->q = q;
+        f->head = 0;
+        f->cap = cap;
+    }
+    if (!(copy = (uint8_t *)malloc(len ? len : 1))) {
+        cio_add(&io->held_dropped, 1);
+        return -1;
+    }
+    memcpy(copy, data, len);
+    e = &f->q[(f->head + f->n) % f->cap];
+    e->due = now + f->delay_ns;
+    e->len = len;
+    e->data = copy;
+    f->n++;
+    cio_add(&io->held, 1);
+    return 0;
+}
+
+static struct cio_held *cio_due(struct cio_fifo *f, uint64_t now)
+{
+    return f->n && f->q[f->head].due <= now ? &f->q[f->head] : NULL;
+}
+
+static void cio_unhold(struct cio *io, struct cio_fifo *f)
+{
+    free(f->q[f->head].data);
+    f->head = (f->head + 1) % f->cap;
+    f->n--;
+    cio_add(&io->held, -(uint64_t)1);
+}
+
+static void cio_fifo_free(struct cio_fifo *f)
+{
+    uint32_t i;
+    for (i = 0; i < f->n; i++) free(f->q[(f->head + i) % f->cap].data);
+    free(f->q);
+    memset(f, 0, sizeof(*f));
+}
 
 CIO_EXPORT int cio_abi(void) { return RT_ABI; }
 
@@ -81,15 +165,17 @@ CIO_EXPORT struct cio *cio_new(uint32_t max_frame, int cpu_port)
     if (!io) return NULL;
     io->max_frame = max_frame ? max_frame : 65536;
     io->cpu_port = cpu_port;
-    io->epfd = io->wakefd = io->puntfd = -1;
+    io->epfd = io->wakefd = io->puntfd = io->timerfd = -1;
     for (i = 0; i < CIO_MAX_PORTS; i++) io->by_port[i] = -1;
     io->rxbuf = (uint8_t *)malloc((size_t)io->max_frame * CIO_BATCH);
     io->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     io->puntfd = eventfd(0, EFD_CLOEXEC);
-    if (!io->rxbuf || io->wakefd < 0 || io->puntfd < 0 || pthread_mutex_init(&io->attach_lock, NULL) ||
+    io->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (!io->rxbuf || io->wakefd < 0 || io->puntfd < 0 || io->timerfd < 0 || pthread_mutex_init(&io->attach_lock, NULL) ||
         pthread_mutex_init(&io->punt_lock, NULL)) {
         if (io->wakefd >= 0) close(io->wakefd);
         if (io->puntfd >= 0) close(io->puntfd);
+        if (io->timerfd >= 0) close(io->timerfd);
         free(io->rxbuf);
         free(io);
         return NULL;
@@ -109,6 +195,18 @@ CIO_EXPORT int cio_add_port(struct cio *io, int port, int fd, int ifindex, const
     p->active = 1;
     strncpy(p->name, name, IF_NAMESIZE - 1);
     io->by_port[port] = io->nports++;
+    return 0;
+}
+
+/* hold every frame port receives for ingress_ns before processing it, and every frame sent from it for
+   egress_ns before sending it (before the loop starts); 0, or -1 for a port it does not have */
+CIO_EXPORT int cio_set_delay(struct cio *io, int port, uint64_t ingress_ns, uint64_t egress_ns)
+{
+    struct cio_port *p;
+    if (io->started || port < 0 || port >= CIO_MAX_PORTS || io->by_port[port] < 0) return -1;
+    p = &io->ports[io->by_port[port]];
+    p->in.delay_ns = ingress_ns;
+    p->out.delay_ns = egress_ns;
     return 0;
 }
 
@@ -205,6 +303,13 @@ static void cio_process(struct cio *io, uint32_t nf)
             cio_add(&io->tx_no_port, run - i);
             continue;
         }
+        if (io->ports[idx].out.delay_ns) {
+            uint64_t now = cio_now();
+            uint32_t j;
+            for (j = i; j < run; j++)
+                cio_hold(io, &io->ports[idx].out, io->outs.buf + io->outs.d[j].off, io->outs.d[j].len, now);
+            continue;
+        }
         cio_send_run(io, &io->ports[idx], i, run);
     }
 }
@@ -236,6 +341,11 @@ static void cio_drain(struct cio *io, struct cio_port *p)
                 cio_add(&p->oversized, 1);
                 continue;
             }
+            if (p->in.delay_ns) {
+                cio_add(&p->rx, 1);
+                cio_hold(io, &p->in, io->rxbuf + (size_t)j * io->max_frame, len, cio_now());
+                continue;
+            }
             io->frames[nf].data = io->rxbuf + (size_t)j * io->max_frame;
             io->frames[nf].len = len;
             io->frames[nf].port = p->port;
@@ -247,21 +357,82 @@ static void cio_drain(struct cio *io, struct cio_port *p)
     }
 }
 
+/* frames whose delay is over: held ingress frames go through the program (in batches), egress ones leave */
+static void cio_release(struct cio *io)
+{
+    uint64_t now = cio_now();
+    int i;
+    for (i = 0; i < io->nports; i++) {
+        struct cio_port *p = &io->ports[i];
+        struct cio_held *e;
+        while (cio_due(&p->in, now)) {
+            uint32_t nf = 0, j;
+            while (nf < CIO_BATCH && (e = cio_due(&p->in, now)) != NULL) {
+                /* the batch points into the FIFO's copies, freed once the program has run */
+                io->frames[nf].data = e->data;
+                io->frames[nf].len = e->len;
+                io->frames[nf].port = p->port;
+                nf++;
+                p->in.head = (p->in.head + 1) % p->in.cap;
+                p->in.n--;
+            }
+            cio_process(io, nf);
+            for (j = 0; j < nf; j++) free((void *)io->frames[j].data);
+            cio_add(&io->held, -(uint64_t)nf);
+        }
+        while ((e = cio_due(&p->out, now)) != NULL) {
+            if (__atomic_load_n(&p->active, __ATOMIC_RELAXED)) {
+                cio_add(&p->tx, 1); /* counted first, as above */
+                if (send(p->fd, e->data, e->len, 0) < 0) {
+                    cio_add(&p->tx, -(uint64_t)1);
+                    cio_add(&p->tx_errors, 1);
+                    if (cio_gone_errno(errno)) cio_check_gone(io, p);
+                }
+            } else {
+                cio_add(&io->tx_no_port, 1);
+            }
+            cio_unhold(io, &p->out);
+        }
+    }
+}
+
+/* arm the timer at the earliest held frame (or disarm it) */
+static void cio_arm(struct cio *io)
+{
+    uint64_t next = 0;
+    int i;
+    struct itimerspec its;
+    for (i = 0; i < io->nports; i++) {
+        struct cio_port *p = &io->ports[i];
+        if (p->in.n && (!next || p->in.q[p->in.head].due < next)) next = p->in.q[p->in.head].due;
+        if (p->out.n && (!next || p->out.q[p->out.head].due < next)) next = p->out.q[p->out.head].due;
+    }
+    if (next == io->armed) return;
+    memset(&its, 0, sizeof(its));
+    its.it_value.tv_sec = (time_t)(next / 1000000000u);
+    its.it_value.tv_nsec = (long)(next % 1000000000u);
+    if (timerfd_settime(io->timerfd, TFD_TIMER_ABSTIME, &its, NULL) == 0) io->armed = next;
+}
+
 static void *cio_loop(void *arg)
 {
     struct cio *io = (struct cio *)arg;
     struct epoll_event ev[64];
     while (!__atomic_load_n(&io->stop, __ATOMIC_ACQUIRE)) {
-        int n = epoll_wait(io->epfd, ev, 64, -1), i;
+        int n, i;
+        cio_release(io);
+        cio_arm(io);
+        n = epoll_wait(io->epfd, ev, 64, -1);
         if (n < 0) {
             if (errno == EINTR) continue;
             break;
         }
         for (i = 0; i < n; i++) {
             uint32_t idx = ev[i].data.u32;
-            if (idx == CIO_WAKE) {
+            if (idx == CIO_WAKE || idx == CIO_TIMER) {
                 uint64_t v;
-                if (read(io->wakefd, &v, sizeof(v)) < 0) { /* nonblocking: already drained */ }
+                if (read(idx == CIO_WAKE ? io->wakefd : io->timerfd, &v, sizeof(v)) < 0) { /* nonblocking: drained */ }
+                if (idx == CIO_TIMER) io->armed = 0; /* a one-shot timer that fired is disarmed */
                 continue;
             }
             if (idx < (uint32_t)io->nports && __atomic_load_n(&io->ports[idx].active, __ATOMIC_RELAXED))
@@ -282,6 +453,8 @@ CIO_EXPORT int cio_start(struct cio *io)
     ev.events = EPOLLIN;
     ev.data.u32 = CIO_WAKE;
     if (epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->wakefd, &ev)) return -errno;
+    ev.data.u32 = CIO_TIMER;
+    if (epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->timerfd, &ev)) return -errno;
     for (i = 0; i < io->nports; i++) {
         ev.data.u32 = (uint32_t)i;
         if (epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->ports[i].fd, &ev)) return -errno;
@@ -310,6 +483,11 @@ CIO_EXPORT void cio_free(struct cio *io)
     if (io->epfd >= 0) close(io->epfd);
     close(io->wakefd);
     close(io->puntfd);
+    close(io->timerfd);
+    for (i = 0; i < (uint32_t)io->nports; i++) {
+        cio_fifo_free(&io->ports[i].in);
+        cio_fifo_free(&io->ports[i].out);
+    }
     for (i = 0; i < io->punt_n; i++) free(io->punt[(io->punt_head + i) % CIO_PUNT_CAP].data);
     free(io->rxbuf);
     free(io->outs.buf);
@@ -333,13 +511,15 @@ CIO_EXPORT int cio_port_stats(struct cio *io, int port, uint64_t *out)
     return 0;
 }
 
-/* tx_no_port, punt_dropped, batches, frames */
+/* tx_no_port, punt_dropped, batches, frames, held (frames waiting out a delay), held_dropped */
 CIO_EXPORT void cio_stats(struct cio *io, uint64_t *out)
 {
     out[0] = cio_get(&io->tx_no_port);
     out[1] = cio_get(&io->punt_dropped);
     out[2] = __atomic_load_n(&io->batches, __ATOMIC_RELAXED);
     out[3] = __atomic_load_n(&io->frames_in, __ATOMIC_RELAXED);
+    out[4] = cio_get(&io->held);
+    out[5] = cio_get(&io->held_dropped);
 }
 
 /* a frame from another thread (a controller's packet-out); 0, or -1 when the port has no interface */
