@@ -37,6 +37,7 @@ def library() -> ctypes.CDLL:
         "cio_new": (vp, [u32, c_int]),
         "cio_add_port": (c_int, [vp, c_int, c_int, c_int, ctypes.c_char_p]),
         "cio_set_delay": (c_int, [vp, c_int, ctypes.c_uint64, ctypes.c_uint64]),
+        "cio_set_hold_cap": (c_int, [vp, u32]),
         "cio_attach": (None, [vp, vp, vp]),
         "cio_start": (c_int, [vp]),
         "cio_stop": (None, [vp]),
@@ -62,9 +63,10 @@ class CPortLoop:
 
     def __init__(self, ports: list[tuple[int, int, int, str]], max_frame: int, cpu_port: int | None,
                  on_punt: Callable[[bytes], None] | None = None, name: str = "softswitch",
-                 delays: PortDelays | None = None) -> None:
+                 delays: PortDelays | None = None, hold_cap: int | None = None) -> None:
         """ports: (switch port, socket descriptor, interface index, interface name); delays: the seconds each port
-        holds the frames it receives (ingress) and sends (egress), held in C (a link's propagation delay)."""
+        holds the frames it receives (ingress) and sends (egress), held in C (a link's propagation delay), at
+        most hold_cap frames a port and direction (65,536 unless given; more are dropped and counted)."""
         self.lib = library()
         self.name = name
         self.max_frame = max_frame
@@ -81,6 +83,9 @@ class CPortLoop:
             if any(ns) and self.lib.cio_set_delay(self.io, port, ns[0], ns[1]) != 0:
                 self.lib.cio_free(self.io)
                 raise ValueError(f"C port loop: a delay for port {port}, which it does not have")
+        if hold_cap is not None and self.lib.cio_set_hold_cap(self.io, hold_cap) != 0:
+            self.lib.cio_free(self.io)
+            raise ValueError(f"C port loop: hold_cap must be at least 1, got {hold_cap}")
         self.ports = [p for p, _, _, _ in ports]
         self._on_punt = on_punt
         self._punter: threading.Thread | None = None

@@ -11,6 +11,7 @@ from emulation.softswitch.cli import UsageError, parse_options
 from emulation.softswitch.delayline import EGRESS, INGRESS, DelayLine, DelaySpecError, PortDelays, parse_delay
 from emulation.softswitch.ports import ETH_P_ALL, PortIO
 from emulation.softswitch.switch import SoftSwitch
+from native import cbuild
 
 try:
     from . import fake_switch
@@ -88,3 +89,41 @@ def test_a_frame_spends_at_least_the_ports_delays_in_the_switch(veth_ns: str, ea
     finally:
         host.close()
         io.stop()
+
+
+@pytest.mark.netns
+def test_the_c_loop_drops_and_counts_what_a_full_delay_fifo_cannot_hold(veth_ns: str) -> None:
+    """A port's FIFO holds at most hold_cap frames: the rest are dropped and counted, none is lost silently, and
+    frames still held when the loop is closed are freed with it."""
+    if cbuild.toolchain() is None:
+        pytest.skip("[cc] no C compiler (cc) on PATH: the C port loop cannot be built")
+    from emulation.softswitch.cio import CPortLoop
+
+    switch = SoftSwitch(device_id=1, name="dcap", engine="c")
+    switch.load_program(fake_switch.TINY_JSON)  # every frame leaves on port 1
+    with in_netns(veth_ns):
+        port = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        port.bind((SWITCH_END, ETH_P_ALL))
+        host = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        host.bind((HOST_END, ETH_P_ALL))
+        ifindex = socket.if_nametoindex(SWITCH_END)
+    with pytest.raises(ValueError, match="hold_cap must be at least 1"):
+        CPortLoop([(1, port.fileno(), ifindex, SWITCH_END)], 2048, None, hold_cap=0)
+    loop = CPortLoop([(1, port.fileno(), ifindex, SWITCH_END)], 2048, None, name="dcap",
+                     delays=PortDelays(ingress={1: 9.0}), hold_cap=8)
+    loop.attach(switch._rt.batch_entry())
+    loop.start()
+    try:
+        for i in range(20):
+            host.send(_frame(f"cap-{i:02d}".encode(), 100))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and loop.port_stats(1)[0] < 20:
+            time.sleep(0.01)
+        stats = loop.stats()
+        assert loop.port_stats(1)[0] == 20  # every frame was received ...
+        assert (stats["held"], stats["held_dropped"]) == (8, 12)  # ... 8 held for 9 s, 12 dropped and counted
+        assert stats["frames"] == 0  # none went through the program yet
+    finally:
+        loop.close()  # frees the 8 still held
+        port.close()
+        host.close()

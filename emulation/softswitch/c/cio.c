@@ -16,8 +16,8 @@
  * switch never moves frames through Python: each port has a FIFO per direction (one delay per port and
  * direction keeps a FIFO in due order), a frame is copied into it with its due time (CLOCK_MONOTONIC),
  * and a timerfd armed at the earliest head wakes the loop to process (ingress) or send (egress) what is
- * due. A FIFO holds at most CIO_HOLD_CAP frames; beyond that a frame is dropped and counted, as a full
- * queue would. Frames a controller sends (cio_send, packet-out) are not delayed.
+ * due. A FIFO holds at most CIO_HOLD_CAP frames (cio_set_hold_cap); beyond that a frame is dropped and
+ * counted, as a full queue would. Frames a controller sends (cio_send, packet-out) are not delayed.
  */
 #include <errno.h>
 #include <linux/if_packet.h>
@@ -72,6 +72,7 @@ struct cio {
     int by_port[CIO_MAX_PORTS];
     int epfd, wakefd, puntfd, timerfd;
     uint64_t armed; /* the timerfd's due time, 0 when disarmed */
+    uint32_t hold_cap; /* frames a FIFO may hold (CIO_HOLD_CAP unless set before the start) */
     pthread_t thread;
     int started, stop;
     pthread_mutex_t attach_lock; /* held while a batch is processed */
@@ -111,7 +112,8 @@ static int cio_hold(struct cio *io, struct cio_fifo *f, const uint8_t *data, uin
     if (f->n == f->cap) {
         uint32_t cap = f->cap ? f->cap * 2 : 64, i;
         struct cio_held *q;
-        if (f->cap >= CIO_HOLD_CAP || !(q = (struct cio_held *)malloc(sizeof(*q) * cap))) {
+        if (cap > io->hold_cap) cap = io->hold_cap;
+        if (f->cap >= io->hold_cap || !(q = (struct cio_held *)malloc(sizeof(*q) * cap))) {
             cio_add(&io->held_dropped, 1);
             return -1;
         }
@@ -140,12 +142,11 @@ static struct cio_held *cio_due(struct cio_fifo *f, uint64_t now)
     return f->n && f->q[f->head].due <= now ? &f->q[f->head] : NULL;
 }
 
-static void cio_unhold(struct cio *io, struct cio_fifo *f)
+static void cio_unhold(struct cio_fifo *f)
 {
     free(f->q[f->head].data);
     f->head = (f->head + 1) % f->cap;
     f->n--;
-    cio_add(&io->held, -(uint64_t)1);
 }
 
 static void cio_fifo_free(struct cio_fifo *f)
@@ -164,6 +165,7 @@ CIO_EXPORT struct cio *cio_new(uint32_t max_frame, int cpu_port)
     int i;
     if (!io) return NULL;
     io->max_frame = max_frame ? max_frame : 65536;
+    io->hold_cap = CIO_HOLD_CAP;
     io->cpu_port = cpu_port;
     io->epfd = io->wakefd = io->puntfd = io->timerfd = -1;
     for (i = 0; i < CIO_MAX_PORTS; i++) io->by_port[i] = -1;
@@ -207,6 +209,14 @@ CIO_EXPORT int cio_set_delay(struct cio *io, int port, uint64_t ingress_ns, uint
     p = &io->ports[io->by_port[port]];
     p->in.delay_ns = ingress_ns;
     p->out.delay_ns = egress_ns;
+    return 0;
+}
+
+/* frames one FIFO may hold, at least 1 (before the loop starts); 0, or -1 */
+CIO_EXPORT int cio_set_hold_cap(struct cio *io, uint32_t cap)
+{
+    if (io->started || !cap) return -1;
+    io->hold_cap = cap;
     return 0;
 }
 
@@ -376,11 +386,13 @@ static void cio_release(struct cio *io)
                 p->in.head = (p->in.head + 1) % p->in.cap;
                 p->in.n--;
             }
+            /* no longer held before anything they cause is sent (as tx is counted before the send) */
+            cio_add(&io->held, -(uint64_t)nf);
             cio_process(io, nf);
             for (j = 0; j < nf; j++) free((void *)io->frames[j].data);
-            cio_add(&io->held, -(uint64_t)nf);
         }
         while ((e = cio_due(&p->out, now)) != NULL) {
+            cio_add(&io->held, -(uint64_t)1);
             if (__atomic_load_n(&p->active, __ATOMIC_RELAXED)) {
                 cio_add(&p->tx, 1); /* counted first, as above */
                 if (send(p->fd, e->data, e->len, 0) < 0) {
@@ -391,7 +403,7 @@ static void cio_release(struct cio *io)
             } else {
                 cio_add(&io->tx_no_port, 1);
             }
-            cio_unhold(io, &p->out);
+            cio_unhold(&p->out);
         }
     }
 }
