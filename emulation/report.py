@@ -234,10 +234,15 @@ def _methods(summary: dict[str, Any]) -> list[str]:
 
 
 def plot_latency(summary: dict[str, Any], path: Path | None = None, ax: Any = None) -> Any:
-    """Median latency (95% CI bars) against size, per method, at the largest host count."""
+    """Median latency (95% CI bars) against size, per method, at the largest host count; with one size (the
+    latency preset), a bar per method, where a line of single points would hide methods behind each other."""
     ax, done = _axes(ax, path)
     pts = [p for p in summary["points"] if p["ok"] and p["median_latency_s"]]
     n = max((p["hosts"] for p in pts), default=0)
+    if len({p["elements"] for p in pts if p["hosts"] == n}) == 1:
+        _latency_bars(ax, [p for p in pts if p["hosts"] == n], summary, n)
+        done()
+        return ax
     for m in _methods(summary):
         sel = sorted((p for p in pts if p["method"] == m and p["hosts"] == n), key=lambda p: p["elements"])
         if not sel:
@@ -261,6 +266,28 @@ def plot_latency(summary: dict[str, Any], path: Path | None = None, ax: Any = No
         ax.legend(fontsize=7)
     done()
     return ax
+
+
+def _latency_bars(ax: Any, pts: list[dict[str, Any]], summary: dict[str, Any], n: int) -> None:
+    by = {p["method"]: p for p in pts}
+    methods = [m for m in _methods(summary) if m in by]
+    ys = [by[m]["median_latency_s"] * 1e3 for m in methods]
+    err = [[y - by[m]["ci95_latency_s"][0] * 1e3 for y, m in zip(ys, methods)],
+           [by[m]["ci95_latency_s"][1] * 1e3 - y for y, m in zip(ys, methods)]]
+    colors = [STYLE.get(m, ("gray", "o", "-"))[0] for m in methods]
+    bars = ax.barh(range(len(methods)), ys, xerr=err, color=colors, capsize=3)
+    for bar, m, y in zip(bars, methods, ys):
+        if not by[m]["headline"]:
+            bar.set_hatch("//")
+            bar.set_edgecolor("gray")
+        ax.text(y + max(ys) * 0.02, bar.get_y() + bar.get_height() / 2, f"{y:,.0f} ms", va="center", fontsize=8)
+    ax.set_yticks(range(len(methods)), [METHODS[m].label for m in methods], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(ys) * 1.2)
+    ax.set_xlabel("latency, ms (median, 95% CI)")
+    ax.set_title(f"All-reduce latency, {n} hosts, {human_size(pts[0]['elements'])} elements\n"
+                 "(hatched: not link- or latency-bound)", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
 
 
 def plot_speedup(summary: dict[str, Any], path: Path | None = None, ax: Any = None,

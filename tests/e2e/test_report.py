@@ -167,3 +167,16 @@ def test_method_order_is_shuffled_per_repetition_and_reproducible() -> None:
     orders = [tuple(method_order(cfg, 16, 1024, rep)) for rep in range(6)]
     assert len(set(orders)) > 1 and all(sorted(o) == sorted(cfg.methods) for o in orders)
     assert orders == [tuple(method_order(cfg, 16, 1024, rep)) for rep in range(6)]
+
+
+def test_one_size_is_drawn_as_a_bar_per_method_with_non_headlines_hatched(tmp_path: Path) -> None:
+    """The latency preset has one size: a bar per method (a line of single points would hide methods with the
+    same latency behind each other); a point that is no headline is hatched, as it is ringed in the line plot."""
+    summary = report.summary_of(fake_result(tmp_path / "r", cpu_bound=("ring", 8, 1024)))
+    summary["points"] = [p for p in summary["points"] if p["elements"] == 1024]
+    ax = report.plot_latency(summary, tmp_path / "bars.png")
+    bars = {t.get_text(): patch for t, patch in zip(ax.get_yticklabels(), ax.patches)}
+    assert len(bars) == len({p["method"] for p in summary["points"]})
+    assert bars[METHODS["ring"].label].get_hatch() == "//"
+    assert all(not patch.get_hatch() for label, patch in bars.items() if label != METHODS["ring"].label)
+    assert (tmp_path / "bars.png").stat().st_size > 0
