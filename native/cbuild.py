@@ -254,7 +254,11 @@ def _load_cached(d: Path, key: str, source: bytes) -> ctypes.CDLL | None:
             _discard(src_p, so_p, sum_p)
             return None
         lib = _dlopen(so_p)
-        os.utime(sum_fd)  # last used now: what the size bound keeps longest (atime is often not kept)
+        # last used now: what the size bound keeps longest (atime is often not kept). The time is given in ns:
+        # the kernel's own "now" is coarse (a scheduler tick), and an entry used right after another was
+        # written could tie with it and be taken for the older one
+        now = time.time_ns()
+        os.utime(sum_fd, ns=(now, now))
         return lib
     except CacheUnsafeError as ex:
         LOG.warning("%s; the entry is discarded and compiled again", ex)
@@ -330,12 +334,12 @@ def prune(d: Path, keep: str | None = None, max_bytes: int | None = None, max_en
     """
     max_bytes = _max_bytes() if max_bytes is None else max_bytes
     max_entries = CACHE_MAX_ENTRIES if max_entries is None else max_entries
-    entries: list[tuple[float, str, int]] = []  # (last used, key, bytes)
+    entries: list[tuple[int, str, int]] = []  # (last used in ns, key, bytes)
     for so in d.glob("*.so"):
         key = so.stem
         try:
             size = sum((d / f"{key}{suf}").stat().st_size for suf in _ENTRY_SUFFIXES if (d / f"{key}{suf}").exists())
-            used = (d / f"{key}.sha256").stat().st_mtime if (d / f"{key}.sha256").exists() else so.stat().st_mtime
+            used = (d / f"{key}.sha256").stat().st_mtime_ns if (d / f"{key}.sha256").exists() else so.stat().st_mtime_ns
         except OSError:
             continue
         entries.append((used, key, size))
