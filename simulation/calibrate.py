@@ -358,6 +358,11 @@ class Calibration:
     table: list[dict[str, Any]]
 
     @property
+    def skipped(self) -> dict[str, str]:
+        """Methods of any folder that the simulator has no model of, and why."""
+        return {m: why for r in self.results for m, why in r.skipped.items()}
+
+    @property
     def max_rel_error(self) -> float:
         return max((abs(r["rel_error"]) for r in self.table), default=math.nan)
 
@@ -373,7 +378,7 @@ class Calibration:
         first = self.results[0]
         return {"folder": str(first.folder), "folders": [str(r.folder) for r in self.results], "topology": first.topology,
                 "fitted": self.fitted, "max_rel_error": self.max_rel_error, "by_bound": self.by_bound(),
-                "skipped_methods": {m: why for r in self.results for m, why in r.skipped.items()},
+                "skipped_methods": self.skipped,
                 "notes": [n for r in self.results for n in r.notes],
                 "lanes_in_results": first.lanes, "lanes_in_model": AGG.num_lanes,
                 "table": self.table, "preset": self.preset.to_dict()}
@@ -389,14 +394,15 @@ class Calibration:
         for bound, e in self.by_bound().items():
             lines.append(f"  {bound}-bound (the emulation's label): {e['points']} points, max |error| "
                          f"{e['max_rel_error'] * 100:.1f}%, median {e['median_rel_error'] * 100:.1f}%")
-        for m, why in self.to_dict()["skipped_methods"].items():
+        for m, why in self.skipped.items():
             lines.append(f"skipped {m}: {why}")
         lines += [f"note: {n}" for r in self.results for n in r.notes]
         return "\n".join(lines)
 
 
 def result_folders(path: Path | str) -> list[Path]:
-    """A results folder, or a folder of them (`make emulate`'s bandwidth and latency runs): the folders fitted together."""
+    """A results folder, or a folder of them (e.g. the sweep and latency runs of tests/sim/data/emulation-k4): the
+    folders fitted together."""
     path = Path(path)
     if not path.is_dir():
         raise CalibrationError(f"{path} is not a results folder")
@@ -426,8 +432,8 @@ def fit(folders: Path | str | Sequence[Path | str], params: Sequence[str] = tupl
     if unknown:
         raise CalibrationError(f"cannot fit {sorted(unknown)}; fittable: {', '.join(FIT)}")
     models = [Model(r, engine) for r in results]
-    points = [pt for r in results for pt in r.points]
-    measured = [pt.median_s for pt in points]
+    points = [(r, pt) for r in results for pt in r.points]  # in the order predict() gives them
+    measured = [pt.median_s for _, pt in points]
     names = list(params)
     lo = [FIT[n][0] for n in names]
     hi = [FIT[n][1] for n in names]
@@ -474,6 +480,6 @@ def fit(folders: Path | str | Sequence[Path | str], params: Sequence[str] = tupl
     preset = with_params(first.base, {**fitted, "start_cost": fitted.get("start_cost", first.base.start_cost) + wake})
     table = [{"method": pt.method, "hosts": pt.hosts, "elements": pt.elements, "links": r.links, "bound": pt.bound,
               "measured_s": pt.median_s, "predicted_s": p, "rel_error": (p - pt.median_s) / pt.median_s, "wake_up_s": pt.start_s}
-             for (r, pt), p in zip([(r, pt) for r in results for pt in r.points], pred)]
+             for (r, pt), p in zip(points, pred)]
     LOG.info("calibration: max error %.1f%% over %d points", max(abs(r["rel_error"]) for r in table) * 100, len(table))
     return Calibration(results, preset, fitted, table)

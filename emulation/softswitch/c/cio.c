@@ -137,16 +137,15 @@ static int cio_hold(struct cio *io, struct cio_fifo *f, const uint8_t *data, uin
     return 0;
 }
 
-static struct cio_held *cio_due(struct cio_fifo *f, uint64_t now)
-{
-    return f->n && f->q[f->head].due <= now ? &f->q[f->head] : NULL;
-}
+static int cio_due(const struct cio_fifo *f, uint64_t now) { return f->n && f->q[f->head].due <= now; }
 
-static void cio_unhold(struct cio_fifo *f)
+/* take the head out of the FIFO (its data is the caller's to free) */
+static struct cio_held cio_pop(struct cio_fifo *f)
 {
-    free(f->q[f->head].data);
+    struct cio_held e = f->q[f->head];
     f->head = (f->head + 1) % f->cap;
     f->n--;
+    return e;
 }
 
 static void cio_fifo_free(struct cio_fifo *f)
@@ -374,28 +373,27 @@ static void cio_release(struct cio *io)
     int i;
     for (i = 0; i < io->nports; i++) {
         struct cio_port *p = &io->ports[i];
-        struct cio_held *e;
         while (cio_due(&p->in, now)) {
             uint32_t nf = 0, j;
-            while (nf < CIO_BATCH && (e = cio_due(&p->in, now)) != NULL) {
+            while (nf < CIO_BATCH && cio_due(&p->in, now)) {
                 /* the batch points into the FIFO's copies, freed once the program has run */
-                io->frames[nf].data = e->data;
-                io->frames[nf].len = e->len;
+                struct cio_held e = cio_pop(&p->in);
+                io->frames[nf].data = e.data;
+                io->frames[nf].len = e.len;
                 io->frames[nf].port = p->port;
                 nf++;
-                p->in.head = (p->in.head + 1) % p->in.cap;
-                p->in.n--;
             }
             /* no longer held before anything they cause is sent (as tx is counted before the send) */
             cio_add(&io->held, -(uint64_t)nf);
             cio_process(io, nf);
             for (j = 0; j < nf; j++) free((void *)io->frames[j].data);
         }
-        while ((e = cio_due(&p->out, now)) != NULL) {
+        while (cio_due(&p->out, now)) {
+            struct cio_held e = cio_pop(&p->out);
             cio_add(&io->held, -(uint64_t)1);
             if (__atomic_load_n(&p->active, __ATOMIC_RELAXED)) {
                 cio_add(&p->tx, 1); /* counted first, as above */
-                if (send(p->fd, e->data, e->len, 0) < 0) {
+                if (send(p->fd, e.data, e.len, 0) < 0) {
                     cio_add(&p->tx, -(uint64_t)1);
                     cio_add(&p->tx_errors, 1);
                     if (cio_gone_errno(errno)) cio_check_gone(io, p);
@@ -403,7 +401,7 @@ static void cio_release(struct cio *io)
             } else {
                 cio_add(&io->tx_no_port, 1);
             }
-            cio_unhold(&p->out);
+            free(e.data);
         }
     }
 }
@@ -414,10 +412,9 @@ static void cio_arm(struct cio *io)
     uint64_t next = 0;
     int i;
     struct itimerspec its;
-    for (i = 0; i < io->nports; i++) {
-        struct cio_port *p = &io->ports[i];
-        if (p->in.n && (!next || p->in.q[p->in.head].due < next)) next = p->in.q[p->in.head].due;
-        if (p->out.n && (!next || p->out.q[p->out.head].due < next)) next = p->out.q[p->out.head].due;
+    for (i = 0; i < 2 * io->nports; i++) {
+        const struct cio_fifo *f = i % 2 ? &io->ports[i / 2].out : &io->ports[i / 2].in;
+        if (f->n && (!next || f->q[f->head].due < next)) next = f->q[f->head].due;
     }
     if (next == io->armed) return;
     memset(&its, 0, sizeof(its));
