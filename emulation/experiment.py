@@ -206,7 +206,7 @@ class Sample:
     busiest_switch: str = ""
     agents_busy: float = math.nan  # the busiest host agent's CPU share
     cores_busy: float = math.nan  # all cores, anyone's work
-    ours_busy: float = math.nan  # of which our switches and agents
+    ours_busy: float = math.nan  # of which our switches, agents and runner, and the interrupts of our frames
     # Where the cores went, in cores (1.0 = one core for the whole repetition): what explains a cpu-bound point.
     agents_cores: float = math.nan  # every host agent (user + system time of their processes)
     switches_cores: float = math.nan  # every switch process

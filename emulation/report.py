@@ -22,6 +22,9 @@ from emulation.experiment import ExperimentConfig, ExperimentResult, Sample, rea
 from hosts.methods import METHODS
 
 LOG = logging.getLogger(__name__)
+# /proc's CPU times tick every 10 ms: a repetition shorter than this has CPU shares that are mostly rounding (an 8 ms
+# all-reduce read 50% of the cores busy and 0% of it ours), so the note on other programs' load leaves those out
+CPU_SHARES_MIN_S = 0.5
 
 SHORT = {"inc-int32": "inc32", "inc-int16": "inc16", "inc-int8": "inc8", "ring": "ring", "ring-bf16": "ring16",
          "hier": "hier", "tree": "tree"}
@@ -140,10 +143,12 @@ def notes(summary: dict[str, Any], environment: dict[str, Any] | None = None) ->
             f"emulator, not the network (worst: {worst['method']}, {worst['hosts']} hosts, "
             f"{human_size(worst['elements'])}: {analysis._why_not(worst)}).")
     others = [(p["cores_busy"] or 0.0) - (p["ours_busy"] or 0.0) for p in pts
-              if p["cores_busy"] is not None and p["ours_busy"] is not None]
+              if p["cores_busy"] is not None and p["ours_busy"] is not None
+              and (p["median_latency_s"] or 0.0) >= CPU_SHARES_MIN_S]
     if others and max(others) > 0.2:
-        out.append(f"other programs on this machine used up to {max(others) * 100:.0f}% of its cores during the "
-                   "all-reduces; latencies may be pessimistic (run on an otherwise idle machine)")
+        out.append(f"work outside our processes and their frames' interrupts (other programs, kernel threads) used up "
+                   f"to {max(others) * 100:.0f}% of the cores during the all-reduces; latencies may be pessimistic "
+                   "(run on an otherwise idle machine)")
     cfg = summary["config"]
     if any(p["retransmissions"] for p in good) and not (cfg.get("shape") or {}).get("loss_pct"):
         out.append("retransmissions without configured loss: queues overflowed or a timeout was too short")

@@ -114,18 +114,22 @@ class Snapshot:
     links: dict[str, tuple[int, int]]
     switch_cpu: dict[str, float]
     agent_cpu: dict[int, float]
-    machine: tuple[int, int, int]  # busy, total and kernel (system, irq, softirq) jiffies of all cores
-    ours: float  # CPU seconds of our switch and agent processes
+    machine: tuple[int, ...]  # busy, total, kernel (system, irq, softirq) and irq + softirq jiffies of all cores
+    ours: float  # CPU seconds of our switch and agent processes and of this runner
     frames: dict[str, tuple[int, int]] = field(default_factory=dict)  # as links, in frames
 
 
-def machine_jiffies() -> tuple[int, int, int]:
-    """(busy, total, kernel) jiffies over all cores since boot, from /proc/stat's first line."""
+def machine_jiffies() -> tuple[int, int, int, int]:
+    """(busy, total, kernel, interrupts) jiffies over all cores since boot, from /proc/stat's first line.
+
+    interrupts (irq + softirq) is kernel work no process is charged with: here mostly our own frames crossing
+    veth pairs and qdiscs, so it is ours, not another program's."""
     fields_ = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields_[3] + (fields_[4] if len(fields_) > 4 else 0)  # idle + iowait
     total = sum(fields_[:8])  # guest time is already counted in user
-    kernel = fields_[2] + sum(fields_[5:7])  # system + irq + softirq: syscalls, veth, qdiscs, the stacks
-    return total - idle, total, kernel
+    interrupts = sum(fields_[5:7])
+    kernel = fields_[2] + interrupts  # system + irq + softirq: syscalls, veth, qdiscs, the stacks
+    return total - idle, total, kernel, interrupts
 
 
 @contextmanager
@@ -171,8 +175,9 @@ class Runner:
     def snapshot(self) -> Snapshot:
         switch_cpu = self.net.switch_cpu_seconds()
         agent_cpu = {p.pid: c for _h, p in self._agents if (c := proc_cpu_seconds(p.pid)) is not None}
+        runner = proc_cpu_seconds(os.getpid()) or 0.0  # the coordinator's barriers and these snapshots
         return Snapshot(clock.now(), self.net.link_bytes(), switch_cpu, agent_cpu, machine_jiffies(),
-                        sum(switch_cpu.values()) + sum(agent_cpu.values()), self.net.link_frames())
+                        sum(switch_cpu.values()) + sum(agent_cpu.values()) + runner, self.net.link_frames())
 
     def _on_release(self, tag: str) -> None:
         snap = self.snapshot()
@@ -210,7 +215,9 @@ class Runner:
         if t > 0:
             cores = os.cpu_count() or 1
             out["cores_busy"] = b / t
-            out["ours_busy"] = (after.ours - before.ours) / (dt * cores)
+            # ours: our processes, and the interrupts our frames cost (what is left is other programs' and steal)
+            irq = after.machine[3] - before.machine[3] if len(after.machine) > 3 and len(before.machine) > 3 else 0
+            out["ours_busy"] = (after.ours - before.ours) / (dt * cores) + irq / t
             out["kernel_cores"] = (after.machine[2] - before.machine[2]) / t * cores
             # The cores this repetition's work would take at line rate (its CPU time over T_wire): above the
             # machine's count, that link rate cannot be emulated here, however fast agents and switches get.

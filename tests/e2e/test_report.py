@@ -180,3 +180,19 @@ def test_one_size_is_drawn_as_a_bar_per_method_with_non_headlines_hatched(tmp_pa
     assert bars[METHODS["ring"].label].get_hatch() == "//"
     assert all(not patch.get_hatch() for label, patch in bars.items() if label != METHODS["ring"].label)
     assert (tmp_path / "bars.png").stat().st_size > 0
+
+
+def test_other_load_is_noted_only_from_repetitions_long_enough_for_the_cpu_clock(tmp_path: Path) -> None:
+    """/proc's CPU times tick every 10 ms: an 8 ms all-reduce can read 50% of the cores busy and none of it ours.
+    The note on other programs' load reads the points whose repetitions last CPU_SHARES_MIN_S or more."""
+    summary = report.summary_of(fake_result(tmp_path / "r"))
+    for p in summary["points"]:
+        p["cores_busy"], p["ours_busy"] = 0.5, 0.45
+    assert not any("other programs" in n for n in report.notes(summary))
+    short, long = summary["points"][:2]
+    assert short["median_latency_s"] < report.CPU_SHARES_MIN_S
+    long["median_latency_s"] = 2.0
+    short["ours_busy"] = 0.0  # rounding on a short repetition: no note
+    assert not any("other programs" in n for n in report.notes(summary))
+    long["ours_busy"] = 0.2  # a long repetition where 30% of the cores went elsewhere: noted
+    assert any("other programs" in n and "30%" in n for n in report.notes(summary))

@@ -52,6 +52,23 @@ def test_frames_on_the_wire_count_each_transmission_once_and_give_the_kernel_cos
     assert f["kernel_us_per_frame"] == pytest.approx(0.25 * cores * 1.0 / 100 * 1e6)
 
 
-def test_machine_jiffies_reads_busy_total_and_kernel() -> None:
-    busy, total, kernel = rn.machine_jiffies()
-    assert 0 <= kernel <= busy <= total
+def test_machine_jiffies_reads_busy_total_kernel_and_interrupts() -> None:
+    busy, total, kernel, interrupts = rn.machine_jiffies()
+    assert 0 <= interrupts <= kernel <= busy <= total
+
+
+def test_interrupts_are_counted_as_ours_and_the_rest_as_other_programs() -> None:
+    """The kernel's interrupt work (our frames through veth pairs and qdiscs) is charged to no process; it was
+    counted as other programs' work in the run notes (40-60% of the cores claimed on an otherwise idle machine)."""
+    cores = os.cpu_count() or 1
+    r = _runner()
+    links = {"e1-eth1": (0, 0)}
+    before = rn.Snapshot(0.0, links, {}, {}, (0, 0, 0, 0), 0.0)
+    # 1 s: 60 of every core's 100 jiffies busy, 20 of them interrupts; our processes used 0.3 s per core
+    after = rn.Snapshot(1.0, links, {}, {}, (60 * cores, 100 * cores, 30 * cores, 20 * cores), 0.3 * cores)
+    f = r._figures(before, after, set())
+    assert f["cores_busy"] == pytest.approx(0.6)
+    assert f["ours_busy"] == pytest.approx(0.3 + 0.2)  # the other 0.1 of the cores: another program's
+    old = r._figures(rn.Snapshot(0.0, links, {}, {}, (0, 0, 0), 0.0),
+                     rn.Snapshot(1.0, links, {}, {}, (60 * cores, 100 * cores, 30 * cores), 0.3 * cores), set())
+    assert old["ours_busy"] == pytest.approx(0.3)  # snapshots without the interrupt count: processes only
