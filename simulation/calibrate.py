@@ -12,14 +12,20 @@ back to the defaults `make emulate` uses.
 Medians are the emulation's own (summary.json's `points`: the slowest worker's latency from the barrier's
 release, median over the measured repetitions), with each point's `bound` label kept for the error table;
 raw.csv (emulation.experiment.Sample rows, one per worker and repetition) fills in what summary.json
-lacks, the lane count the run used and the slowest worker's wake-up after the release.
+lacks, the lane count the run used and the agents' wake-ups after the release (the last one, and its lead
+over the median one).
 
 The model is the emulation preset (links at the configured rate and delay with HTB's credit, p4ina's
 frames from `wireformat` and `hosts.reliable`, the controller's routes and the planner's trees) plus the
 costs that physics does not give: host software per step of a host method, host and switch CPU per
-packet, a switch's work per lane, its forwarding cost, a switch hop's software latency and a per-call
-and per-rank start.  The agents' wake-up after the barrier's release is a cost of the machine's
-scheduler, measured per point, and is taken as measured.  `fit` chooses the rest to minimise the eighth
+packet, a switch's work per lane, its forwarding cost, a switch hop's software latency, a per-call start
+and a per-rank finish.  The rest is the machine's scheduler, two cores for 20 switches and up to 16
+agents: the last agent's wake-up after the barrier's release is taken as measured (a collective waits for
+every member), and the agents' finish, the same queue for the same cores when their results arrive, as a
+fitted multiple of how far that last wake-up trailed the median one at the same point (the machine's
+measured contention then; runs of the same code differ by up to 25% at 16 hosts x 1K through it, and
+a later run held out of the fit checks that it predicts rather than follows).  `fit` chooses the rest to
+minimise the eighth
 power of the log errors over every measured point (close to the largest error, which is what the test
 bounds; a bounded Nelder-Mead from a coarse grid, no SciPy needed).
 """
@@ -58,6 +64,7 @@ FIT = {  # parameter: (low, high, start)
     "switch_lane_cost": (0.0, 20e-6, 0.5e-6),
     "start_cost": (0.0, 50e-3, 5e-3),
     "barrier_cost": (0.0, 5e-3, 0.0),
+    "finish_skew_ratio": (0.0, 4.0, 1.0),
 }
 GRID = {  # coarse starting points for the search (the loss has flat valleys where a cost does not bind)
     "step_overhead": (0.0,),
@@ -83,7 +90,8 @@ class Point:
     median_s: float
     bound: str = ""  # what the emulation says bounded it: link, latency, cpu, unexplained ("" when not said)
     t_wire_s: float = math.nan  # the busiest link's bytes over its rate, as the emulation measured them
-    start_s: float = 0.0  # the slowest worker's wake-up after the barrier's release (parts_s.start), as measured
+    start_s: float = 0.0  # the last worker's wake-up after the barrier's release (raw.csv; else parts_s.start), as measured
+    skew_s: float = 0.0  # the agents' start skew: the last wake-up after the release minus the median one (raw.csv)
     speculated: bool = False  # in-network: most repetitions guessed their exponents (no exponent rounds)
 
 
@@ -210,13 +218,19 @@ def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[
                     lanes_seen.append(lanes)
     per_point: dict[tuple[str, int, int], list[float]] = {}
     start: dict[tuple[str, int, int], list[float]] = {}
+    skew: dict[tuple[str, int, int], list[float]] = {}
     for rep, lats in reps.items():
         if rep not in bad:
             per_point.setdefault(rep[:3], []).append(max(lats))
             if rep in wake:
-                start.setdefault(rep[:3], []).append(max(wake[rep])[1])  # the slowest worker's, as analysis does
+                # the last agent's wake-up: a collective waits for every member's contribution, so the slowest
+                # to start (not summary.json's parts_s.start, the wake-up of the slowest to finish) holds it up
+                ups = [up for _lat, up in wake[rep]]
+                start.setdefault(rep[:3], []).append(max(ups))
+                skew.setdefault(rep[:3], []).append(max(ups) - statistics.median(ups))
     out = {k: {"median": statistics.median(v), "bound": "", "t_wire": statistics.median(wire[k]) if k in wire else math.nan,
                "start": statistics.median(start[k]) if k in start else 0.0,
+               "skew": statistics.median(skew[k]) if k in skew else 0.0,
                "speculated": 2 * sum(guessed.get(k, [])) > len(guessed.get(k, []))} for k, v in per_point.items()}
     lanes = statistics.mode(lanes_seen) if lanes_seen else None
     return out, lanes
@@ -245,6 +259,8 @@ def read_results(folder: Path | str) -> Results:
             if key in found:
                 if math.isnan(found[key]["t_wire"]):
                     found[key]["t_wire"] = entry["t_wire"]
+                found[key]["skew"] = entry["skew"]
+                found[key]["start"] = entry["start"]
                 found[key]["speculated"] = found[key]["speculated"] or entry["speculated"]
             else:
                 found[key] = entry
@@ -257,7 +273,7 @@ def read_results(folder: Path | str) -> Results:
             skipped[method] = "the simulator has no model of this method"
             continue
         points.append(Point(method, hosts, elements, e["median"], e["bound"], e["t_wire"], e.get("start", 0.0),
-                            bool(e.get("speculated", False))))
+                            e.get("skew", 0.0), bool(e.get("speculated", False))))
     topo_json = _json(folder / "topology.json") or None
     res = Results(folder, str(cfg.get("topology", "fat-tree:4")), topo_json, float(shape.get("bw_mbps") or 0.0),
                   float(shape.get("delay_ms") or 0.0), slots, float(env.get("cpus") or 2), points, skipped, lanes)
@@ -280,6 +296,13 @@ def base_preset(res: Results) -> Preset:
 
 def with_params(p: Preset, values: Mapping[str, float]) -> Preset:
     return p.with_(**dict(values))
+
+
+def finish_queue(pt: Point, cores: float) -> float:
+    """The measured start skew scaled to the finish's queue: the skew (the last wake-up's lead over the median one)
+    is about half the agents' per-call work queued for the cores, (N / 2) / C of it; at the finish the agents
+    beyond the cores queue, (N - C) / C of it. So 2 (N - C) / N skews: none while every agent has a core."""
+    return pt.skew_s * (2 * max(0.0, pt.hosts - cores) / pt.hosts if cores > 0 else 1.0)
 
 
 class Model:
@@ -309,13 +332,17 @@ class Model:
             self.evals[hosts] = ev
 
     def predict(self, preset: Preset) -> list[float]:
-        """The model's time for every point.  The agents' wake-up after the barrier's release is a cost of the
-        machine's scheduler, which the emulation measures per repetition (t_start - t_release); it is taken as
-        measured, on top of the fitted per-call cost."""
+        """The model's time for every point.  The last agent's wake-up after the barrier's release is a cost of
+        the machine's scheduler, which the emulation measures per repetition (t_start - t_release); it is taken
+        as measured, on top of the fitted per-call cost.  Their finish is the same queue for the same cores (every
+        agent handles its result at about the same time), so it costs `finish_skew_ratio` times the start's skew
+        (the last wake-up minus the median one) measured at the same point, scaled to the agents that queue at
+        the finish (finish_queue): how busy the machine was then."""
         out = []
         for pt in self.res.points:
             ev = self.evals[pt.hosts]
-            ev.preset = preset.with_(start_cost=preset.start_cost + pt.start_s, speculate=pt.speculated)
+            ev.preset = preset.with_(start_cost=preset.start_cost + pt.start_s + preset.finish_skew_ratio * finish_queue(pt, preset.emulator_cores),
+                                     speculate=pt.speculated)
             plan = next(pl for pl in ev.plans if pl.method == METHOD_MAP[pt.method])
             out.append(ev.times(plan, pt.elements * 4))
         return out
@@ -356,6 +383,7 @@ class Calibration:
     preset: Preset
     fitted: dict[str, float]
     table: list[dict[str, Any]]
+    held_out: list[dict[str, Any]] = field(default_factory=list)  # check(): folders predicted with these costs, not fitted
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -365,6 +393,10 @@ class Calibration:
     @property
     def max_rel_error(self) -> float:
         return max((abs(r["rel_error"]) for r in self.table), default=math.nan)
+
+    @property
+    def held_out_max_rel_error(self) -> float:
+        return max((abs(r["rel_error"]) for r in self.held_out), default=math.nan)
 
     def by_bound(self) -> dict[str, dict[str, float]]:
         """Largest and median |error| over the points the emulation labels link-, latency- or cpu-bound (or else)."""
@@ -381,23 +413,62 @@ class Calibration:
                 "skipped_methods": self.skipped,
                 "notes": [n for r in self.results for n in r.notes],
                 "lanes_in_results": first.lanes, "lanes_in_model": AGG.num_lanes,
-                "table": self.table, "preset": self.preset.to_dict()}
+                "table": self.table, "held_out": self.held_out, "held_out_max_rel_error": self.held_out_max_rel_error,
+                "preset": self.preset.to_dict()}
 
     def text(self) -> str:
         lines = [f"calibration against {r.folder} ({r.topology}, {r.links})" for r in self.results]
         lines += ["fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
                   f"{'method':<10} {'hosts':>5} {'elements':>9} {'links':>18} {'bound':>11} {'emulation ms':>13} {'model ms':>10} {'error':>8}"]
-        for r in self.table:
-            lines.append(f"{r['method']:<10} {r['hosts']:>5} {r['elements']:>9} {r['links']:>18} {r['bound'] or '-':>11} "
-                         f"{r['measured_s'] * 1e3:>13.1f} {r['predicted_s'] * 1e3:>10.1f} {r['rel_error'] * 100:>+7.1f}%")
+        lines += [_row_text(r) for r in self.table]
         lines.append(f"max |error| {self.max_rel_error * 100:.1f}% over {len(self.table)} points")
         for bound, e in self.by_bound().items():
             lines.append(f"  {bound}-bound (the emulation's label): {e['points']} points, max |error| "
                          f"{e['max_rel_error'] * 100:.1f}%, median {e['median_rel_error'] * 100:.1f}%")
+        if self.held_out:
+            lines.append("held out (predicted with the fitted costs, not fitted to):")
+            lines += [f"{r['folder']}: " + _row_text(r) for r in self.held_out]
+            lines.append(f"held out: max |error| {self.held_out_max_rel_error * 100:.1f}% over {len(self.held_out)} points")
         for m, why in self.skipped.items():
             lines.append(f"skipped {m}: {why}")
         lines += [f"note: {n}" for r in self.results for n in r.notes]
         return "\n".join(lines)
+
+
+def _row_text(r: Mapping[str, Any]) -> str:
+    return (f"{r['method']:<10} {r['hosts']:>5} {r['elements']:>9} {r['links']:>18} {r['bound'] or '-':>11} "
+            f"{r['measured_s'] * 1e3:>13.1f} {r['predicted_s'] * 1e3:>10.1f} {r['rel_error'] * 100:>+7.1f}%")
+
+
+def _table(pairs: Sequence[tuple[Results, Point]], predicted: Sequence[float]) -> list[dict[str, Any]]:
+    return [{"folder": r.folder.name, "method": pt.method, "hosts": pt.hosts, "elements": pt.elements, "links": r.links,
+             "bound": pt.bound, "measured_s": pt.median_s, "predicted_s": p, "rel_error": (p - pt.median_s) / pt.median_s,
+             "wake_up_s": pt.start_s, "skew_s": pt.skew_s} for (r, pt), p in zip(pairs, predicted)]
+
+
+def _read_all(folders: Path | str | Sequence[Path | str]) -> list[Results]:
+    paths = [folders] if isinstance(folders, (str, Path)) else list(folders)
+    results = [read_results(f) for p in paths for f in result_folders(p)]
+    if not results:
+        raise CalibrationError("no results folder given")
+    empty = [r for r in results if not r.points]
+    if empty:
+        raise CalibrationError(f"{empty[0].folder}: none of its methods ({', '.join(empty[0].skipped)}) has a model")
+    return results
+
+
+def check(calib: Calibration, folders: Path | str | Sequence[Path | str], engine: Engine | None = None) -> Calibration:
+    """Predict results folders that the costs were not fitted to (out of sample), with their own links and their
+    own measured wake-ups; the error table goes to `calib.held_out`.  A fit can follow its own points' noise; a
+    run it never saw cannot be followed."""
+    pairs, predicted = [], []
+    for res in _read_all(folders):
+        model = Model(res, engine)
+        predicted += model.predict(with_params(model.base, calib.fitted))
+        pairs += [(res, pt) for pt in res.points]
+    calib.held_out = _table(pairs, predicted)
+    LOG.info("held out: max error %.1f%% over %d points", calib.held_out_max_rel_error * 100, len(pairs))
+    return calib
 
 
 def result_folders(path: Path | str) -> list[Path]:
@@ -419,15 +490,9 @@ def fit(folders: Path | str | Sequence[Path | str], params: Sequence[str] = tupl
         engine: Engine | None = None) -> Calibration:
     """Fit `params` (a subset of FIT) to the medians of one or more results folders with one set of costs (each
     folder keeps its own links: rate, delay); the others keep the emulation preset's values. The preset returned
-    simulates the links of the first folder without a link delay (the bandwidth runs, which the emulation
+    simulates the links of the largest folder without a link delay (the bandwidth runs, which the emulation
     preset describes), or of the first folder when every one has a delay."""
-    paths = [folders] if isinstance(folders, (str, Path)) else list(folders)
-    results = [read_results(f) for p in paths for f in result_folders(p)]
-    if not results:
-        raise CalibrationError("no results folder given")
-    empty = [r for r in results if not r.points]
-    if empty:
-        raise CalibrationError(f"{empty[0].folder}: none of its methods ({', '.join(empty[0].skipped)}) has a model")
+    results = _read_all(folders)
     unknown = set(params) - set(FIT)
     if unknown:
         raise CalibrationError(f"cannot fit {sorted(unknown)}; fittable: {', '.join(FIT)}")
@@ -475,11 +540,11 @@ def fit(folders: Path | str | Sequence[Path | str], params: Sequence[str] = tupl
     pred = predict(fitted)
     # the preset for simulating this emulation elsewhere: the fit on the (undelayed) folder's links, plus its
     # points' median measured wake-up
-    first = next((m for m in models if not m.res.delay_ms), models[0])
-    wake = statistics.median(pt.start_s for pt in first.res.points)
-    preset = with_params(first.base, {**fitted, "start_cost": fitted.get("start_cost", first.base.start_cost) + wake})
-    table = [{"method": pt.method, "hosts": pt.hosts, "elements": pt.elements, "links": r.links, "bound": pt.bound,
-              "measured_s": pt.median_s, "predicted_s": p, "rel_error": (p - pt.median_s) / pt.median_s, "wake_up_s": pt.start_s}
-             for (r, pt), p in zip(points, pred)]
+    first = max((m for m in models if not m.res.delay_ms), key=lambda m: len(m.res.points), default=models[0])
+    ratio = fitted.get("finish_skew_ratio", first.base.finish_skew_ratio)
+    wake = statistics.median(pt.start_s + ratio * finish_queue(pt, first.base.emulator_cores) for pt in first.res.points)
+    preset = with_params(first.base, {**fitted, "start_cost": fitted.get("start_cost", first.base.start_cost) + wake,
+                                      "finish_skew_ratio": 0.0})
+    table = _table(points, pred)
     LOG.info("calibration: max error %.1f%% over %d points", max(abs(r["rel_error"]) for r in table) * 100, len(table))
     return Calibration(results, preset, fitted, table)

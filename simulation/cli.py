@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from simulation import sweep
-from simulation.calibrate import CalibrationError, fit
+from simulation.calibrate import CalibrationError, check, fit
 from simulation.engine import EngineError
 from simulation.fabric import FabricError
 from simulation.methods import METHODS, MethodError
@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--calibrate", type=Path, nargs="+", metavar="RESULTS_DIR",
                     help="fit per-packet costs to emulation results folders (or a folder of them, e.g. make emulate's "
                     "bandwidth and latency runs), one set of costs for all, and print the error table")
+    ap.add_argument("--check", type=Path, nargs="+", metavar="RESULTS_DIR",
+                    help="with --calibrate: results folders to predict with the fitted costs without fitting to them "
+                    "(out of sample), e.g. a later run of the same preset")
     ap.add_argument("--sweep", choices=("default", "quick"), help="a predefined sweep (default when no --topology is given)")
     ap.add_argument("--topology", type=_list(str), help="topologies, comma-separated: fat-tree:K, leaf-spine:LxSxH, a JSON, "
                     "fattree[:radix=R,tiers=T,oversub=O], rail[:...], dragonfly+[:radix=R]")
@@ -115,6 +118,8 @@ def _scenarios(args: argparse.Namespace) -> list[Scenario]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     calib = fit(args.calibrate)
+    if args.check:
+        check(calib, args.check)
     out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_simulate-calibration{'_' + args.name if args.name else ''}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "calibration.json").write_text(json.dumps(calib.to_dict(), indent=1) + "\n")
@@ -125,6 +130,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.check and not args.calibrate:
+        raise CalibrationError("--check predicts results folders with the costs --calibrate fits: give --calibrate too")
     if args.calibrate:
         return _calibrate(args)
     t0 = time.perf_counter()
@@ -176,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
         if v:
             def pct(x: Any) -> str:
                 return "-" if x is None else f"{x * 100:.1f}%"
-            print(f"validation: emulation {pct(v.get('emulation_max_rel_error'))} (limit 15%), closed forms "
+            print(f"validation: emulation {pct(v.get('emulation_max_rel_error'))} (limit 15%; a run held out of the fit "
+                  f"{pct(v.get('emulation_held_out_max_rel_error'))}), closed forms "
                   f"{pct(v.get('closed_form_max_rel_error'))} (2%), SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
                   f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)")
     print(f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {', '.join(human_bytes(s) for s in args.sizes) if args.topology else 'per study'})")

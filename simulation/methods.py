@@ -519,7 +519,8 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     cpu = {"hosts": slots * host_e + packets * host_d, "switch": slots * switch_e + packets * switch_d,
            "emulator": slots * emu_e + packets * emu_d}
     busiest = max(busy, key=busy.__getitem__)
-    credit = min(p.credit_bytes(size[busiest]), slots * frames.exponent + (packets - 1) * size[busiest]) / rate[busiest]
+    # a transfer within the bucket passes at once, its last packet too (which ser() then counts as free)
+    credit = min(p.credit_bytes(size[busiest]), slots * frames.exponent + packets * size[busiest]) / rate[busiest]
     # the busiest resource, and the part of the last packet's round trip it already counts
     work = {"link": (busy[busiest] - credit, ser(size[busiest], rate[busiest])), "hosts": (cpu["hosts"], host_d),
             "switch": (cpu["switch"], min(switch_d, hops_d)), "emulator": (cpu["emulator"], 0.0)}
@@ -527,7 +528,7 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     if slots:
         # no data packet leaves before its slot's exponent round is back: the data alone, on the resource
         # that binds it (the busiest link on what is left of its credit), after the first exponent round trip
-        left = max(0.0, min(p.credit_bytes(size[busiest]), (packets - 1) * size[busiest]) - slots * frames.exponent) / rate[busiest]
+        left = max(0.0, min(p.credit_bytes(size[busiest]) - slots * frames.exponent, packets * size[busiest])) / rate[busiest]
         data = {"link": (packets * size[busiest] / rate[busiest] - left, ser(size[busiest], rate[busiest])),
                 "hosts": (packets * host_d, host_d), "switch": (packets * switch_d, min(switch_d, hops_d)),
                 "emulator": (packets * emu_d, 0.0)}

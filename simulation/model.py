@@ -353,7 +353,9 @@ class Evaluation:
                 total += max(parallel)
                 parallel = []
             total += t
-        return total + (max(parallel) if parallel else 0.0) + plan.n * self.preset.barrier_cost + self.preset.start_cost
+        p = self.preset
+        ranks = max(0.0, plan.n - p.emulator_cores) if p.emulator_cores > 0 else plan.n  # those queueing for a core
+        return total + (max(parallel) if parallel else 0.0) + ranks * p.barrier_cost + p.start_cost
 
     def rows(self) -> list[Row]:
         s = self.scenario

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from simulation.anchors import sharp_anchor
-from simulation.calibrate import Calibration, fit
+from simulation.calibrate import Calibration, check, fit
 from simulation.closedform import checks
 from simulation.engine import Engine
 from simulation.fullsim import compare
@@ -25,6 +25,7 @@ from simulation.params import NDR, Preset
 LOG = logging.getLogger(__name__)
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "sim" / "data" / "emulation-k4"
+HELD_OUT = FIXTURE.parent / "emulation-k4-held-out"  # later runs of the sweep preset, never fitted: predicted with the fit
 KIB, MIB = 1 << 10, 1 << 20
 
 
@@ -76,6 +77,8 @@ def run_all(emulation_results: Path | None = None, large: bool = False, engine: 
     details: dict[str, Any] = {}
     if folder.exists():
         calib = fit(folder, engine=engine)
+        if emulation_results is None and HELD_OUT.exists():  # the committed runs: predict the one not fitted
+            check(calib, HELD_OUT, engine=engine)
         details["emulation"] = calib.to_dict()
     else:
         LOG.warning("no emulation results at %s: no emulation validation", folder)
@@ -88,6 +91,7 @@ def run_all(emulation_results: Path | None = None, large: bool = False, engine: 
     validation = {
         "emulation_max_rel_error": calib.max_rel_error if calib else None,
         "emulation_results": str(folder) if calib else None,
+        "emulation_held_out_max_rel_error": calib.held_out_max_rel_error if calib and calib.held_out else None,
         "closed_form_max_rel_error": max(abs(c.rel_error) for c in cf),
         "sharp_anchor_rel_error": anchor.max_rel_error,
         "sharp_anchor_parameters": anchor.fitted,

@@ -73,6 +73,7 @@ def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(tmp_path
     (["--topology", "rail:radix=16", "--gpus", "60"], "8-GPU servers"),
     (["--topology", "fat-tree:4", "--preset", "nonesuch"], "unknown preset"),
     (["--topology", "fat-tree:4", "--background", "1.5"], "background load"),
+    (["--check", "tests/sim/data/emulation-k4-held-out"], "give --calibrate too"),
 ])
 def test_invalid_configurations_are_refused_naming_the_problem(tmp_path: Path, args: list[str], message: str,
                                                                capsys: pytest.CaptureFixture[str]):
@@ -80,10 +81,9 @@ def test_invalid_configurations_are_refused_naming_the_problem(tmp_path: Path, a
     assert message in capsys.readouterr().err
 
 
-def _four_host_part(out: Path) -> Path:
-    """The sweep fixture's 4-host points only (21 of 63): the CLI's plumbing is under test here, and the fit of
+def _four_host_part(out: Path, src: Path = REPO / "tests/sim/data/emulation-k4/sweep") -> Path:
+    """A sweep fixture's 4-host points only (21 of 63): the CLI's plumbing is under test here, and the fit of
     the whole fixture, with its 15% claim, is test_validation's (fitting all 63 points cost the suite ~50 s)."""
-    src = REPO / "tests/sim/data/emulation-k4/sweep"
     out.mkdir()
     (out / "config.json").write_text((src / "config.json").read_text())
     summary = json.loads((src / "summary.json").read_text())
@@ -101,10 +101,11 @@ def _four_host_part(out: Path) -> Path:
 @needs_simgrid
 def test_p4ina_simulate_calibrates_from_a_results_folder(tmp_path: Path):
     folder = _four_host_part(tmp_path / "results")
-    proc = subprocess.run([sys.executable, "-m", "p4ina", "simulate", "--calibrate", str(folder), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    later = _four_host_part(tmp_path / "later", REPO / "tests/sim/data/emulation-k4-held-out/sweep-3")
+    proc = subprocess.run([sys.executable, "-m", "p4ina", "simulate", "--calibrate", str(folder), "--check", str(later),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "max |error|" in proc.stdout
+    assert "max |error|" in proc.stdout and "held out: max |error|" in proc.stdout
     fitted = json.loads((_folder(tmp_path / "out") / "calibration.json").read_text())
     assert fitted["preset"]["name"] == "emulation-calibrated"
     table = fitted["table"]
@@ -113,6 +114,9 @@ def test_p4ina_simulate_calibrates_from_a_results_folder(tmp_path: Path):
     assert link and fitted["by_bound"]["link"]["points"] == len(link)
     assert fitted["by_bound"]["link"]["max_rel_error"] == pytest.approx(max(link))
     assert max(link) <= 0.15  # the points that are statements about the network
+    held = fitted["held_out"]  # predicted with the fitted costs, not fitted to
+    assert len(held) == 21 and {r["folder"] for r in held} == {"later"}
+    assert fitted["held_out_max_rel_error"] == pytest.approx(max(abs(r["rel_error"]) for r in held))
 
 
 @needs_simgrid
