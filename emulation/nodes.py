@@ -98,7 +98,7 @@ def proc_start_time(pid: int) -> int | None:
 
 
 def proc_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (and its reaped children) so far."""
+    """User + system CPU time of a process (all its threads; not its children) so far."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:

@@ -146,8 +146,9 @@ def notes(summary: dict[str, Any], environment: dict[str, Any] | None = None) ->
               if p["cores_busy"] is not None and p["ours_busy"] is not None
               and (p["median_latency_s"] or 0.0) >= CPU_SHARES_MIN_S]
     if others and max(others) > 0.2:
-        out.append(f"work outside our processes and their frames' interrupts (other programs, kernel threads) used up "
-                   f"to {max(others) * 100:.0f}% of the cores during the all-reduces; latencies may be pessimistic "
+        out.append(f"work outside our processes and their frames' interrupts (other programs, kernel threads, the "
+                   f"hypervisor's steal) used up to {max(others) * 100:.0f}% of the cores during the all-reduces of "
+                   f"{CPU_SHARES_MIN_S:g} s or more (shorter ones are not checked); latencies may be pessimistic "
                    "(run on an otherwise idle machine)")
     cfg = summary["config"]
     if any(p["retransmissions"] for p in good) and not (cfg.get("shape") or {}).get("loss_pct"):

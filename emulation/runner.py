@@ -122,8 +122,10 @@ class Snapshot:
 def machine_jiffies() -> tuple[int, int, int, int]:
     """(busy, total, kernel, interrupts) jiffies over all cores since boot, from /proc/stat's first line.
 
-    interrupts (irq + softirq) is kernel work no process is charged with: here mostly our own frames crossing
-    veth pairs and qdiscs, so it is ours, not another program's."""
+    interrupts (irq + softirq) is kernel work done mostly for our own frames crossing veth pairs and qdiscs, so
+    it is ours, not another program's. Without CONFIG_IRQ_TIME_ACCOUNTING a tick in an interrupt is also charged
+    to the process it interrupted, often one of ours: adding it to our processes' time can count it twice, so
+    what is left for other programs is a lower bound."""
     fields_ = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields_[3] + (fields_[4] if len(fields_) > 4 else 0)  # idle + iowait
     total = sum(fields_[:8])  # guest time is already counted in user
@@ -215,9 +217,10 @@ class Runner:
         if t > 0:
             cores = os.cpu_count() or 1
             out["cores_busy"] = b / t
-            # ours: our processes, and the interrupts our frames cost (what is left is other programs' and steal)
+            # ours: our processes, and the interrupts our frames cost (what is left: other programs, kernel
+            # threads, the hypervisor's steal)
             irq = after.machine[3] - before.machine[3] if len(after.machine) > 3 and len(before.machine) > 3 else 0
-            out["ours_busy"] = (after.ours - before.ours) / (dt * cores) + irq / t
+            out["ours_busy"] = min(out["cores_busy"], (after.ours - before.ours) / (dt * cores) + irq / t)
             out["kernel_cores"] = (after.machine[2] - before.machine[2]) / t * cores
             # The cores this repetition's work would take at line rate (its CPU time over T_wire): above the
             # machine's count, that link rate cannot be emulated here, however fast agents and switches get.

@@ -443,8 +443,9 @@ def _notes(per_hosts: Mapping[str, Any], cfg: TrainingConfig) -> list[str]:
         busy = [s["cores_busy"] - s["ours_busy"] for s in entry["methods"].values()
                 if not (math.isnan(s["cores_busy"]) or math.isnan(s["ours_busy"]))]
         if busy and max(busy) > 0.2:
-            out.append(f"{n} hosts: other programs used up to {max(busy) * 100:.0f}% of the cores during training; "
-                       "step times may be pessimistic")
+            out.append(f"{n} hosts: work outside our processes and their frames' interrupts (other programs, kernel "
+                       f"threads, the hypervisor's steal) used up to {max(busy) * 100:.0f}% of the cores during "
+                       "training; step times may be pessimistic")
     return out
 
 

@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         if v:
             def pct(x: Any) -> str:
                 return "-" if x is None else f"{x * 100:.1f}%"
-            print(f"validation: emulation {pct(v.get('emulation_max_rel_error'))} (limit 15%; a run held out of the fit "
+            print(f"validation: emulation {pct(v.get('emulation_max_rel_error'))} (limit 15%; runs held out of the fit "
                   f"{pct(v.get('emulation_held_out_max_rel_error'))}), closed forms "
                   f"{pct(v.get('closed_form_max_rel_error'))} (2%), SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
                   f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)")
