@@ -114,7 +114,7 @@ class Snapshot:
     links: dict[str, tuple[int, int]]
     switch_cpu: dict[str, float]
     agent_cpu: dict[int, float]
-    machine: tuple[int, ...]  # busy, total, kernel (system, irq, softirq) and irq + softirq jiffies of all cores
+    machine: tuple[int, int, int, int]  # busy, total, kernel (system, irq, softirq) and irq + softirq jiffies of all cores
     ours: float  # CPU seconds of our switch and agent processes and of this runner
     frames: dict[str, tuple[int, int]] = field(default_factory=dict)  # as links, in frames
 
@@ -219,7 +219,7 @@ class Runner:
             out["cores_busy"] = b / t
             # ours: our processes, and the interrupts our frames cost (what is left: other programs, kernel
             # threads, the hypervisor's steal)
-            irq = after.machine[3] - before.machine[3] if len(after.machine) > 3 and len(before.machine) > 3 else 0
+            irq = after.machine[3] - before.machine[3]
             out["ours_busy"] = min(out["cores_busy"], (after.ours - before.ours) / (dt * cores) + irq / t)
             out["kernel_cores"] = (after.machine[2] - before.machine[2]) / t * cores
             # The cores this repetition's work would take at line rate (its CPU time over T_wire): above the

@@ -25,9 +25,8 @@ every member), and the agents' finish, the same queue for the same cores when th
 fitted multiple of how far that last wake-up trailed the median one at the same point (the machine's
 measured contention then; runs of the same code differ by up to 30% at 16 hosts x 1K through it, and
 later runs held out of the fit check that it predicts rather than follows).  `fit` chooses the rest to
-minimise the eighth
-power of the log errors over every measured point (close to the largest error, which is what the test
-bounds; a bounded Nelder-Mead from a coarse grid, no SciPy needed).
+minimise the eighth power of the log errors over every measured point (close to the largest error, which is
+what the test bounds; a bounded Nelder-Mead from a coarse grid, no SciPy needed).
 """
 
 from __future__ import annotations
@@ -306,6 +305,11 @@ def finish_queue(pt: Point, cores: float) -> float:
     return pt.skew_s * (2 * max(0.0, pt.hosts - cores) / pt.hosts if cores > 0 else 1.0)
 
 
+def scheduler_s(pt: Point, preset: Preset) -> float:
+    """The machine's part of a point, from its measurements: the last wake-up, and the finish (finish_queue)."""
+    return pt.start_s + preset.finish_skew_ratio * finish_queue(pt, preset.emulator_cores)
+
+
 class Model:
     """The evaluations of every (host count) of a results folder, built once; predict() for any costs."""
 
@@ -342,8 +346,7 @@ class Model:
         out = []
         for pt in self.res.points:
             ev = self.evals[pt.hosts]
-            ev.preset = preset.with_(start_cost=preset.start_cost + pt.start_s + preset.finish_skew_ratio * finish_queue(pt, preset.emulator_cores),
-                                     speculate=pt.speculated)
+            ev.preset = preset.with_(start_cost=preset.start_cost + scheduler_s(pt, preset), speculate=pt.speculated)
             plan = next(pl for pl in ev.plans if pl.method == METHOD_MAP[pt.method])
             out.append(ev.times(plan, pt.elements * 4))
         return out
@@ -546,10 +549,9 @@ def fit(folders: Path | str | Sequence[Path | str], params: Sequence[str] = tupl
     # the preset for simulating this emulation elsewhere: the fit on the largest undelayed folder's links, plus
     # the median over its points of the measured last wake-up and the fitted finish
     first = max((m for m in models if not m.res.delay_ms), key=lambda m: len(m.res.points), default=models[0])
-    ratio = fitted.get("finish_skew_ratio", first.base.finish_skew_ratio)
-    wake = statistics.median(pt.start_s + ratio * finish_queue(pt, first.base.emulator_cores) for pt in first.res.points)
-    preset = with_params(first.base, {**fitted, "start_cost": fitted.get("start_cost", first.base.start_cost) + wake,
-                                      "finish_skew_ratio": 0.0})
+    costs = with_params(first.base, fitted)
+    wake = statistics.median(scheduler_s(pt, costs) for pt in first.res.points)
+    preset = costs.with_(start_cost=costs.start_cost + wake, finish_skew_ratio=0.0)
     table = _table(points, pred)
     LOG.info("calibration: max error %.1f%% over %d points", max(abs(r["rel_error"]) for r in table) * 100, len(table))
     return Calibration(results, preset, fitted, table)

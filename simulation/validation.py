@@ -77,7 +77,7 @@ def run_all(emulation_results: Path | None = None, large: bool = False, engine: 
     details: dict[str, Any] = {}
     if folder.exists():
         calib = fit(folder, engine=engine)
-        if emulation_results is None and HELD_OUT.exists():  # the committed runs: predict the one not fitted
+        if emulation_results is None and HELD_OUT.exists():  # the committed runs: predict the ones not fitted
             check(calib, HELD_OUT, engine=engine)
         details["emulation"] = calib.to_dict()
     else:
