@@ -4,6 +4,7 @@ SHELL := /bin/bash
 
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
+P4INA       := $(VENV)/bin/p4ina
 # Debian's python3: the venv sees its site-packages, where apt's Mininet lives.
 SYSTEM_PY   ?= /usr/bin/python3
 STAMP       := $(VENV)/.p4ina-installed
@@ -15,7 +16,7 @@ SIMULATE_ARGS ?=
 
 help:
 	@echo "make emulate   install what is missing, run the main experiment (embedded switch): bandwidth and latency presets"
-	@echo "make emulate-faults  a switch killed mid all-reduce, loss, duplication and reordering, four jobs at once, register bit flips (emulation.faults)"
+	@echo "make emulate-faults  a switch killed mid all-reduce, loss, duplication and reordering, four jobs at once, register bit flips (experiments.faults.run)"
 	@echo "make simulate  the same methods at 16 to 100,000 GPUs on SimGrid, calibrated on the emulation"
 	@echo "make test      install what is missing, run the test suite"
 	@echo "make bench     run the benchmarks, write results/bench.json"
@@ -42,20 +43,20 @@ test: setup
 # Without EMULATE_ARGS: the bandwidth sweep, then the latency preset (small all-reduces over delayed links).
 emulate: setup
 ifeq ($(strip $(EMULATE_ARGS)),)
-	@$(PY) -m emulation --preset bandwidth; a=$$?; $(PY) -m emulation --preset latency; b=$$?; \
+	@$(P4INA) emulate --preset bandwidth; a=$$?; $(P4INA) emulate --preset latency; b=$$?; \
 	  if [ $$a -ne 0 ] || [ $$b -ne 0 ]; then echo "make emulate: a preset failed (bandwidth: $$a, latency: $$b)"; exit 1; fi
 else
-	$(PY) -m emulation $(EMULATE_ARGS)
+	$(P4INA) emulate $(EMULATE_ARGS)
 endif
 
 emulate-faults: setup
-	$(PY) -m emulation --experiment faults $(EMULATE_ARGS)
+	$(P4INA) faults $(EMULATE_ARGS)
 
 simulate: setup
-	$(PY) -m simulation $(SIMULATE_ARGS)
+	$(P4INA) simulate $(SIMULATE_ARGS)
 
 bench: setup
-	$(PY) -m bench $(BENCH_ARGS)
+	$(P4INA) bench $(BENCH_ARGS)
 
 p4: setup
 	$(PY) scripts/build_p4.py
@@ -64,7 +65,7 @@ p4-check: setup
 	$(PY) scripts/build_p4.py --check
 
 clean-net: setup
-	$(PY) -m emulation.cleanup
+	$(P4INA) clean
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -24,7 +24,7 @@ ITERATIONS = 6  # the first is a warm-up
 
 def run() -> Figures:
     from hosts.coordination import CoordinatorServer, check_reports
-    from hosts.netns import NetnsLab
+    from emulation.netns import NetnsLab
 
     figures: Figures = {}
     with NetnsLab() as lab, tempfile.TemporaryDirectory(prefix="p4ina-bench-") as tmp:

@@ -91,7 +91,7 @@ def blast(iface: str, dst_mac: str, dst_ip: str, packets: int) -> None:
 
 
 def run(packets: int = PACKETS) -> Figures:
-    from hosts.netns import NetnsLab
+    from emulation.netns import NetnsLab
 
     with NetnsLab() as lab:
         a, b = lab.ns("snd"), lab.ns("rcv")

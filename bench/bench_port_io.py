@@ -64,8 +64,8 @@ def run() -> Figures:
         return {}
     if not PROGRAM.exists():
         raise FileNotFoundError(f"{PROGRAM} is missing: run `make p4` first")
-    from emulation.softswitch.ports import PortIO
-    from hosts.netns import NetnsLab, enter
+    from softswitch.runtime.ports import PortIO
+    from emulation.netns import NetnsLab, enter
 
     with NetnsLab() as lab:
         a, sw_ns, b = lab.ns("a"), lab.ns("sw"), lab.ns("b")

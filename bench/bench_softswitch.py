@@ -34,7 +34,8 @@ from typing import Any
 
 from bench.results import Figure, Figures
 from native import cbuild
-from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary, bmv2diff
+from softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary
+from softswitch import bmv2diff
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)

@@ -194,8 +194,8 @@ def clean(include_live: bool = False) -> CleanupReport:
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m emulation.cleanup", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "p4ina clean") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--include-live", action="store_true", help="also tear down runs whose runner is still alive")
     ap.add_argument("--json", action="store_true")

@@ -30,8 +30,8 @@ class LocalNetError(RuntimeError):
 
 @contextlib.contextmanager
 def embedded_switches(topo: Topology) -> Iterator[tuple[Topology, dict[str, Any]]]:
-    """Start an embedded switch (emulation.softswitch) per topology switch; yields (topology, switch name -> RunningSwitch)."""
-    from emulation.softswitch.cli import start_switch
+    """Start an embedded switch (softswitch) per topology switch; yields (topology, switch name -> RunningSwitch)."""
+    from softswitch.cli import start_switch
 
     running: dict[str, Any] = {}
     try:
@@ -98,16 +98,16 @@ def bmv2_switches(topo: Topology, workdir: Path, timeout: float = 30.0) -> Itera
                 proc.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m emulation.localnet") -> int:
     """`python -m emulation.localnet TOPO OUT.json`: serve embedded switches until SIGTERM/Ctrl-C."""
     import argparse
     import signal
     import threading
 
     from controller.topospec import load_topology
-    from emulation.softswitch import heap
+    from softswitch.runtime import heap
 
-    ap = argparse.ArgumentParser(prog="python -m emulation.localnet", description="Start an embedded switch (P4Runtime on 127.0.0.1, no ports) for every switch of a topology and write the topology JSON with their addresses.")
+    ap = argparse.ArgumentParser(prog=prog, description="Start an embedded switch (P4Runtime on 127.0.0.1, no ports) for every switch of a topology and write the topology JSON with their addresses.")
     ap.add_argument("topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON")
     ap.add_argument("out", type=Path, help="where to write the topology JSON with grpc_addr filled in (written once all listen)")
     ap.add_argument("-v", "--verbose", action="store_true")

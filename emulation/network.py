@@ -39,7 +39,8 @@ from emulation import cleanup
 from emulation.nodes import BACKENDS, IFACE_PREFIX, SWITCH_CLASSES, P4Switch, default_backend, port_iface, stop_process, wait_ready
 from emulation.shaping import LinkShape
 from emulation.topo import ModelTopo
-from hosts.netns import NetnsError, add_random_loss, set_bpf_dup, set_bpf_loss, set_reorder, sh, tc_counts
+from emulation.commands import NetnsError, sh
+from emulation.impairments import add_random_loss, set_bpf_dup, set_bpf_loss, set_reorder, tc_counts
 
 LOG = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ class EmulatedNetwork:
         return out
 
     def _random_loss(self, fraction: float) -> None:
-        """Loss on both ends of every link where netem is missing (hosts.netns.add_random_loss)."""
+        """Loss on both ends of every link where netem is missing (emulation.netns.add_random_loss)."""
         for i, link in enumerate(self.net.links):
             for j, intf in enumerate((link.intf1, link.intf2)):
                 run = self._runner(intf.node)
@@ -275,7 +276,7 @@ class EmulatedNetwork:
         """From now on, on both ends of every link: copy `dup` of the packets (the copy right behind the
         original) and hold `reorder` of them back behind later ones (0, 0: neither), while traffic flows.
 
-        tc BPF filters, no netem (hosts.netns.set_bpf_dup, set_reorder); needs shaped links (--bw: the
+        tc BPF filters, no netem (emulation.netns.set_bpf_dup, set_reorder); needs shaped links (--bw: the
         held-back packets wait in a second HTB class) and a network started without --loss.
         """
         assert self.net is not None

@@ -130,7 +130,7 @@ class P4Switch(Switch):
     def __init__(self, name: str, device_id: int = 1, run_dir: str = "/tmp", tag: str = "00",
                  log_level: str = "warn", delay_ms: float = 0.0, **params: Any) -> None:
         self.device_id = device_id
-        self.delay_ms = delay_ms  # links' propagation delay, held in the switch (emulation.softswitch.delayline)
+        self.delay_ms = delay_ms  # links' propagation delay, held in the switch (softswitch.runtime.delayline)
         self.run_dir = Path(run_dir)
         self.tag = tag
         self.log_level = log_level
@@ -208,7 +208,7 @@ def _delay_args(switch: P4Switch) -> list[str]:
 
 
 class EmbeddedSwitch(P4Switch):
-    """`python -m emulation.softswitch`; it picks a free gRPC port and writes it to a ready file.
+    """`python -m softswitch`; it picks a free gRPC port and writes it to a ready file.
 
     `engine` ("c" or "python") is passed as --engine; by default the switch runs the C engine where a
     C compiler is present (its program is compiled once for all switches: the compile cache).
@@ -224,7 +224,7 @@ class EmbeddedSwitch(P4Switch):
     def command(self) -> list[str]:
         self.ready_file.unlink(missing_ok=True)
         engine = ["--engine", self.engine] if self.engine else []
-        return [sys.executable, "-m", "emulation.softswitch", "--device-id", str(self.device_id),
+        return [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id),
                 *_port_args(self), *_delay_args(self), "--grpc-server-addr", "127.0.0.1:0",
                 "--ready-file", str(self.ready_file), "--log-level", self.log_level, *engine, "--no-p4"]
 

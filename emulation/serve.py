@@ -24,8 +24,8 @@ from emulation.shaping import LinkShape
 LOG = logging.getLogger("emulation.serve")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m emulation.serve", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "p4ina serve") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topology", default="fat-tree:4", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON")
     ap.add_argument("--switch", choices=BACKENDS, default=None, help="switch back end (default: embedded)")

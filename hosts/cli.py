@@ -43,8 +43,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m hosts", description=__doc__)
+def build_parser(prog: str = "p4ina host") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     agent = sub.add_parser("agent", help="long-lived agent that runs the runner's steps")
     agent.add_argument("--rank", type=int, required=True)
@@ -238,8 +238,8 @@ def _fail_report(group: Any, args: argparse.Namespace, ex: Exception) -> None:
         LOG.debug("could not report the failure to the coordinator", exc_info=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "p4ina host") -> int:
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.cmd == "coordinator":

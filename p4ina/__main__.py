@@ -1,3 +1,5 @@
+"""`python -m p4ina`: the same as `p4ina`."""
+
 import sys
 
 from p4ina.cli import main

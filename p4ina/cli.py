@@ -1,36 +1,102 @@
-"""`p4ina ...`: the user's command, dispatching to the layer that owns each subcommand.
+"""`p4ina VERB ...`: the one command over every layer, as mininet's `mn` is over mininet's.
 
-It sits above every layer so that none of them imports one above it: `p4ina
-simulate ...` is the simulation's (simulation/cli.py), everything else is the
-controller's (controller/cli.py: topology, pipeline, routes, jobs, counters,
-verify, shell).
+Each verb belongs to the layer that owns it and has its own parser there (`p4ina VERB --help`);
+this module only names the verbs and hands the rest of the command line to the owner, importing it
+when it is asked for. It sits above every layer, so none of them imports it.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import sys
+from dataclasses import dataclass
+from importlib import metadata
 
-UPPER = {"simulate": ("simulation.cli", "the all-reduce methods at cluster scale on SimGrid (make simulate)")}
+
+@dataclass(frozen=True)
+class Verb:
+    module: str  # the owner's module, whose main(argv[, prog]) runs the verb
+    help: str
+    group: str
+    passes_name: bool = False  # the owner parses the verb itself (the controller's subcommands)
+
+
+VERBS: dict[str, Verb] = {
+    # experiments: questions asked of an emulated fabric (need root: Mininet)
+    "emulate": Verb("experiments.allreduce.cli", "all-reduce latency of every method per host count and size (make emulate)",
+                    "experiments"),
+    "train": Verb("experiments.train.cli", "data-parallel training through the fabric, every method against an exact run",
+                  "experiments"),
+    "faults": Verb("experiments.faults.cli", "switch and link failures, loss, duplication, isolation, bit flips "
+                   "(make emulate-faults)", "experiments"),
+    # the model at cluster scale
+    "simulate": Verb("simulation.cli", "the methods at 16 to 100,000 GPUs on SimGrid (make simulate)", "model"),
+    # the emulated network and its parts
+    "serve": Verb("emulation.serve", "start an emulated network and keep it up for the verbs below (needs root)", "network"),
+    "clean": Verb("emulation.cleanup", "remove what a crashed emulation left behind (make clean-net)", "network"),
+    "switch": Verb("softswitch.cli", "the embedded switch, with simple_switch_grpc's command line (also p4ina-switch)",
+                   "network"),
+    "host": Verb("hosts.cli", "host-side code in a namespace: an agent, an in-network worker, a ring, a coordinator",
+                 "network"),
+    # the controller, on a served network (or any P4Runtime switches named in a topology JSON)
+    "topo": Verb("controller.cli", "the topology", "controller", passes_name=True),
+    "pipeline": Verb("controller.cli", "the P4 program on the switches", "controller", passes_name=True),
+    "routes": Verb("controller.cli", "IPv4 forwarding", "controller", passes_name=True),
+    "job": Verb("controller.cli", "aggregation jobs: install, remove, list, show", "controller", passes_name=True),
+    "counters": Verb("controller.cli", "per-job counters from every switch of a job's tree", "controller",
+                     passes_name=True),
+    "verify": Verb("controller.cli", "read the switches back and compare with the state", "controller", passes_name=True),
+    "reconcile": Verb("controller.cli", "after a controller restart: compare and adopt what the switches hold",
+                      "controller", passes_name=True),
+    "shell": Verb("controller.cli", "p4runtime-shell on one switch", "controller", passes_name=True),
+    # the project's own measurements
+    "bench": Verb("bench.cli", "benchmarks of the code's speed, written to results/bench.json (make bench)", "project"),
+}
+
+GROUPS = {"experiments": "experiments on an emulated fabric", "model": "the model at cluster scale",
+          "network": "the emulated network and its parts", "controller": "the controller (P4Runtime)",
+          "project": "the project"}
+
+
+def version() -> str:
+    try:
+        return metadata.version("p4ina")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def usage() -> str:
+    lines = ["usage: p4ina VERB [options]   (p4ina VERB --help for each verb's own options)", "",
+             "p4ina: P4 in-network aggregation on BMv2 and an embedded switch, Mininet experiments and a model at "
+             "cluster scale.", ""]
+    for group, title in GROUPS.items():
+        lines.append(f"{title}:")
+        lines += [f"  {name:<10} {v.help}" for name, v in VERBS.items() if v.group == group]
+        lines.append("")
+    lines.append("options: -h/--help this text, --version the installed version")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] and argv[0] in UPPER:
-        import importlib
-
-        return int(importlib.import_module(UPPER[argv[0]][0]).main(argv[1:]) or 0)
-    from controller.cli import main as controller_main
-
     if not argv or argv[0] in ("-h", "--help"):
-        try:
-            controller_main(["--help"])
-        except SystemExit:  # argparse's --help
-            pass
-        print("\nand, above the controller:")
-        for name, (_module, text) in UPPER.items():
-            print(f"  {name:<18} {text} (`p4ina {name} --help`)")
+        print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
-    return controller_main(argv)
+    if argv[0] == "--version":
+        print(f"p4ina {version()}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    verb = VERBS.get(name)
+    if verb is None:
+        print(f"p4ina: unknown verb {name!r}; the verbs are {', '.join(VERBS)} (p4ina --help)", file=sys.stderr)
+        return 2
+    run = importlib.import_module(verb.module).main
+    if verb.passes_name:
+        return int(run(argv) or 0)
+    if "prog" in inspect.signature(run).parameters:
+        return int(run(rest, prog=f"p4ina {name}") or 0)
+    return int(run(rest) or 0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""`python -m simulation`: see simulation/cli.py."""
+"""`python -m simulation`: the same as `p4ina simulate` (simulation/cli.py)."""
 
 import sys
 
 from simulation.cli import main
 
-sys.exit(main())
+sys.exit(main(prog="python -m simulation"))

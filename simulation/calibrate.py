@@ -11,7 +11,7 @@ back to the defaults `make emulate` uses.
 
 Medians are the emulation's own (summary.json's `points`: the slowest worker's latency from the barrier's
 release, median over the measured repetitions), with each point's `bound` label kept for the error table;
-raw.csv (emulation.experiment.Sample rows, one per worker and repetition) fills in what summary.json
+raw.csv (experiments.config.Sample rows, one per worker and repetition) fills in what summary.json
 lacks, the lane count the run used and the agents' wake-ups after the release (the last one, and its lead
 over the median one).
 
@@ -176,7 +176,7 @@ def _lanes_of(method: str, elements: int, packets: int, nbytes: int | None, slot
 
 
 def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[str, Any]], int | None]:
-    """Medians from raw.csv: a repetition's latency is its slowest worker's (emulation.experiment.Sample
+    """Medians from raw.csv: a repetition's latency is its slowest worker's (experiments.config.Sample
     rows, one per worker); older folders have one row per repetition.  Where the rows have the wake-ups
     (t_start - t_release), also the last one and its lead over the median one (`start`, `skew`).  Warm-ups,
     failed rows and repetitions with a failed worker are left out."""
@@ -480,7 +480,7 @@ def check(calib: Calibration, folders: Path | str | Sequence[Path | str], engine
 
 
 def result_folders(path: Path | str) -> list[Path]:
-    """A results folder, or a folder of them (e.g. the sweep and latency runs of tests/sim/data/emulation-k4): the
+    """A results folder, or a folder of them (e.g. the sweep and latency runs of tests/simulation/data/emulation-k4): the
     folders fitted together."""
     path = Path(path)
     if not path.is_dir():

@@ -66,8 +66,8 @@ def _override(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"--set {text!r}: want PARAM=NUMBER, e.g. switch_latency=1.3e-6") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="p4ina simulate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calibrate", type=Path, nargs="+", metavar="RESULTS_DIR",
                     help="fit per-packet costs to emulation results folders (or a folder of them, e.g. make emulate's "
                     "bandwidth and latency runs), one set of costs for all, and print the error table")
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fail", action="append", default=[], help="switch:NAME, link:A-B, tree-root or tree-link (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--emulation-results", type=Path, help="the emulation results folder to calibrate and validate against "
-                    "(default: the fixture in tests/sim/data)")
+                    "(default: the fixture in tests/simulation/data)")
     ap.add_argument("--no-validate", action="store_true", help="skip the four validations")
     ap.add_argument("--validate-only", action="store_true", help="only the validations")
     ap.add_argument("--workers", "-j", type=int, default=None, help="parallel processes (default: cores, at most 2)")
@@ -191,8 +191,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "p4ina simulate") -> int:
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:
         logging.getLogger("simulation").setLevel(logging.INFO)

@@ -263,9 +263,9 @@ _PRESET_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Preset))
 # The emulation's default (`make emulate`'s bandwidth preset): k=4 fat-tree, every link shaped to 2 Mbit/s by tc
 # (HTB, a one-frame burst), host agents (the in-network ones' stream loop in C) and the embedded switch (its C
 # engine, link delays held in its C port loop) on the machine's two cores. The costs are the calibration's one fit
-# to the four committed runs (tests/sim/data/emulation-k4: the sweep preset, two more runs of its 1K points and the
+# to the four committed runs (tests/simulation/data/emulation-k4: the sweep preset, two more runs of its 1K points and the
 # latency preset with 100 ms links; `p4ina simulate --calibrate`), which also predicts two later runs it was not fitted to
-# (tests/sim/data/emulation-k4-held-out): 10 us per packet in a host agent, 22 us per packet a switch forwards,
+# (tests/simulation/data/emulation-k4-held-out): 10 us per packet in a host agent, 22 us per packet a switch forwards,
 # 33 us per step of a host method, and about nothing per aggregation packet beyond forwarding, per lane, per switch
 # hop or per rank. The start (10.7 ms) is the fitted per-call cost (1.5 ms) plus the sweep's median measured
 # wake-up of the last agent and its finish (0.79 x the start's skew scaled to the agents beyond the cores: the

@@ -24,7 +24,7 @@ from simulation.params import NDR, Preset
 
 LOG = logging.getLogger(__name__)
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "sim" / "data" / "emulation-k4"
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "simulation" / "data" / "emulation-k4"
 HELD_OUT = FIXTURE.parent / "emulation-k4-held-out"  # later runs of the sweep preset, never fitted: predicted with the fit
 KIB, MIB = 1 << 10, 1 << 20
 

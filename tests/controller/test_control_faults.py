@@ -23,7 +23,7 @@ from controller.planner import DuplicateJobError, next_token
 from controller.state import State
 from controller.topology import Topology
 from emulation.localnet import embedded_switches
-from emulation.softswitch.cli import start_switch
+from softswitch.cli import start_switch
 from tests.controller.test_integration import _contribution
 from wireformat import AGG
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from controller.client import SwitchClient
 from controller.entities import MulticastGroup, TableEntry
 from controller.p4info import P4Schema
-from hosts.netns import NetnsLab
+from emulation.netns import NetnsLab
 from p4.v1 import p4runtime_pb2
 
 LOG = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class EmbeddedDut(Dut):
 
     def __init__(self, engine: str = "auto") -> None:
         super().__init__()
-        from emulation.softswitch.cli import start_switch
+        from softswitch.cli import start_switch
 
         self.engine = engine
         self._running = start_switch(DEVICE_ID, grpc_addr="127.0.0.1:0", engine=engine)

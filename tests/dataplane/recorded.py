@@ -25,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulation.softswitch import ActionCall, Exact, Lpm, Range, SoftSwitch, TableEntry, Ternary, bmv2diff
+from softswitch import ActionCall, Exact, Lpm, Range, SoftSwitch, TableEntry, Ternary
+
+from softswitch import bmv2diff
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from emulation.softswitch import bmv2diff
+from softswitch import bmv2diff
 from tests.dataplane.recorded import CASES, RECORDINGS, Case, program_hash, record
 
 

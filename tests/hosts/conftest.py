@@ -9,7 +9,7 @@ import pytest
 from hosts import native_stream
 from hosts.fakeswitch import FakeSwitch, SocketPairTransport, fake_socket_transport
 from hosts.inc_worker import IncWorker
-from stream_loops import PAIRS
+from tests.hosts.stream_loops import PAIRS
 
 
 @pytest.fixture(params=["python", "c"])

@@ -69,7 +69,7 @@ def _params(switch: Any, action: str, **values: int) -> tuple[int, ...]:
 def program_one_switch_job(switch: Any, hosts: list[tuple[str, str]], slot_count: int, result_type: int,
                            shift: int, token: int = TOKEN) -> None:
     """What the controller installs for a job whose workers all hang off one (root) switch."""
-    from emulation.softswitch.switch import ActionCall, Exact, TableEntry
+    from softswitch.runtime.switch import ActionCall, Exact, TableEntry
 
     n = len(hosts)
     set_job = "P4inaIngress.aggregation.set_job"
@@ -99,7 +99,7 @@ def real_switch(addrs: list[tuple[str, str]], slot_count: int, result_type: int 
     makes cells of an earlier install start afresh (P4Runtime cannot clear
     registers), so reuse exercises that path too.
     """
-    from emulation.softswitch.switch import SoftSwitch
+    from softswitch.runtime.switch import SoftSwitch
 
     path = program or PROGRAM
     switch = _loaded.get(path)

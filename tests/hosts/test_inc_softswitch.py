@@ -20,8 +20,8 @@ from hosts import quantization as qz
 from hosts.inc_worker import SPEC_GUARD, IncJob, IncWorker
 from hosts.packets import PREFIX_LEN, Endpoint
 from hosts.fakeswitch import SocketPairTransport
-from softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
-from stream_loops import PAIRS
+from tests.hosts.softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
+from tests.hosts.stream_loops import PAIRS
 from wireformat import AGG
 
 # every test here runs on both stream loops (tests/hosts/conftest.py)

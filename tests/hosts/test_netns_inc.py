@@ -1,7 +1,7 @@
 """The in-network worker (`python -m hosts inc`) in network namespaces against the embedded switch.
 
 Topology: one switch namespace, n host namespaces, one veth per host; the
-embedded switch runs in this process (emulation.softswitch: SoftSwitch +
+embedded switch runs in this process (softswitch: SoftSwitch +
 PortIO on the switch's veth ends), loaded with p4/build/p4ina.json and
 programmed through its Python API as the controller would for a one-switch
 job.  A wrapper between the ports and the switch drops chosen packets.
@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from hosts.coordination import CoordinatorServer, check_reports
-from hosts.netns import NetnsLab, enter
-from softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
+from emulation.netns import NetnsLab, enter
+from tests.hosts.softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
 from wireformat import AGG
 
 pytestmark = pytest.mark.netns
@@ -50,7 +50,7 @@ def star(lab: NetnsLab, n: int) -> Star:
 
 def attach(lab: NetnsLab, processor: Processor, n: int) -> Any:
     """PortIO on the switch namespace's veths; its sockets are opened from a thread inside that namespace."""
-    from emulation.softswitch.ports import PortIO
+    from softswitch.runtime.ports import PortIO
 
     io = PortIO(processor, {r + 1: f"p{r + 1}" for r in range(n)}, name="p4ina-test")
     box: dict[str, BaseException] = {}

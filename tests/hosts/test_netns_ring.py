@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hosts.coordination import CoordinatorServer, check_reports
-from hosts.netns import NetnsLab
+from emulation.netns import NetnsLab
 
 pytestmark = pytest.mark.netns
 

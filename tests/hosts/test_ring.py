@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from collective_rig import check, make_ranks, run
+from tests.hosts.collective_rig import check, make_ranks, run
 
 from hosts.quantization import NonFiniteError
 from hosts.bf16 import round_bf16

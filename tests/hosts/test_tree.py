@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from collective_rig import check, make_ranks, normal_inputs, run
+from tests.hosts.collective_rig import check, make_ranks, normal_inputs, run
 
 from hosts.bf16 import round_bf16
 from hosts.reliable import TransferTimeoutError

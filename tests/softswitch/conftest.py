@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from native import cbuild
-from emulation.softswitch import switch
+from softswitch.runtime import switch
 
 ENGINES = ("c", "python")
 

@@ -22,12 +22,11 @@ from pathlib import Path
 import pytest
 
 from native import cbuild
-from emulation.softswitch import SoftSwitch, cemit, cengine, compilecache
+from softswitch import SoftSwitch
+from softswitch.compiler import cemit, compilecache
+from softswitch.runtime import cengine
 
-try:
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
 
 pytestmark = pytest.mark.skipif(cbuild.toolchain() is None, reason="[cc] no C compiler (cc) on PATH")
 
@@ -83,7 +82,7 @@ def test_a_cache_directory_others_may_use_is_refused(tmp_path: Path, monkeypatch
     cache.mkdir(mode=0o755)
     os.chmod(cache, 0o777)
     fresh(monkeypatch, cache)
-    with caplog.at_level(logging.WARNING, logger="emulation.softswitch"):
+    with caplog.at_level(logging.WARNING, logger="softswitch"):
         load(unique_program(2))  # still the C engine: compiled privately, uncached
     assert any("cache refused" in r.getMessage() and "mode 777" in r.getMessage() for r in caplog.records)
     assert list(cache.iterdir()) == []
@@ -96,7 +95,7 @@ def test_a_cache_directory_of_another_user_is_refused(tmp_path: Path, monkeypatc
     cache.mkdir(mode=0o700)
     os.chown(cache, 65534, 65534)
     fresh(monkeypatch, cache)
-    with caplog.at_level(logging.WARNING, logger="emulation.softswitch"):
+    with caplog.at_level(logging.WARNING, logger="softswitch"):
         load(unique_program(3))
     assert any("cache refused" in r.getMessage() and "owned by uid 65534" in r.getMessage() for r in caplog.records)
     assert list(cache.iterdir()) == []
@@ -125,7 +124,7 @@ def load_in_a_new_process(cache: Path, raw: str) -> subprocess.CompletedProcess[
     code = textwrap.dedent("""
         import logging, sys
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-        from emulation.softswitch import SoftSwitch
+        from softswitch import SoftSwitch
         sw = SoftSwitch(engine="c")
         sw.load_program(sys.stdin.read())
         frame = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
@@ -192,7 +191,7 @@ def test_many_processes_loading_one_program_compile_it_once(tmp_path: Path) -> N
     code = textwrap.dedent("""
         import logging, sys
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-        from emulation.softswitch import SoftSwitch
+        from softswitch import SoftSwitch
         sw = SoftSwitch(engine="c")
         sw.load_program(sys.stdin.read())
         print(sw.engine)

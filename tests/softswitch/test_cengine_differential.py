@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from native import cbuild
-from emulation.softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, bmv2diff
+from softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry
+from softswitch import bmv2diff
 from tests.dataplane.frames import INT8, INT16, INT32, NONE, RESULT, RETRANSMIT, contribution, host_ip, host_mac, udp_frame
 from tests.dataplane.recorded import CASES, P4INA, Case, mutate
 from wireformat import AGG

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from native import cbuild
-from emulation.softswitch import SoftSwitch, cemit, codegen, program
+from softswitch import SoftSwitch
+from softswitch.compiler import cemit, codegen, program
 
 IN_FIELDS = [("a8", 8, False), ("b16", 16, False), ("c32", 32, False), ("d48", 48, False), ("e64", 64, False),
              ("f8s", 8, True), ("g32s", 32, True), ("h64s", 64, True), ("i1", 1, False), ("j5", 5, False)]

@@ -22,15 +22,11 @@ from typing import Any
 
 import pytest
 
-from emulation.softswitch import ActionCall, Lpm, SoftSwitch, TableEntry
-from emulation.softswitch.ports import ETH_P_ALL, PACKET_OUTGOING, PortIO
+from softswitch import ActionCall, Lpm, SoftSwitch, TableEntry
+from softswitch.runtime.ports import ETH_P_ALL, PACKET_OUTGOING, PortIO
 
-try:
-    from . import fake_switch
-    from .test_ports import HOST_END, SWITCH_END, in_netns, veth_ns  # noqa: F401 - veth_ns is a fixture
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
-    from test_ports import HOST_END, SWITCH_END, in_netns, veth_ns  # type: ignore[no-redef]  # noqa: F401
+from tests.softswitch import fake_switch
+from tests.softswitch.test_ports import HOST_END, SWITCH_END, in_netns, veth_ns  # noqa: F401 - veth_ns is a fixture
 
 FRAMES = 20_000
 FRAME_LEN = 64

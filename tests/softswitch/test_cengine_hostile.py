@@ -17,12 +17,9 @@ from pathlib import Path
 import pytest
 
 from native import cbuild
-from emulation.softswitch import SoftSwitch, SoftSwitchError
+from softswitch import SoftSwitch, SoftSwitchError
 
-try:
-    from .test_hostile_json import PACKETS, STRUCTURAL, TARGETS, every_name, hostile_names, program_doc, rename
-except ImportError:
-    from test_hostile_json import PACKETS, STRUCTURAL, TARGETS, every_name, hostile_names, program_doc, rename  # type: ignore[no-redef]
+from tests.softswitch.test_hostile_json import PACKETS, STRUCTURAL, TARGETS, every_name, hostile_names, program_doc, rename
 
 pytestmark = pytest.mark.skipif(cbuild.toolchain() is None, reason="[cc] no C compiler (cc) on PATH")
 

@@ -16,12 +16,9 @@ from typing import Any
 import pytest
 
 from native import cbuild
-from emulation.softswitch import SoftSwitch
+from softswitch import SoftSwitch
 
-try:
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
 
 pytestmark = pytest.mark.skipif(cbuild.toolchain() is None, reason="[cc] no C compiler (cc) on PATH")
 
@@ -70,7 +67,7 @@ def test_a_program_the_c_engine_refuses_runs_on_python_saying_why(
     doc = tiny()
     edit(doc)
     sw = SoftSwitch(name="wide", engine=asked)
-    with caplog.at_level(logging.WARNING, logger="emulation.softswitch"):
+    with caplog.at_level(logging.WARNING, logger="softswitch"):
         sw.load_program(json.dumps(doc))
     assert sw.engine == "python"
     lines = [r.getMessage() for r in caplog.records if "C engine cannot run" in r.getMessage()]
@@ -95,7 +92,7 @@ def test_the_next_program_goes_back_to_the_c_engine() -> None:
 
 def test_python_when_asked(caplog: pytest.LogCaptureFixture) -> None:
     sw = SoftSwitch(engine="python")
-    with caplog.at_level(logging.WARNING, logger="emulation.softswitch"):
+    with caplog.at_level(logging.WARNING, logger="softswitch"):
         sw.load_program(fake_switch.TINY_JSON)
     assert sw.engine == "python" and not caplog.records
 
@@ -105,10 +102,10 @@ def test_without_a_compiler_the_python_engine_runs_with_a_log_line(
 ) -> None:
     monkeypatch.setattr(cbuild, "toolchain", lambda: None)
     sw = SoftSwitch(name="nocc", engine="c")
-    with caplog.at_level(logging.WARNING, logger="emulation.softswitch"):
+    with caplog.at_level(logging.WARNING, logger="softswitch"):
         sw.load_program(fake_switch.TINY_JSON)
     assert sw.engine == "python"
     assert any("no C compiler" in r.getMessage() for r in caplog.records)
-    from emulation.softswitch.cli import _engine
+    from softswitch.cli import _engine
 
     assert _engine(None) == "python" and _engine("c") == "python"

@@ -22,17 +22,12 @@ import pytest
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2
 
-from emulation.softswitch import SoftSwitch
-from emulation.softswitch.p4runtime_server import P4RuntimeServer
+from softswitch import SoftSwitch
+from softswitch.p4runtime.server import P4RuntimeServer
 
-try:
-    from . import fake_switch
-    from .test_p4runtime import DEVICE, Client
-    from .test_ports import veth_ns  # noqa: F401 - a fixture
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
-    from test_p4runtime import DEVICE, Client  # type: ignore[no-redef]
-    from test_ports import veth_ns  # type: ignore[no-redef]  # noqa: F401
+from tests.softswitch import fake_switch
+from tests.softswitch.test_p4runtime import DEVICE, Client
+from tests.softswitch.test_ports import veth_ns  # noqa: F401 - a fixture
 
 CPU_PORT = 64
 PUNT_TYPE = 0x88B5
@@ -209,7 +204,7 @@ def test_a_backup_gets_no_packet_in_and_its_packet_out_is_ignored(
 
 
 def test_the_cpu_port_cannot_also_be_a_data_port() -> None:
-    from emulation.softswitch.cli import UsageError, parse_options
+    from softswitch.cli import UsageError, parse_options
 
     with pytest.raises(UsageError, match="CPU port 64"):
         parse_options(["--no-p4", "-i", "64@veth0", "--", "--cpu-port", "64"])
@@ -219,12 +214,9 @@ def test_the_cpu_port_cannot_also_be_a_data_port() -> None:
 @pytest.mark.netns
 def test_a_packet_out_leaves_on_a_real_port(veth_ns: str) -> None:
     """The outputs of a packet-out are sent by the port loop (PortIO.inject), out of the interface."""
-    from emulation.softswitch.ports import ETH_P_ALL, PortIO
+    from softswitch.runtime.ports import ETH_P_ALL, PortIO
 
-    try:
-        from .test_ports import HOST_END, SWITCH_END, _receive, in_netns
-    except ImportError:
-        from test_ports import HOST_END, SWITCH_END, _receive, in_netns  # type: ignore[no-redef]
+    from tests.softswitch.test_ports import HOST_END, SWITCH_END, _receive, in_netns
     import socket
 
     sw = SoftSwitch(device_id=DEVICE, name="punt-ports", cpu_port=CPU_PORT)

@@ -14,12 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulation.softswitch import SoftSwitch, compilecache, cse
+from softswitch import SoftSwitch
 
-try:
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from softswitch.compiler import compilecache, cse
+
+from tests.softswitch import fake_switch
 
 
 def _field(h: str, f: str) -> dict[str, Any]:

@@ -7,18 +7,14 @@ import time
 
 import pytest
 
-from emulation.softswitch.cli import UsageError, parse_options
-from emulation.softswitch.delayline import EGRESS, INGRESS, DelayLine, DelaySpecError, PortDelays, parse_delay
-from emulation.softswitch.ports import ETH_P_ALL, PortIO
-from emulation.softswitch.switch import SoftSwitch
+from softswitch.cli import UsageError, parse_options
+from softswitch.runtime.delayline import EGRESS, INGRESS, DelayLine, DelaySpecError, PortDelays, parse_delay
+from softswitch.runtime.ports import ETH_P_ALL, PortIO
+from softswitch.runtime.switch import SoftSwitch
 from native import cbuild
 
-try:
-    from . import fake_switch
-    from .test_ports import HOST_END, SWITCH_END, _frame, _receive, in_netns, veth_ns  # noqa: F401 (fixture)
-except ImportError:  # tests/softswitch is not a package (as test_ports.py handles it)
-    import fake_switch  # type: ignore[no-redef]
-    from test_ports import HOST_END, SWITCH_END, _frame, _receive, in_netns, veth_ns  # type: ignore[no-redef]  # noqa: F401
+from tests.softswitch import fake_switch
+from tests.softswitch.test_ports import HOST_END, SWITCH_END, _frame, _receive, in_netns, veth_ns  # noqa: F401 (fixture)
 
 
 def test_delays_parse_as_port_equals_milliseconds() -> None:
@@ -97,7 +93,7 @@ def test_the_c_loop_drops_and_counts_what_a_full_delay_fifo_cannot_hold(veth_ns:
     frames still held when the loop is closed are freed with it."""
     if cbuild.toolchain() is None:
         pytest.skip("[cc] no C compiler (cc) on PATH: the C port loop cannot be built")
-    from emulation.softswitch.cio import CPortLoop
+    from softswitch.runtime.cio import CPortLoop
 
     switch = SoftSwitch(device_id=1, name="dcap", engine="c")
     switch.load_program(fake_switch.TINY_JSON)  # every frame leaves on port 1

@@ -23,18 +23,14 @@ import grpc
 import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-try:
-    from . import fake_switch
-    from .test_ports import HOST_END, SWITCH_END, _frame, _receive, _run, in_netns
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
-    from test_ports import HOST_END, SWITCH_END, _frame, _receive, _run, in_netns  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
+from tests.softswitch.test_ports import HOST_END, SWITCH_END, _frame, _receive, _run, in_netns
 
-from emulation.softswitch.cli import UsageError, parse_options
-from emulation.softswitch.ports import ETH_P_ALL
+from softswitch.cli import UsageError, parse_options
+from softswitch.runtime.ports import ETH_P_ALL
 
 REPO = Path(__file__).resolve().parents[2]
-SWITCH = f"{shlex.quote(sys.executable)} -m emulation.softswitch"
+SWITCH = f"{shlex.quote(sys.executable)} -m softswitch"
 
 
 def _free_port() -> int:
@@ -119,7 +115,7 @@ def test_the_p4_utils_command_line_runs_unchanged_with_ports(tmp_path: Path, pro
         program = tmp_path / "p.json"
         program.write_text(fake_switch.TINY_JSON)  # every frame leaves on port 1
         # p4utils/mininetlib/node.py (P4RuntimeSwitch.start): a list, not a shell string
-        cmd = [sys.executable, "-m", "emulation.softswitch", "-i", f"1@{SWITCH_END}", f"--pcap={tmp_path}",
+        cmd = [sys.executable, "-m", "softswitch", "-i", f"1@{SWITCH_END}", f"--pcap={tmp_path}",
                f"--log-file={tmp_path}/s1.log", "--log-flush", "--device-id", "1", str(program),
                "--thrift-port", "9091", "--", "--grpc-server-addr", f"0.0.0.0:{_free_port()}", "--cpu-port", "255"]
         proc = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], cwd=REPO,

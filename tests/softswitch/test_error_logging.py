@@ -8,12 +8,9 @@ import logging
 
 import pytest
 
-from emulation.softswitch import SoftSwitch
+from softswitch import SoftSwitch
 
-try:
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
 
 FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
 
@@ -26,7 +23,7 @@ def test_internal_errors_are_counted_and_logged_rarely(caplog: pytest.LogCapture
         raise ZeroDivisionError("a bug in the interpreter")
 
     sw._runtime().parse = broken  # type: ignore[method-assign]
-    with caplog.at_level(logging.DEBUG, logger="emulation.softswitch"):
+    with caplog.at_level(logging.DEBUG, logger="softswitch"):
         for _ in range(1000):
             assert sw.process_packet(1, FRAME) == []
     assert sw.stats["errors"] == 1000 and sw.stats["dropped"] == 1000
@@ -42,7 +39,7 @@ def test_failed_program_assertions_are_counted_not_errors(caplog: pytest.LogCapt
     set_port["primitives"].append({"op": "assert", "parameters": [{"type": "bool", "value": False}]})
     sw = SoftSwitch(name="asserting")
     sw.load_program(json.dumps(doc))
-    with caplog.at_level(logging.DEBUG, logger="emulation.softswitch"):
+    with caplog.at_level(logging.DEBUG, logger="softswitch"):
         for _ in range(500):
             assert sw.process_packet(1, FRAME) == []
     assert sw.stats["assertions"] == 500 and sw.stats["errors"] == 0 and sw.stats["dropped"] == 500

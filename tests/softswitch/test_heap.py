@@ -1,4 +1,4 @@
-"""The collector pause around program builds and the freeze of a loaded program (emulation.softswitch.heap)."""
+"""The collector pause around program builds and the freeze of a loaded program (softswitch.runtime.heap)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from emulation.softswitch import heap
+from softswitch.runtime import heap
 
 
 @pytest.fixture

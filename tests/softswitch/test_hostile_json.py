@@ -21,13 +21,10 @@ import grpc
 import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from emulation.softswitch import SoftSwitch, SoftSwitchError
-from emulation.softswitch.p4runtime_server import P4RuntimeServer
+from softswitch import SoftSwitch, SoftSwitchError
+from softswitch.p4runtime.server import P4RuntimeServer
 
-try:
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
 
 PROGRAMS = Path(__file__).parent / "programs"
 # (program, names to replace): one name of each kind the generator used to look at

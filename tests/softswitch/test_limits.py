@@ -16,14 +16,11 @@ import grpc
 import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from emulation.softswitch import SoftSwitch
-from emulation.softswitch.errors import ProgramLimitError
-from emulation.softswitch.p4runtime_server import MAX_MESSAGE_BYTES, P4RuntimeServer
+from softswitch import SoftSwitch
+from softswitch.errors import ProgramLimitError
+from softswitch.p4runtime.server import MAX_MESSAGE_BYTES, P4RuntimeServer
 
-try:
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
 
 FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
 

@@ -1,4 +1,4 @@
-"""One build per key however many threads ask at once (emulation.softswitch.once), and the switches using it."""
+"""One build per key however many threads ask at once (softswitch.compiler.once), and the switches using it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from emulation.softswitch import SoftSwitch, codegen, compilecache
-from emulation.softswitch.once import SharedBuilds
+from softswitch import SoftSwitch
+
+from softswitch.compiler import codegen, compilecache
+from softswitch.compiler.once import SharedBuilds
 
 PROGRAMS = Path(__file__).parent / "programs"
 IN = b"\x05\x07\x01\x02\x00\x00\x00\x00\x00\x09pl"
@@ -103,7 +105,8 @@ def test_switches_loading_one_program_at_once_compile_it_once(engine: str, monke
     emits: list[int] = []
     if engine == "c":
         from native import cbuild
-        from emulation.softswitch import cemit, cengine
+        from softswitch.compiler import cemit
+        from softswitch.runtime import cengine
 
         if cbuild.toolchain() is None:
             pytest.skip("no C compiler: the C engine is not available")

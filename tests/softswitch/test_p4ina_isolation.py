@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulation.softswitch import ActionCall, Exact, SoftSwitch, TableEntry
+from softswitch import ActionCall, Exact, SoftSwitch, TableEntry
 from tests.dataplane.frames import contribution
 from wireformat import AGG
 

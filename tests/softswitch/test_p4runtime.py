@@ -16,19 +16,16 @@ import pytest
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-try:  # pytest's rootdir-relative import works either with or without a tests package
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
 
 
-from emulation.softswitch.p4info_index import P4RuntimeStatusError, decode_bytes, encode_int  # noqa: E402
-from emulation.softswitch.p4runtime_server import (  # noqa: E402
+from softswitch.p4runtime.p4info_index import P4RuntimeStatusError, decode_bytes, encode_int  # noqa: E402
+from softswitch.p4runtime.server import (  # noqa: E402
     NonLoopbackAddressError,
     P4RuntimeServer,
     parse_loopback_address,
 )
-from emulation.softswitch.switch import SoftSwitch  # noqa: E402
+from softswitch.runtime.switch import SoftSwitch  # noqa: E402
 
 ACL, DMAC, FWD = fake_switch.ACL, fake_switch.DMAC, fake_switch.FWD
 DROP, NO_ACTION, SET_MCAST, SET_PORT, SET_SRC = (

@@ -1,4 +1,4 @@
-"""`python -m emulation.softswitch` as a subprocess: flags, readiness, P4Runtime, clean shutdown."""
+"""`python -m softswitch` as a subprocess: flags, readiness, P4Runtime, clean shutdown."""
 
 from __future__ import annotations
 
@@ -16,19 +16,16 @@ import grpc
 import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-try:
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
 
-from emulation.softswitch.cli import UsageError, parse_options
+from softswitch.cli import UsageError, parse_options
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _start(args: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "emulation.softswitch", *args],
+        [sys.executable, "-m", "softswitch", *args],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -109,7 +106,7 @@ def test_cli_serves_p4runtime_and_stops_cleanly_on_sigterm(tmp_path: Path, stop_
             hold.set()
     assert not ready.exists()
     # the program loaded at start and the one pushed over P4Runtime were each frozen out of the collector's walks
-    # (emulation.softswitch.heap: the compiled p4ina.json made a switch spend ~3 s collecting at exit)
+    # (softswitch.runtime.heap: the compiled p4ina.json made a switch spend ~3 s collecting at exit)
     frozen = re.findall(r"heap: \d+ unreachable objects collected, (\d+) frozen", log.read_text())
     assert len(frozen) == 2 and all(int(n) > 0 for n in frozen), log.read_text()[-2000:]
 

@@ -17,12 +17,8 @@ from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
-try:
-    from . import fake_switch
-    from .test_p4runtime import Backend, Client, _primary, embedded, server, update, write_errors  # noqa: F401
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
-    from test_p4runtime import Backend, Client, _primary, embedded, server, update, write_errors  # type: ignore[no-redef]  # noqa: F401
+from tests.softswitch import fake_switch
+from tests.softswitch.test_p4runtime import Backend, Client, _primary, embedded, server, update, write_errors  # noqa: F401
 
 ACL, DMAC, FWD = fake_switch.ACL, fake_switch.DMAC, fake_switch.FWD
 U = p4runtime_pb2.Update

@@ -15,12 +15,9 @@ from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
-from emulation.softswitch.p4info_index import encode_int
+from softswitch.p4runtime.p4info_index import encode_int
 
-try:
-    from .test_p4runtime import Backend, Client, server, update  # noqa: F401 - server is a fixture
-except ImportError:
-    from test_p4runtime import Backend, Client, server, update  # type: ignore[no-redef] # noqa: F401
+from tests.softswitch.test_p4runtime import Backend, Client, server, update  # noqa: F401 - server is a fixture
 
 BUILD = Path(__file__).resolve().parents[2] / "p4" / "build"
 U = p4runtime_pb2.Update

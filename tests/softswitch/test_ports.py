@@ -14,13 +14,10 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
 
 
-from emulation.softswitch.ports import (  # noqa: E402
+from softswitch.runtime.ports import (  # noqa: E402
     ETH_P_ALL,
     PACKET_OUTGOING,
     InterfaceError,
@@ -29,7 +26,7 @@ from emulation.softswitch.ports import (  # noqa: E402
     PortSpecError,
     parse_port_spec,
 )
-from emulation.softswitch.switch import SoftSwitch  # noqa: E402
+from softswitch.runtime.switch import SoftSwitch  # noqa: E402
 
 CLONE_NEWNET = 0x40000000
 SWITCH_END, HOST_END = "p4sw0", "p4host0"

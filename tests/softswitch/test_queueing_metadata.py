@@ -16,12 +16,9 @@ from typing import Any
 
 import pytest
 
-from emulation.softswitch import SoftSwitch, UnsupportedProgramError
+from softswitch import SoftSwitch, UnsupportedProgramError
 
-try:
-    from . import fake_switch
-except ImportError:
-    import fake_switch  # type: ignore[no-redef]
+from tests.softswitch import fake_switch
 
 FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
 REPORT = struct.Struct(">IIHIB")  # enq_timestamp, deq_timedelta, egress ts (high 16, low 32), priority

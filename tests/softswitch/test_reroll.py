@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from native import cbuild
-from emulation.softswitch import cemit, cengine, codegen, ir, program, reroll
+from softswitch.compiler import cemit, codegen, ir, program, reroll
+from softswitch.runtime import cengine
 
 ROOT = Path(__file__).resolve().parents[2]
 B = ir.BinOp

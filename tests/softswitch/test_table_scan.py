@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from emulation.softswitch.errors import EntryExistsError, EntryNotFoundError
-from emulation.softswitch.tables import Exact, KeySpec, MatchTable, Range, Ternary
+from softswitch.errors import EntryExistsError, EntryNotFoundError
+from softswitch.runtime.tables import Exact, KeySpec, MatchTable, Range, Ternary
 
 KEYS = (KeySpec("t", "ternary", 8), KeySpec("r", "range", 8), KeySpec("e", "exact", 4))
 

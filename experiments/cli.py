@@ -1,0 +1,142 @@
+"""What the experiments' commands share: the fabric's options, value parsers, progress, root and signals.
+
+Each experiment has its own parser (experiments/<name>/cli.py) built from these pieces, with its own
+defaults, so no command guesses what the user meant from the value of another's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from emulation.nodes import BACKENDS, default_backend
+from hosts.methods import METHODS
+
+LOG = logging.getLogger(__name__)
+
+
+class CommandError(Exception):
+    """A command's input is unusable; the message names it and the fix (printed as one line, exit 2)."""
+
+
+def parse_size(text: str) -> int:
+    """'1K' -> 1024, '256k' -> 262144, '1M' -> 1048576, '1000' -> 1000."""
+    t = text.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20}.get(t[-1:], 1)
+    digits = t[:-1] if mult > 1 else t
+    if not digits.isdigit() or int(digits) < 1:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not a positive number of elements (e.g. 1024, 16K, 1M)")
+    return int(digits) * mult
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as ex:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from ex
+
+
+def size_list(text: str) -> tuple[int, ...]:
+    return tuple(parse_size(x) for x in text.split(",") if x.strip())
+
+
+def method_list(text: str) -> tuple[str, ...]:
+    names = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in names if m not in METHODS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown method(s) {', '.join(unknown) or '(none given)'}: "
+                                         f"choose from {','.join(METHODS)}")
+    return names
+
+
+def add_fabric_options(ap: argparse.ArgumentParser, *, bw_default: float | None, bw_help: str) -> None:
+    """The emulated network: topology, switch back end, links, results folder, output."""
+    topo = ap.add_mutually_exclusive_group()
+    topo.add_argument("--k", type=int, help="fat-tree arity (default 4: 16 hosts, 20 switches)")
+    topo.add_argument("--topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON (instead of --k)")
+    ap.add_argument("--switch", choices=(*BACKENDS, "auto"), default="embedded",
+                    help=f"switch back end (default embedded, so runs compare across machines; auto = bmv2 when "
+                         f"simple_switch_grpc is installed, here {default_backend()})")
+    ap.add_argument("--bw", type=float, default=bw_default, help=bw_help)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("results"), help="parent of the results folder (default results/)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--json", action="store_true", help="print summary.json instead of the table")
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def topology_of(args: argparse.Namespace) -> str:
+    return str(args.topology or f"fat-tree:{args.k or 4}")
+
+
+def backend_of(args: argparse.Namespace) -> str:
+    return default_backend() if args.switch == "auto" else str(args.switch)
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def needs_root(prog: str) -> bool:
+    """True (and says so) when this process cannot start Mininet."""
+    if os.geteuid() != 0:
+        print(f"{prog}: needs root (Mininet); run it with sudo or as root", file=sys.stderr)
+        return True
+    return False
+
+
+def _terminate(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM tears down like Ctrl-C does
+
+
+def tear_down_on_sigterm() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
+
+
+def run_errors() -> tuple[type[BaseException], ...]:
+    """The failures of a run that a user can act on: printed as one line, exit 1 (imported late: they pull in
+    the controller and Mininet)."""
+    from controller.client import SwitchError
+    from controller.fabric import FabricError
+    from controller.installer import InstallError
+    from emulation.network import NetworkError
+    from emulation.nodes import SwitchStartError
+    from experiments.config import ConfigError
+    from experiments.harness import ExperimentError
+
+    return (ExperimentError, ConfigError, NetworkError, SwitchStartError, InstallError, FabricError, SwitchError)
+
+
+class Progress:
+    """A tqdm bar over a run's units (points or steps), with the last result as its postfix."""
+
+    def __init__(self, total: int, enabled: bool, unit: str = "point") -> None:
+        self.bar: Any = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)
+
+    def describe(self, what: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description(what)
+        else:
+            LOG.info("running %s", what)
+
+    def advance(self, what: str, n: int = 1, postfix: str = "") -> None:
+        if self.bar is not None:
+            if postfix:
+                self.bar.set_postfix_str(postfix)
+            self.bar.update(n)
+        else:
+            LOG.info("%s: %s", what, postfix or "done")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,684 @@
+"""`python -m emulation --experiment faults`: what a fabric does to an all-reduce, and that every sum stays exact.
+
+One network, one in-network job (int32 lanes, integer inputs: every sum must be
+exact, checked against numpy's float64 sum), agents on every member host, then:
+
+1. loss-free all-reduces: the latency baseline and the workers' measured round
+   trips, from which the retransmission timer's floor is derived (SwitchML's
+   ~1 ms timer is the same idea: a few round trips, not a fixed 0.5 s);
+2. a loss sweep: random loss on both ends of every link (tc BPF), every sum
+   exact, retransmissions counted, latency over the loss-free latency; then
+   duplication and reordering (tc BPF: a copy mirrored back into the link, a
+   packet held back in a slow low-priority HTB class): every sum exact, the
+   copies and late packets counted by tc, the switches and the workers;
+3. silent data corruption: single bit flips in the lanes of cells that are
+   mid-round on the tree's switches (controller.registers over P4Runtime);
+   a flip counts as injected once a read-back shows it landed in a live round;
+   detected is what the switches' `corrupt` counters and the hosts' checks
+   caught; every sum still exact;
+4. load and isolation (before the main job's agents start; experiments.faults.isolation):
+   four 3-host jobs at once on shared switches and a host ring beside them,
+   every sum exact, each job's slowdown against running alone, and the switch
+   counters and a slot_token read-back showing no job touched another's cells;
+5. a switch failure: the job's root (or an aggregation switch) is killed in the
+   middle of an all-reduce; the workers suspect it after `failure_timeout_s`
+   without a result, report at a coordinator barrier, the controller finds the
+   dead switch (P4Runtime no longer answers), re-plans and re-installs the job
+   around it (new tokens), and the workers redo the chunks anyone lacks; the
+   time from the kill to the completed all-reduce is the recovery time; later
+   all-reduces run on the new tree;
+6. a link failure: a link of the (new) tree, the root's to a switch below it,
+   goes down mid all-reduce with both switches running; P4Runtime still
+   answers, the port status (the interfaces' carrier) shows it, and the job
+   moves to a tree without that link the same way;
+7. an edge-switch failure (last: it cuts hosts off): reported by name.
+
+Writes summary.json, reports.json (every agent report) and faults.png.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import statistics
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from controller.api import Controller
+from controller.counters import totals
+from controller.installer import RemoveError
+from controller.planner import HostsCutOffError, JobDoesNotFitError, JobPlan
+from controller.registers import read_register, write_register
+from controller.state import State
+from controller.topology import link_key
+from controller.topospec import load_topology
+from experiments import harness as R
+from experiments.harness import Step
+from experiments.config import ExperimentConfig
+from emulation.network import EmulatedNetwork, NetworkConfig
+from emulation.shaping import LinkShape
+from hosts import clock
+from hosts.coordination import CoordinatorServer
+from hosts.inc_worker import IncJob
+from wireformat import AGG
+
+LOG = logging.getLogger(__name__)
+
+JOB_ID = 12
+METHOD = "inc-int32"
+AGG_PREFIX = "P4inaIngress.aggregation."
+
+
+class FaultsError(RuntimeError):
+    """The faults experiment could not run; the message says which part."""
+
+
+@dataclass(frozen=True)
+class FaultsConfig:
+    topology: str = "fat-tree:4"
+    hosts: int = 16
+    size: int = 16384  # float32 elements per all-reduce
+    slots: int = 32
+    bw_mbps: float = 10.0
+    loss_rates: tuple[float, ...] = (0.001, 0.01, 0.05)  # fractions
+    # all-reduces per loss rate (and loss-free, and with duplication and reordering): with loss the latency is
+    # bimodal (an all-reduce whose last rounds lose a frame waits a timer floor, the others recover early),
+    # so a median of 3 swung between 1.8x and 2.1x at 1% from run to run; every latency is in the summary
+    reps: int = 7
+    victim: str = "root"  # "root", "aggregation", or a switch name: killed mid all-reduce
+    switch_failure: bool = True  # False: no switch is killed (the other phases alone)
+    # a link of the job's tree (the root's to its first switch child) taken down mid all-reduce, both switches
+    # running; after the switch failure, so on the tree that one left
+    link_failure: bool = True
+    edge_failure: bool = True
+    # duplication and reordering (tc BPF on both ends of every link): the fraction of packets copied and the
+    # fraction held back behind later ones, per link end (a packet crosses up to six ends on the fat-tree)
+    dup_rate: float = 0.01
+    reorder_rate: float = 0.02
+    # load and isolation (experiments.faults.isolation): four 3-host jobs at once on shared switches plus a 4-host ring;
+    # skipped (and said so in the summary) on a topology with fewer than 16 hosts
+    isolation: bool = True
+    isolation_reps: int = 3
+    isolation_size: int | None = None  # elements per all-reduce; None: size
+    sdc_flips: int = 20  # bit flips to land in live rounds
+    sdc_loss: float = 0.01  # loss while flipping: a lost contribution holds its round open long enough to flip into
+    failure_size_factor: int = 4  # the interrupted all-reduce is this many times `size` (so the kill lands mid-way)
+    # no result for this long (and >= 2 timeouts): a switch is suspected; None: failure_rtos timer floors (a
+    # window of slots in flight returns results many times per round trip, so silence for 3 floors is loud), at
+    # least failure_min_s (loss alone rarely stalls every slot that long; a false alarm costs one P4Runtime probe:
+    # the tree answers, the worker waits on)
+    failure_timeout_s: float | None = None
+    failure_rtos: float = 3.0
+    failure_min_s: float = 0.5
+    rto_floor_rtts: float = 3.0  # the timer's floor: this many of the largest measured smoothed round trip
+    backend: str = "embedded"
+    results_root: Path = Path("results")
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.hosts < 2:
+            raise FaultsError(f"hosts {self.hosts}: need at least 2")
+        if any(not 0 < r < 1 for r in self.loss_rates):
+            raise FaultsError(f"loss rates {self.loss_rates}: fractions in (0, 1)")
+        if not (0 <= self.dup_rate < 1 and 0 <= self.reorder_rate < 1):
+            raise FaultsError(f"duplication {self.dup_rate} and reorder {self.reorder_rate}: fractions in [0, 1)")
+        if self.reps < 1 or self.sdc_flips < 0 or (self.failure_timeout_s is not None and self.failure_timeout_s <= 0):
+            raise FaultsError("reps >= 1, sdc_flips >= 0 and failure_timeout_s > 0, please")
+
+    def label(self) -> str:
+        return f"faults_{self.topology.replace(':', '')}_h{self.hosts}_bw{self.bw_mbps:g}"
+
+
+@dataclass
+class FaultsResult:
+    config: FaultsConfig
+    out_dir: Path
+    summary: dict[str, Any] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _job_dict(plan: JobPlan, install: int, timeout_s: float, min_timeout_s: float, failure_timeout_s: float) -> dict[str, Any]:
+    spec = plan.spec
+    return {"job_id": plan.job_id, "slots": spec.slots, "contrib_type": spec.contrib_type, "result_type": spec.result_type,
+            "shift": spec.shift, "timeout_s": timeout_s, "min_timeout_s": min_timeout_s, "install": install,
+            "error_lsb": plan.error_lsb, "q_limit": plan.q_limit, "failure_timeout_s": failure_timeout_s}
+
+
+class FaultsRun:
+    """The experiment's phases on one running network, controller and set of agents."""
+
+    def __init__(self, cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, runner: R.Runner,
+                 hosts: tuple[str, ...]) -> None:
+        self.cfg, self.net, self.ctl, self.runner, self.hosts = cfg, net, ctl, runner, hosts
+        self.server: CoordinatorServer | None = None
+        self.installs = 0
+        self.job: dict[str, Any] = {}
+        self.plan: JobPlan | None = None
+        self.steps: list[Step] = []
+        self.failover_events: list[dict[str, Any]] = []
+        self.problems: list[str] = []
+        self.reroute_pending = False
+        self.stall_questions = 0
+        self._probe: tuple[float, set[str], set[tuple[str, str]]] | None = None
+        self.probes: list[tuple[float, float]] = []  # (start, seconds) of every probe made
+        self._probe_lock = threading.Lock()
+        self.tmo = runner.tmo
+        self.failure_timeout_s = cfg.failure_timeout_s or 1.5  # until the timer floor is measured
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def install(self, timeout_s: float, min_timeout_s: float) -> None:
+        if self.plan is not None:
+            self.ctl.remove_job(JOB_ID)
+        self.plan = self.ctl.install_job(JOB_ID, self.hosts, "none", slots=self.cfg.slots)
+        self.installs += 1
+        self.job = _job_dict(self.plan, self.installs, timeout_s, min_timeout_s, self.failure_timeout_s)
+        LOG.info("job %d: root %s, %d switches", JOB_ID, self.plan.root, len(self.plan.switches))
+
+    def failed_parts(self, max_age_s: float = 0.5) -> tuple[set[str], set[tuple[str, str]]]:
+        """The switches of the job's tree whose P4Runtime refuses connections, and the links of the tree that
+        are down (the switches' port status: emulation.network.down_links). One probe serves every rank that
+        asked while it ran (or up to max_age_s before), so sixteen stalled ranks cost one probe, not sixteen."""
+        assert self.plan is not None
+        asked = clock.now()
+        with self._probe_lock:
+            if self._probe is None or self._probe[0] < asked - max_age_s:
+                t0 = clock.now()
+                tree = [sp.switch for sp in self.plan.switches]
+                # One try: a switch of this running job that refuses connections has lost the job either way (a
+                # process caught between its socket and its listen() is one starting afresh, with empty tables),
+                # and every stalled rank waits on this probe
+                found = self.ctl.unreachable(tree, timeout=1.0, attempts=1)
+                edges = {link_key(sp.switch, sp.parent) for sp in self.plan.switches if sp.parent is not None}
+                links = {ln for ln in self.net.down_links(tree) if ln in edges and not set(ln) & found}
+                self._probe = (clock.now(), found, links)
+                self.probes.append((t0, clock.now() - t0))
+            return set(self._probe[1]), set(self._probe[2])
+
+    def ask(self, topic: str, rank: int, value: Any) -> Any:
+        """A worker saw no result for failure_timeout_s: is its tree alive (a loss burst) or is a switch dead?"""
+        if topic != "stall":
+            return None
+        self.stall_questions += 1
+        failed, links = self.failed_parts()
+        return {"alive": not failed and not links, "failed": sorted(failed),
+                "links": ["-".join(ln) for ln in sorted(links)]}
+
+    def decide(self, tag: str, values: list[Any]) -> Any:
+        """The agents' switch-failure barrier: find the dead switch, re-plan around it, hand out the new job."""
+        if not tag.startswith("failover-"):
+            return None
+        t0 = clock.now()
+        assert self.plan is not None
+        event: dict[str, Any] = {"tag": tag, "t_reported": t0, "ranks": len(values),
+                                 "stalled_s": max(float(v.get("stalled_s", 0.0)) for v in values)}
+        self.failover_events.append(event)
+        failed, links = self.failed_parts()
+        event["failed"] = sorted(failed)
+        event["failed_links"] = ["-".join(ln) for ln in sorted(links)]
+        event["probe_s"] = clock.now() - t0
+        phases: dict[str, float] = {}
+        event["replan_phases"] = phases
+        if not failed and not links:  # a false alarm (a long loss burst, a lost round): redo the missing chunks
+            event["verdict"] = "false alarm: every switch answers, every link is up; same tree"
+            return {"job": self.job, "failed": []}
+        failed_names = sorted(failed) + event["failed_links"]
+        try:
+            # the job first, the routes (which aggregation packets do not use) after the step: the workers wait
+            self.plan = self.ctl.fail_over(JOB_ID, failed, reroute=False, timings=phases, failed_links=links)
+            self.reroute_pending = True
+        except HostsCutOffError as ex:
+            event["verdict"] = str(ex)
+            return {"error": str(ex), "failed": failed_names}
+        except JobDoesNotFitError as ex:
+            self.ctl.install_routes()  # the ring needs routes around the failed switch
+            event["verdict"] = f"ring: {ex}"
+            return {"fallback": "ring", "failed": failed_names, "reason": str(ex)}
+        except RemoveError as ex:
+            event["verdict"] = str(ex)
+            return {"error": str(ex), "failed": failed_names}
+        self.installs += 1
+        self.job = {**self.job, **_job_dict(self.plan, self.installs, self.job["timeout_s"], self.job["min_timeout_s"],
+                                            self.failure_timeout_s)}
+        event.update(verdict=f"re-planned: root {self.plan.root}", root=self.plan.root, t_installed=clock.now(),
+                     replan_s=clock.now() - t0, tree=[sp.switch for sp in self.plan.switches])
+        LOG.warning("%s failed: job %d re-planned on root %s in %.2f s", ", ".join(failed_names), JOB_ID,
+                    self.plan.root, clock.now() - t0)
+        return {"job": self.job, "failed": failed_names, "root": self.plan.root}
+
+    # -- steps ---------------------------------------------------------------------------------
+    def post(self, phase: str, size: int | None = None) -> int:
+        assert self.server is not None
+        self.runner.step += 1
+        step = self.runner.step
+        cmd = {"method": METHOD, "size": size or self.cfg.size, "iteration": step, "input": "ones", "seed": self.cfg.seed,
+               "checker": 0, "ring": {"window": 64, "timeout_s": self.tmo["ring"]}, "job": self.job, "phase": phase}
+        self.server.post(step, cmd)
+        return step
+
+    def collect(self, step: int, phase: str) -> Step:
+        assert self.server is not None
+        reports = self.server.step_reports(step, 300.0, alive=self.runner.alive)
+        if self.reroute_pending:
+            t0 = clock.now()
+            self.ctl.install_routes()
+            self.reroute_pending = False
+            if self.failover_events:
+                self.failover_events[-1]["reroute_s"] = clock.now() - t0
+        snap = self.runner.take_snapshot(step)
+        s = Step(step, phase, reports, len(self.hosts), snap.t if snap else None)
+        self.steps.append(s)
+        if len(reports) < len(self.hosts):  # an agent is gone or stuck: nothing after this step can be measured
+            raise FaultsError(f"step {step} ({phase}): only ranks {sorted(reports)} of {len(self.hosts)} reported; "
+                              f"agent logs in {self.runner.log_dir}")
+        if s.errors:
+            LOG.warning("step %d (%s): %s", step, phase, "; ".join(s.errors[:3]))
+        return s
+
+    def run(self, phase: str, size: int | None = None) -> Step:
+        return self.collect(self.post(phase, size), phase)
+
+    def wait_release(self, step: int, timeout_s: float = 60.0) -> float:
+        deadline = clock.now() + timeout_s
+        while clock.now() < deadline:
+            snap = self.runner.peek_snapshot(step)
+            if snap is not None:
+                return snap.t
+            threading.Event().wait(0.005)
+        raise FaultsError(f"step {step} was not released within {timeout_s} s")
+
+    # -- phases --------------------------------------------------------------------------------
+    def lossless(self) -> dict[str, Any]:
+        warm = [self.run("warmup") for _ in range(2)]
+        rtts = [float(r["srtt_s"]) for s in warm for r in s.reports.values() if r.get("srtt_s")]
+        srtt = max(rtts) if rtts else self.tmo["inc"]
+        floor = max(self.cfg.rto_floor_rtts * srtt, 0.005)
+        self.failure_timeout_s = self.cfg.failure_timeout_s or max(self.cfg.failure_min_s, self.cfg.failure_rtos * floor)
+        self.install(timeout_s=2 * floor, min_timeout_s=floor)  # fresh tokens, epochs from 1, the derived timer
+        base = [self.run("lossless") for _ in range(self.cfg.reps)]
+        return {"rto_floor_s": floor, "max_srtt_s": srtt, "fixed_floor_s": self.tmo["inc"],
+                "failure_timeout_s": self.failure_timeout_s,
+                "latency_s": statistics.median(s.latency_s for s in base), "exact": all(s.exact for s in base),
+                "latencies_s": [s.latency_s for s in base],
+                "retransmissions": sum(s.total("retransmissions") for s in base)}
+
+    def loss_sweep(self, lossless_s: float) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        try:
+            for rate in self.cfg.loss_rates:
+                self.net.set_loss(rate)
+                steps = [self.run(f"loss-{rate:g}") for _ in range(self.cfg.reps)]
+                lat = statistics.median(s.latency_s for s in steps if s.reports) if all(s.reports for s in steps) else None
+                out[f"{rate * 100:g}%"] = {
+                    "loss": rate, "exact": all(s.exact for s in steps),
+                    "retransmissions": sum(s.total("retransmissions") for s in steps),
+                    "early_retransmissions": sum(s.total("fast_retransmissions") for s in steps),
+                    "packets_sent": sum(s.total("packets_sent") for s in steps),
+                    "latency_s": lat, "latency_over_lossless": lat / lossless_s if lat else None,
+                    "latencies_s": [s.latency_s for s in steps if s.reports],
+                    "false_alarms": sum(int(r.get("false_alarms", 0)) for s in steps for r in s.reports.values()),
+                    "errors": [e for s in steps for e in s.errors][:5]}
+        finally:
+            self.net.set_loss(0.0)
+        return out
+
+    def dup_reorder(self, lossless_s: float) -> dict[str, Any]:
+        """All-reduces with packets duplicated and held back on every link: every sum exact, and the copies and
+        late packets seen where they land (the switches' retransmission and stale counters, the workers'
+        duplicates)."""
+        assert self.plan is not None
+        before = totals(self.ctl.counters(JOB_ID))
+        tc_before = self.net.dup_reorder_counts()
+        self.net.set_dup_reorder(self.cfg.dup_rate, self.cfg.reorder_rate)
+        try:
+            steps = [self.run("dup-reorder") for _ in range(self.cfg.reps)]
+            tc_after = self.net.dup_reorder_counts()  # before the filters (and their counters) go
+        finally:
+            self.net.set_dup_reorder(0.0, 0.0)
+        after = totals(self.ctl.counters(JOB_ID))
+        lat = statistics.median(s.latency_s for s in steps)
+        delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        return {
+            "dup": self.cfg.dup_rate, "reorder": self.cfg.reorder_rate, "allreduces": len(steps),
+            "exact": all(s.exact for s in steps), "errors": [e for s in steps for e in s.errors][:5],
+            "duplicated_packets": tc_after["duplicated"] - tc_before["duplicated"],
+            "held_packets": tc_after["held"] - tc_before["held"],
+            "switch_retransmissions": delta.get("retransmissions", 0),
+            "switch_stale_drops": delta.get("drops.stale", 0),
+            "switch_contributions": delta.get("contributions", 0),
+            "worker_duplicates": sum(s.total("duplicates") for s in steps),
+            "worker_retransmissions": sum(s.total("retransmissions") for s in steps),
+            "packets_sent": sum(s.total("packets_sent") for s in steps),
+            "latency_s": lat, "latency_over_lossless": lat / lossless_s if lossless_s else None,
+        }
+
+    def sdc(self) -> dict[str, Any]:
+        """Flip lane bits of cells mid-round while all-reduces run; count what landed and what was caught."""
+        assert self.plan is not None
+        schema = self.ctl.schema
+        before = {sw: c.packets.get("corrupt", 0) for sw, c in self.ctl.counters(JOB_ID).items()}
+        rng = random.Random(self.cfg.seed)
+        landed: list[dict[str, Any]] = []
+        flipped: set[tuple[str, int, int]] = set()  # (switch, cell, epoch): one flip per round, so none cancel
+        attempts = 0
+        stop = threading.Event()
+        plan = self.plan
+        chunks = -(-self.cfg.size // AGG.num_lanes)  # an all-reduce uses the first min(slots, chunks) slots
+
+        def flipper() -> None:
+            nonlocal attempts
+            while not stop.is_set() and len(landed) < self.cfg.sdc_flips:
+                sp = rng.choice(plan.switches)
+                cl = self.ctl.fabric.client(sp.switch)
+                cell = (sp.slot_base + rng.randrange(min(sp.slot_count, chunks))) * 2 + rng.randrange(2)
+                full = (1 << sp.fan_in) - 1
+
+                def live() -> tuple[int, int] | None:
+                    state = read_register(cl, schema, AGG_PREFIX + "slot_state", cell)
+                    bitmap = read_register(cl, schema, AGG_PREFIX + "slot_bitmap", cell)
+                    epoch = read_register(cl, schema, AGG_PREFIX + "slot_epoch", cell)
+                    if state & 3 == 0 and 0 < bitmap != full and not state & 0x20:
+                        return bitmap, epoch
+                    return None
+
+                def same_round(a: tuple[int, int], b: tuple[int, int] | None) -> bool:
+                    # still open, same epoch, and only more children in (a new round would start from none)
+                    return b is not None and b[1] == a[1] and b[0] & a[0] == a[0]
+
+                try:
+                    first = live()
+                    if first is None or (sp.switch, cell, first[1]) in flipped:
+                        continue
+                    attempts += 1
+                    lane = f"{AGG_PREFIX}lane_{rng.randrange(AGG.num_lanes):03d}"
+                    bit = rng.randrange(31)
+                    value = read_register(cl, schema, lane, cell)
+                    write_register(cl, schema, lane, cell, value ^ (1 << bit))
+                    after = live()
+                    # the same round still open after the write, with nothing added in between: the flip is in it
+                    flipped.add((sp.switch, cell, first[1]))
+                    if same_round(first, after):
+                        landed.append({"switch": sp.switch, "cell": cell, "register": lane, "bit": bit})
+                except Exception:  # noqa: BLE001 - a read racing the switch; try another cell
+                    LOG.debug("flip attempt failed", exc_info=True)
+
+        thread = threading.Thread(target=flipper, name="sdc-flipper", daemon=True)
+        steps: list[Step] = []
+        events_before = len(self.failover_events)
+        if self.cfg.sdc_loss:
+            self.net.set_loss(self.cfg.sdc_loss)
+        # a lost contribution must hold its round open for a timer floor (the flipper's reads and write take a
+        # few P4Runtime round trips): early retransmission, which closes it a round trip later, is off here
+        early = self.job.get("early_window")
+        self.job = {**self.job, "early_window": 0.0}
+        thread.start()
+        try:
+            # at least 40 all-reduces and 10 s of them (short all-reduces close their rounds before the flipper's
+            # P4Runtime reads find one open), at most 200 (the epoch is 8 bits)
+            t0 = clock.now()
+            while thread.is_alive() and len(steps) < 200 and (len(steps) < 40 or clock.now() - t0 < 10.0):
+                steps.append(self.run("sdc"))
+        finally:
+            stop.set()
+            thread.join(30)
+            if self.cfg.sdc_loss:
+                self.net.set_loss(0.0)
+        self.job = {**self.job, "early_window": IncJob.early_window if early is None else early}
+        steps.append(self.run("sdc-after"))  # anything still flipped is drained by one more round of every slot
+        after = {sw: c.packets.get("corrupt", 0) for sw, c in self.ctl.counters(JOB_ID).items()}
+        switch_caught = sum(after[sw] - before.get(sw, 0) for sw in after)
+        host_caught = sum(s.total("corrupt") for s in steps)
+        return {"injected": len(landed), "attempted": attempts, "detected": switch_caught + host_caught,
+                "detected_by_switches": switch_caught, "detected_by_hosts": host_caught,
+                "exact": all(s.exact for s in steps), "allreduces": len(steps),
+                # fail-overs answered "false alarm, same tree" during the flips: a flip in a stored result that
+                # some workers already took restarts a round the others left, and the stalled worker's fail-over
+                # redoes that chunk with every worker; a long loss burst (sdc_loss) ends the same way
+                "false_alarm_redos": sum(1 for e in self.failover_events[events_before:]
+                                          if str(e.get("verdict", "")).startswith("false alarm")),
+                "flips": landed[:50]}
+
+    def victim(self) -> str:
+        assert self.plan is not None
+        want = self.cfg.victim
+        topo = self.ctl.topo
+        if want == "root":
+            return self.plan.root
+        if want == "aggregation":
+            aggs = [sp.switch for sp in self.plan.switches if topo.switch(sp.switch).tier == 1]
+            if not aggs:
+                raise FaultsError(f"job {JOB_ID}'s tree has no aggregation switch (root {self.plan.root})")
+            return aggs[0]
+        return want
+
+    def switch_failure(self, lossless_s: float) -> dict[str, Any]:
+        assert self.plan is not None
+        victim = self.victim()
+        out = self._interrupted("switch-failure", f"switch {victim}", lambda: self.net.kill_switch(victim))
+        return {"victim": victim, "tier": self.ctl.topo.switch(victim).tier, **out}
+
+    def link_failure(self) -> dict[str, Any]:
+        """A link of the tree goes down mid all-reduce while both its switches run: only the port status shows
+        it (P4Runtime still answers), and the job moves to a tree without that link."""
+        assert self.plan is not None
+        root = self.plan.on(self.plan.root)
+        switches = {sp.switch for sp in self.plan.switches}
+        child = next((c.node for c in root.children if c.node in switches), None)
+        if child is None:
+            raise FaultsError(f"job {JOB_ID}'s root {root.switch} has no switch below it: no link to take down")
+        link = link_key(root.switch, child)
+        out = self._interrupted("link-failure", f"link {'-'.join(link)}", lambda: self.net.set_link(*link, up=False))
+        return {"link": "-".join(link), **out}
+
+    def _interrupted(self, phase: str, what: str, fail: Callable[[], object]) -> dict[str, Any]:
+        """A reference all-reduce of the failure size, then one that `fail` interrupts 30% of the way in: when
+        every rank suspected it, how long the re-plan took, and the time from the failure to the completed
+        all-reduce against the goal (the failure timeout plus one loss-free all-reduce)."""
+        assert self.plan is not None
+        old_root = self.plan.root
+        size = self.cfg.size * self.cfg.failure_size_factor
+        reference = self.run("failure-size-lossless", size)
+        step = self.post(phase, size)
+        released = self.wait_release(step)
+        threading.Event().wait(0.3 * reference.latency_s)  # mid all-reduce
+        t_kill = clock.now()
+        fail()
+        LOG.warning("%s failed %.3f s into step %d", what, t_kill - released, step)
+        s = self.collect(step, phase)
+        events = [f for r in s.reports.values() for f in r.get("failovers", [])]
+        # a rank called back after it had finished the step (hosts.agent rejoin) detected nothing
+        detected = [float(f["detected_at"]) for f in events if f.get("detected_at") is not None]
+        after = [self.run("after-failure") for _ in range(2)]
+        recovery = s.t_done() - t_kill if s.reports and not s.errors else None
+        if not [e for e in self.failover_events if e.get("t_reported", 0) >= t_kill]:
+            self.problems.append(f"the failure of {what} came after step {step} had finished: nothing to recover")
+        decision = next((e for e in self.failover_events if e.get("t_reported", 0) >= t_kill), {})
+        return {
+            "old_root": old_root, "new_root": self.plan.root, "killed_after_s": t_kill - released,
+            "recovery_s": recovery, "exact": s.exact, "errors": s.errors[:5],
+            "failure_timeout_s": self.failure_timeout_s,
+            "detect_bound_s": self.failure_timeout_s + 2 * self.job["min_timeout_s"],
+            "detected_s": (max(detected) - t_kill) if detected else None,
+            "first_detected_s": (min(detected) - t_kill) if detected else None,
+            "replan_s": decision.get("replan_s"), "verdict": decision.get("verdict"),
+            "probe_s": decision.get("probe_s"), "replan_phases": decision.get("replan_phases"),
+            # what every stalled rank waited on: the first probe after the kill, and the time from the last
+            # rank's detection to the start of the decision (its ask, that probe, the barrier)
+            "first_probe_s": next((d for t, d in self.probes if t >= t_kill), None),
+            "barrier_s": (decision["t_reported"] - max(detected)) if detected and decision else None,
+            "redone_chunks": max((int(f["redo"]) for f in events), default=0),
+            "rejoined_ranks": sum(1 for r in s.reports.values() if r.get("rejoined")),
+            "chunks": max((int(f["chunks"]) for f in events), default=0),
+            "elements": size, "lossless_allreduce_s": reference.latency_s,
+            "goal_s": self.failure_timeout_s + reference.latency_s,
+            "later_exact": all(a.exact for a in after), "later_on_new_tree": all(
+                not any(r.get("failovers") for r in a.reports.values()) for a in after),
+            "later_latency_s": statistics.median(a.latency_s for a in after) if all(a.reports for a in after) else None,
+        }
+
+    def edge_failure(self) -> dict[str, Any]:
+        assert self.plan is not None
+        edge = next(sp.switch for sp in self.plan.switches if self.ctl.topo.switch(sp.switch).tier == 0)
+        cut = sorted(c.node for c in self.plan.on(edge).children if c.node in self.hosts)
+        step = self.post("edge-failure")
+        self.wait_release(step)
+        t_kill = clock.now()
+        self.net.kill_switch(edge)
+        s = self.collect(step, "edge-failure")
+        text = " ".join(s.errors)
+        return {"switch": edge, "hosts": cut, "reported_after_s": clock.now() - t_kill,
+                "reported": bool(s.errors) and edge in text and all(h in text for h in cut),
+                "message": s.errors[0] if s.errors else None}
+
+
+def isolation_phase(cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, runner: R.Runner, sock_dir: Path,
+                    log_dir: Path) -> dict[str, Any]:
+    """Four jobs and a ring at once (experiments.faults.isolation), before the main job's agents start (they would share
+    the hosts' interfaces); skipped, with the reason, where the topology has too few hosts."""
+    from experiments.faults.isolation import IsolationError, IsolationRun
+
+    try:
+        iso = IsolationRun(net, ctl, sock_dir, log_dir, size=cfg.isolation_size or cfg.size, slots=cfg.slots,
+                           reps=cfg.isolation_reps, timeout_s=runner.tmo["inc"], ring_timeout_s=runner.tmo["ring"],
+                           seed=cfg.seed)
+    except IsolationError as ex:
+        LOG.warning("isolation phase skipped: %s", ex)
+        return {"skipped": str(ex)}
+    return iso.run()
+
+
+def summarize(cfg: FaultsConfig, lossless: dict[str, Any], loss: dict[str, Any], sdc: dict[str, Any] | None,
+              failure: dict[str, Any] | None, edge: dict[str, Any] | None, problems: list[str],
+              dup_reorder: dict[str, Any] | None = None, isolation: dict[str, Any] | None = None,
+              link: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+                           "lossless": lossless, "loss": loss, "problems": problems}
+    if dup_reorder is not None:
+        out["dup_reorder"] = dup_reorder
+    if isolation is not None:
+        out["isolation"] = isolation
+    if failure is not None:
+        out["switch_failure"] = failure
+    if link is not None:
+        out["link_failure"] = link
+    if edge is not None:
+        out["edge_failure"] = edge
+    if sdc is not None:
+        out["sdc"] = sdc
+    out["ok"] = (not problems and lossless.get("exact", False) and all(v["exact"] for v in loss.values())
+                 and (failure is None or bool(failure["exact"] and failure["later_exact"]))
+                 and (link is None or bool(link["exact"] and link["later_exact"]))
+                 and (dup_reorder is None or dup_reorder["exact"])
+                 and (isolation is None or "skipped" in isolation or bool(isolation["exact"] and isolation["isolated"]))
+                 and (sdc is None or (sdc["exact"] and sdc["detected"] >= sdc["injected"]))
+                 and (edge is None or edge["reported"]))
+    return out
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    loss = summary.get("loss", {})
+    xs = [0.0] + [v["loss"] * 100 for v in loss.values()]
+    ys = [summary["lossless"]["latency_s"] * 1e3] + [(v["latency_s"] or float("nan")) * 1e3 for v in loss.values()]
+    a.plot(xs, ys, "o-", label="median")
+    pts = [(0.0, t) for t in summary["lossless"].get("latencies_s", [])] + [
+        (v["loss"] * 100, t) for v in loss.values() for t in v.get("latencies_s", [])]
+    if pts:
+        a.scatter([p[0] for p in pts], [p[1] * 1e3 for p in pts], s=10, color="grey", alpha=0.6, label="each all-reduce")
+    a.axhline(2 * ys[0], ls=":", color="grey", label="2x loss-free")
+    a.set_xscale("symlog", linthresh=0.1)
+    a.set_xlabel("random loss per link and direction (%)")
+    a.set_ylabel("all-reduce latency (ms, median)")
+    a.set_title(f"loss (timer floor {summary['lossless']['rto_floor_s'] * 1e3:.1f} ms)")
+    a.set_xlim(-0.02, max(xs) * 1.5 if max(xs) > 0 else 1.0)
+    a.legend()
+    f = summary.get("switch_failure")
+    if f and f.get("recovery_s") is not None:
+        replanned = (f["detected_s"] + f["replan_s"]) if f.get("detected_s") is not None and f.get("replan_s") else None
+        marks = [("switch killed", 0.0), ("suspected (first)", f["first_detected_s"]),
+                 ("suspected (all)", f["detected_s"]), ("re-planned", replanned), ("all-reduce done", f["recovery_s"])]
+        for i, (name, t) in enumerate(marks):
+            if t is not None:
+                b.barh(i, t, color="tab:green" if name == "all-reduce done" else "tab:blue")
+                b.text(t, i, f" {t:.2f} s", va="center")
+        if f.get("goal_s"):
+            b.axvline(f["goal_s"], ls="--", color="grey", label=f"goal {f['goal_s']:.2f} s")
+        b.axvline(f["detect_bound_s"], ls=":", color="red", label=f"detection bound {f['detect_bound_s']:.2f} s")
+        b.set_yticks(range(len(marks)), [m[0] for m in marks])
+        b.set_xlabel("seconds after the failure")
+        b.set_title(f"{f['victim']} killed: re-planned on {f['new_root']}")
+        b.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
+    R.check_program()
+    model = load_topology(cfg.topology)
+    hosts = R.select_hosts(model, cfg.hosts)
+    out = out_dir or cfg.results_root / f"{datetime.now():%Y-%m-%d_%H%M%S}_{cfg.label()}"
+    out.mkdir(parents=True, exist_ok=True)
+    log_dir = out / "logs"
+    log_dir.mkdir(exist_ok=True)
+    result = FaultsResult(cfg, out)
+    exp = ExperimentConfig(topology=cfg.topology, host_counts=(cfg.hosts,), sizes=(cfg.size,), methods=(METHOD,), reps=1,
+                           warmup=0, backend=cfg.backend, shape=LinkShape(bw_mbps=cfg.bw_mbps), slots=cfg.slots,
+                           input_kind="ones", seed=cfg.seed, results_root=cfg.results_root)
+    lossless: dict[str, Any] = {}
+    loss: dict[str, Any] = {}
+    sdc = failure = edge = dup = iso = link = None
+    t0 = clock.now()
+    try:
+        with R.short_tmpdir() as sock_dir, EmulatedNetwork(model, NetworkConfig(run_dir=log_dir, backend=cfg.backend, shape=exp.shape)) as net:
+            topo = net.topology
+            topo.save(out / "topology.json")
+            with Controller(topo, state=State(out / "controller-state.json")) as ctl:
+                R.push_pipeline(ctl)
+                ctl.install_routes()
+                runner = R.Runner(exp, net, ctl, log_dir, sock_dir)
+                run = FaultsRun(cfg, net, ctl, runner, hosts)
+                runner.decide, runner.ask = run.decide, run.ask
+                run.install(runner.tmo["inc"], runner.tmo["inc"])
+                if cfg.isolation:
+                    iso = isolation_phase(cfg, net, ctl, runner, sock_dir, log_dir)
+                try:
+                    with runner.agents(hosts, "faults") as server:
+                        run.server = server
+                        lossless = run.lossless()
+                        loss = run.loss_sweep(lossless["latency_s"])
+                        if cfg.dup_rate or cfg.reorder_rate:
+                            dup = run.dup_reorder(lossless["latency_s"])
+                        if cfg.sdc_flips:
+                            sdc = run.sdc()
+                        if cfg.switch_failure:
+                            failure = run.switch_failure(lossless["latency_s"])
+                        if cfg.link_failure:
+                            link = run.link_failure()
+                        if cfg.edge_failure:
+                            edge = run.edge_failure()
+                finally:
+                    result.steps = run.steps
+                    result.problems.extend(run.problems)
+                    (out / "reports.json").write_text(json.dumps(
+                        [{"step": s.step, "phase": s.phase, "reports": s.reports} for s in run.steps], default=str) + "\n")
+                    (out / "failovers.json").write_text(json.dumps(run.failover_events, indent=1, default=str) + "\n")
+    except Exception as ex:
+        result.problems.append(f"{type(ex).__name__}: {ex}")
+        LOG.exception("faults experiment failed")
+    result.summary = summarize(cfg, lossless, loss, sdc, failure, edge, result.problems, dup, iso, link)
+    result.summary["duration_s"] = clock.now() - t0
+    (out / "summary.json").write_text(json.dumps(result.summary, indent=1, default=str) + "\n")
+    if lossless:
+        plot(result.summary, out / "faults.png")
+    return result

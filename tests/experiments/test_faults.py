@@ -1,0 +1,114 @@
+"""End to end in Mininet: a switch killed mid all-reduce is survived, loss and register bit flips leave every sum
+exact, an edge failure is reported by name (experiments.faults.run, short version on a 4-switch leaf-spine)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.faults.run import FaultsConfig, run_faults
+from tests.common import REPO
+
+pytestmark = pytest.mark.mininet
+
+
+def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
+    # 2 leaves x 3 spines: the root spine dies, another spine takes the job; then a link of that spine goes
+    # down (the switch keeps running) and the third spine takes it
+    cfg = FaultsConfig(topology="leaf-spine:2x3x2", hosts=4, size=4096, reps=2, loss_rates=(0.01, 0.05), sdc_flips=5,
+                       results_root=tmp_path)
+    result = run_faults(cfg, out_dir=tmp_path / "run")
+    s = result.summary
+    assert not s["problems"], s["problems"]
+    assert s["lossless"]["exact"]
+    for rate, point in s["loss"].items():
+        assert point["exact"] and not point["errors"], (rate, point)
+        assert point["latency_over_lossless"] > 0
+    assert s["loss"]["5%"]["retransmissions"] > 0
+    f = s["switch_failure"]
+    assert f["exact"] and f["later_exact"] and f["later_on_new_tree"], f
+    assert f["victim"] == f["old_root"] != f["new_root"]
+    assert f["recovery_s"] > f["first_detected_s"] > 0 and 0 < f["redone_chunks"] <= f["chunks"]
+    assert f["detect_bound_s"] >= f["failure_timeout_s"] >= cfg.failure_min_s
+    assert 0 < f["first_probe_s"] < f["recovery_s"] and 0 <= f["barrier_s"] < f["recovery_s"], f
+    ln = s["link_failure"]
+    assert ln["exact"] and ln["later_exact"] and ln["later_on_new_tree"], ln
+    assert ln["old_root"] == f["new_root"] != ln["new_root"] != f["old_root"], (f, ln)
+    assert ln["old_root"] in ln["link"].split("-")  # the root's link to a switch below it
+    assert ln["recovery_s"] > ln["first_detected_s"] > 0 and 0 < ln["redone_chunks"] <= ln["chunks"], ln
+    assert ln["verdict"].startswith("re-planned"), ln
+    e = s["edge_failure"]
+    assert e["reported"], e
+    assert f"edge switch {e['switch']} is down, cutting off {', '.join(e['hosts'])}" in e["message"]
+    d = s["sdc"]
+    # how many flips land in an open round depends on how fast rounds close (the run tries for 40-200
+    # all-reduces); every one that landed must be caught, and no sum may be wrong
+    assert d["exact"] and 1 <= d["injected"] <= cfg.sdc_flips and d["detected"] >= d["injected"], d
+    assert s["ok"]
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for key in ("recovery_s", "exact", "detect_bound_s"):
+        assert key in saved["switch_failure"]
+    assert (tmp_path / "run" / "faults.png").stat().st_size > 0
+
+
+def faults_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "p4ina", "faults", *args, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_faults_cli_refuses_a_bad_loss_rate(tmp_path: Path) -> None:
+    done = faults_cli(tmp_path, "--loss-rates", "150")
+    assert done.returncode == 2 and "fractions in (0, 1)" in done.stderr, done.stderr
+
+
+def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_check: None) -> None:
+    # no loss sweep, no flips, no kill: every link end copies 3% of its packets and holds 5% back
+    cfg = FaultsConfig(topology="leaf-spine:2x2x2", hosts=4, size=4096, reps=3, loss_rates=(), sdc_flips=0,
+                       switch_failure=False, link_failure=False, edge_failure=False, dup_rate=0.03, reorder_rate=0.05,
+                       results_root=tmp_path)
+    result = run_faults(cfg, out_dir=tmp_path / "run")
+    s = result.summary
+    assert not s["problems"], s["problems"]
+    d = s["dup_reorder"]
+    assert d["exact"] and not d["errors"] and d["allreduces"] == cfg.reps, d
+    # the links made copies and held packets back, and both ends saw them: a copied contribution is a
+    # repeat at the switch (its child's bit is already set), a copied result a duplicate at the worker
+    assert d["duplicated_packets"] > 0 and d["held_packets"] > 0, d
+    assert d["switch_retransmissions"] > 0 and d["worker_duplicates"] > 0, d
+    assert s["ok"] and "switch_failure" not in s
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["dup_reorder"]["exact"] is True
+
+
+def test_faults_cli_refuses_a_bad_duplication_rate(tmp_path: Path) -> None:
+    done = faults_cli(tmp_path, "--dup", "120")
+    assert done.returncode == 2 and "duplication 1.2 and reorder 0.02: fractions in [0, 1)" in done.stderr, done.stderr
+
+
+def test_four_jobs_and_a_ring_at_once_stay_exact_and_isolated(tmp_path: Path, leak_check: None) -> None:
+    # the k=4 fat-tree: four 3-host jobs spread over the pods (sharing edge, aggregation and core switches,
+    # distinct slot ranges) and a 4-host ring, all at once; only the loss-free baseline besides
+    cfg = FaultsConfig(topology="fat-tree:4", hosts=16, size=4096, reps=1, loss_rates=(), sdc_flips=0,
+                       dup_rate=0.0, reorder_rate=0.0, switch_failure=False, link_failure=False, edge_failure=False,
+                       isolation_reps=2, results_root=tmp_path)
+    result = run_faults(cfg, out_dir=tmp_path / "run")
+    s = result.summary
+    assert not s["problems"], s["problems"]
+    iso = s["isolation"]
+    assert len(iso["jobs"]) == 4 and iso["ring"]["hosts"], iso
+    for job, v in iso["jobs"].items():
+        assert v["exact"] and not v["errors"], (job, v)
+        assert not v["counter_mismatches"] and not v["foreign_drops"], (job, v)
+        assert v["slowdown"] > 0 and all(c > 0 for c in v["completions_per_allreduce"].values()), (job, v)
+    assert iso["ring"]["exact"] and iso["ring"]["slowdown"] > 0, iso["ring"]
+    # the trees really share switches, and the read-back saw every job's cells hold its own token only
+    assert iso["shared_switches"], iso
+    assert iso["register_cells_checked"] > 0 and iso["foreign_cells"] == 0 and iso["stray_cells"] == 0, iso
+    assert iso["unused_cells"] < iso["register_cells_checked"]
+    assert iso["exact"] and iso["isolated"] and s["ok"]
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert set(saved["isolation"]["slowdowns"]) == set(iso["jobs"]) | {"ring"}

@@ -1,0 +1,201 @@
+"""The analysis and report layers on made-up rows (no root, no network): they follow from raw.csv alone."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from experiments.allreduce import analysis, report
+
+from experiments import bounds, stats
+from experiments.allreduce.cli import build_parser, config_from_args
+from experiments.cli import parse_size
+from experiments.config import ConfigError, ExperimentConfig, Sample, read_raw
+from emulation.shaping import LinkShape, LinkShapeError
+from hosts.methods import METHODS
+from tests.experiments.fake_results import fake_result, fake_results_folder
+
+
+def test_summary_is_recomputed_from_raw_csv(tmp_path: Path) -> None:
+    folder = fake_results_folder(tmp_path / "r")
+    for name in ("config.json", "raw.csv", "summary.json", "table.txt", "latency.png", "speedup.png", "bounds.png"):
+        assert (folder / name).stat().st_size > 0, name
+    written = json.loads((folder / "summary.json").read_text())
+    again = report.load_results(folder)
+    assert json.loads(json.dumps(again.summary)) == written  # summary.json follows from raw.csv
+    assert report.table(again.summary) == (folder / "table.txt").read_text().rstrip("\n")
+    rows = read_raw(folder / "raw.csv")
+    assert len(rows) == sum(n for n in (4, 8) for _ in range(2 * 4 * 4))  # hosts x sizes x methods x (reps + warm-up)
+
+
+def test_speedup_is_baseline_median_over_in_network_median(tmp_path: Path) -> None:
+    summary = report.summary_of(fake_result(tmp_path / "r"))
+    by = {(p["method"], p["hosts"], p["elements"]): p for p in summary["points"]}
+    p = by[("inc-int32", 8, 16384)]
+    ring, bf16 = by[("ring", 8, 16384)], by[("ring-bf16", 8, 16384)]
+    assert p["speedup_over_ring"]["value"] == pytest.approx(ring["median_latency_s"] / p["median_latency_s"])
+    best = min((ring, bf16), key=lambda q: q["median_latency_s"])
+    assert p["speedup_over_best_host"]["baseline"] == best["method"] == "ring-bf16"
+    lo, hi = p["speedup_over_ring"]["ci95"]
+    assert lo <= p["speedup_over_ring"]["value"] <= hi
+    assert "speedup_over_ring" not in ring
+
+
+def test_every_point_carries_the_bounds_accuracy_and_interval(tmp_path: Path) -> None:
+    summary = report.summary_of(fake_result(tmp_path / "r"))
+    for p in summary["points"]:
+        assert 1.0 <= p["t_over_wire"] <= bounds.BOUND_SLACK and p["bound"] == "link" and p["headline"]
+        lo, hi = p["ci95_latency_s"]
+        assert lo <= p["median_latency_s"] <= hi
+        assert p["rel_l2_error"] <= p["rel_l2_target"] == METHODS[p["method"]].rel_l2_target
+        assert p["bytes_per_element_up"] > 0 and p["accuracy_ok"] and p["ok"]
+    assert summary["left_out"] == [] and summary["ok"]
+
+
+def test_a_cpu_bound_point_is_no_headline_and_says_why(tmp_path: Path) -> None:
+    summary = report.summary_of(fake_result(tmp_path / "r", cpu_bound=("inc-int32", 8, 16384)))
+    by = {(p["method"], p["hosts"], p["elements"]): p for p in summary["points"]}
+    p = by[("inc-int32", 8, 16384)]
+    assert p["bound"] == "cpu" and not p["headline"] and p["t_over_wire"] > 2
+    assert not p["speedup_over_ring"]["headline"] and "cpu-bound" in p["speedup_over_ring"]["left_out_because"]
+    (out,) = summary["left_out"]
+    assert out["method"] == "inc-int32" and "busiest switch e1 90% busy" in out["why"]
+    assert "in cores: agents 0.60, switches 0.30, kernel 0.25" in out["why"]  # where the cores went
+    assert (p["agents_cores"], p["switches_cores"], p["kernel_cores"]) == (0.6, 0.3, 0.25)
+    assert "line rate would take 3.50 cores (kernel 1.25)" in out["why"]
+    assert (p["line_rate_cores"], p["line_rate_kernel_cores"], p["kernel_us_per_frame"]) == (3.5, 1.25, 12.5)
+    assert "*" in report.table(summary)
+    assert any("neither" in n for n in summary["notes"])
+
+
+def _rows(tmp_path: Path) -> tuple[ExperimentConfig, list[Sample]]:
+    result = fake_result(tmp_path / "r")
+    return result.config, copy.deepcopy(result.samples)
+
+
+def test_a_corrupted_result_fails_its_point(tmp_path: Path) -> None:
+    cfg, rows = _rows(tmp_path)
+    victim = next(s for s in rows if s.method == "inc-int32" and s.hosts == 4 and not s.warmup and s.rank == 2)
+    victim.digest = "corrupted"  # one rank's sum differs from the others'
+    p = analysis.points(rows)[("inc-int32", 4, victim.elements)]
+    assert not p.ok and any("disagree" in x for r in p.reps for x in r.problems)
+    checker = next(s for s in rows if s.method == "ring" and s.hosts == 8 and not s.warmup and s.checker)
+    checker.rel_l2_error = 0.3  # the checked sum is far from numpy's
+    assert not analysis.points(rows)[("ring", 8, checker.elements)].ok
+    assert not analysis.summarize(cfg, rows)["ok"]
+
+
+def test_a_missing_rank_fails_its_repetition(tmp_path: Path) -> None:
+    cfg, rows = _rows(tmp_path)
+    gone = next(s for s in rows if s.method == "ring-bf16" and s.hosts == 4 and s.rep == 2 and s.rank == 3)
+    gone.error = "no report (agent died or the step timed out)"
+    p = analysis.points(rows)[("ring-bf16", 4, gone.elements)]
+    assert not p.ok and math.isnan([r for r in p.reps if r.rep == 2][0].latency_s)
+
+
+def test_classification_rules() -> None:
+    assert bounds.classify(1.1, 1.0, 0.5) == "link"
+    assert bounds.classify(1.2, 1.0, 1.1) == "latency"
+    assert bounds.classify(3.0, 1.0, 0.5, switch_busy=0.8) == "cpu"
+    assert bounds.classify(3.0, 1.0, 0.5, cores_busy=0.9) == "cpu"
+    assert bounds.classify(3.0, 1.0, 0.5, switch_busy=0.1, agents_busy=0.2, cores_busy=0.3) == "unexplained"
+    assert bounds.classify(1.0, math.nan, math.nan) == "unexplained"
+
+
+def test_bootstrap_interval_contains_the_median_and_narrows_with_agreement() -> None:
+    med, lo, hi = stats.median_ci([1.0, 1.1, 0.9, 1.05, 0.95])
+    assert lo <= med == 1.0 <= hi and hi - lo < 0.25
+    assert stats.median_ci([2.0]) == (2.0, 2.0, 2.0)
+    value, lo, hi = stats.ratio_ci([2.0, 2.1, 1.9], [1.0, 1.0, 1.0])
+    assert value == 2.0 and lo <= 2.0 <= hi
+
+
+def test_sizes_parse_with_suffixes_and_refuse_nonsense() -> None:
+    assert [parse_size(s) for s in ("1K", "256k", "1M", "1000")] == [1024, 262144, 1 << 20, 1000]
+    with pytest.raises(Exception, match="not a positive number"):
+        parse_size("0K")
+
+
+def test_cli_options_become_a_config() -> None:
+    args = build_parser().parse_args(["--k", "2", "--hosts", "2", "--sizes", "1K,2K", "--bw", "5", "--delay", "1",
+                                      "--switch", "embedded"])
+    cfg = config_from_args(args)
+    assert cfg.topology == "fat-tree:2" and cfg.sizes == (1024, 2048) and cfg.shape == LinkShape(5.0, 1.0, None)
+    assert "fat-tree2_embedded_h2_bw5_d1ms" == cfg.label() and cfg.reps == 5
+
+
+def test_presets_bandwidth_runs_only_large_sizes_and_sweep_adds_the_small_ones() -> None:
+    """make emulate's bandwidth preset holds only sizes whose wire time dwarfs a repetition's fixed costs; the
+    sweep (the simulator's calibration input) is the same runs at 1K and 16K as well; options still override."""
+    bandwidth = config_from_args(build_parser().parse_args([]))
+    assert bandwidth.sizes == (131072,) and bandwidth.host_counts == (4, 8, 16) and bandwidth.name == ""
+    assert set(bandwidth.methods) == set(METHODS) and bandwidth.shape == LinkShape(2.0, None, None)
+    sweep = config_from_args(build_parser().parse_args(["--preset", "sweep"]))
+    assert sweep.sizes == (1024, 16384, 131072) and sweep.name == "sweep"
+    assert (sweep.methods, sweep.shape, sweep.host_counts) == (bandwidth.methods, bandwidth.shape, bandwidth.host_counts)
+    assert config_from_args(build_parser().parse_args(["--preset", "sweep", "--sizes", "2K"])).sizes == (2048,)
+    latency = config_from_args(build_parser().parse_args(["--preset", "latency"]))
+    assert latency.sizes == (1024,) and latency.shape == LinkShape(100.0, 100.0, None)
+
+
+@pytest.mark.parametrize("bad", [dict(host_counts=(1,)), dict(sizes=()), dict(methods=("nccl",)), dict(reps=0),
+                                 dict(slots=0), dict(methods=("ring", "ring"))])
+def test_bad_configs_are_refused_with_the_field_named(bad: dict) -> None:
+    with pytest.raises(ConfigError):
+        ExperimentConfig(**bad)
+
+
+def test_bad_link_shapes_are_refused() -> None:
+    with pytest.raises(LinkShapeError, match="bandwidth"):
+        LinkShape(bw_mbps=-1)
+    with pytest.raises(LinkShapeError, match="loss"):
+        LinkShape(loss_pct=100)
+
+
+def test_shaping_has_a_one_frame_burst() -> None:
+    cmds = LinkShape(bw_mbps=1.0).shaping().commands("x")  # type: ignore[union-attr]
+    cls = cmds[1]
+    assert cls[cls.index("rate") + 1] == "1000000bit" and cls[cls.index("burst") + 1] == "1514"
+    assert cls[cls.index("cburst") + 1] == "1514"
+
+
+def test_method_order_is_shuffled_per_repetition_and_reproducible() -> None:
+    from experiments.harness import method_order
+
+    cfg = ExperimentConfig(methods=("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16"))
+    orders = [tuple(method_order(cfg, 16, 1024, rep)) for rep in range(6)]
+    assert len(set(orders)) > 1 and all(sorted(o) == sorted(cfg.methods) for o in orders)
+    assert orders == [tuple(method_order(cfg, 16, 1024, rep)) for rep in range(6)]
+
+
+def test_one_size_is_drawn_as_a_bar_per_method_with_non_headlines_hatched(tmp_path: Path) -> None:
+    """The latency preset has one size: a bar per method (a line of single points would hide methods with the
+    same latency behind each other); a point that is no headline is hatched, as it is ringed in the line plot."""
+    summary = report.summary_of(fake_result(tmp_path / "r", cpu_bound=("ring", 8, 1024)))
+    summary["points"] = [p for p in summary["points"] if p["elements"] == 1024]
+    ax = report.plot_latency(summary, tmp_path / "bars.png")
+    bars = {t.get_text(): patch for t, patch in zip(ax.get_yticklabels(), ax.patches)}
+    assert len(bars) == len({p["method"] for p in summary["points"]})
+    assert bars[METHODS["ring"].label].get_hatch() == "//"
+    assert all(not patch.get_hatch() for label, patch in bars.items() if label != METHODS["ring"].label)
+    assert (tmp_path / "bars.png").stat().st_size > 0
+
+
+def test_other_load_is_noted_only_from_repetitions_long_enough_for_the_cpu_clock(tmp_path: Path) -> None:
+    """/proc's CPU times tick every 10 ms: an 8 ms all-reduce can read 50% of the cores busy and none of it ours.
+    The note on other programs' load reads the points whose repetitions last CPU_SHARES_MIN_S or more."""
+    summary = report.summary_of(fake_result(tmp_path / "r"))
+    for p in summary["points"]:
+        p["cores_busy"], p["ours_busy"] = 0.5, 0.45
+    assert not any("other programs" in n for n in report.notes(summary))
+    short, long = summary["points"][:2]
+    assert short["median_latency_s"] < report.CPU_SHARES_MIN_S
+    long["median_latency_s"] = 2.0
+    short["ours_busy"] = 0.0  # rounding on a short repetition: no note
+    assert not any("other programs" in n for n in report.notes(summary))
+    long["ours_busy"] = 0.2  # a long repetition where 30% of the cores went elsewhere: noted
+    assert any("other programs" in n and "30%" in n for n in report.notes(summary))
