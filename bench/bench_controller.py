@@ -20,9 +20,9 @@ from pathlib import Path
 from bench.results import Figure, Figures
 from controller.api import Controller
 from controller.fattree import fat_tree
-from emulation.localnet import bmv2_switches
 from controller.state import State
 from controller.topology import Topology
+from emulation.localnet import bmv2_switches
 
 LOG = logging.getLogger(__name__)
 
@@ -63,7 +63,16 @@ def _timed(topo: Topology, tmp: Path) -> dict[str, float]:
         raise RuntimeError("verify found drift right after install")
     n_routes = sum(r.inserted for r in routes.values())
     LOG.info("%d switches, %d route entries, job on %d switches", len(topo.switches), n_routes, len(plan.switches))
-    return {"push": t1 - t0, "routes": t2 - t1, "job": t3 - t2, "verify": t4 - t3, "remove": t5 - t4, "route_entries": n_routes, "job_switches": len(plan.switches), "switches": len(topo.switches)}
+    return {
+        "push": t1 - t0,
+        "routes": t2 - t1,
+        "job": t3 - t2,
+        "verify": t4 - t3,
+        "remove": t5 - t4,
+        "route_entries": n_routes,
+        "job_switches": len(plan.switches),
+        "switches": len(topo.switches),
+    }
 
 
 def measure(k: int) -> dict[str, float]:
@@ -79,7 +88,10 @@ def measure(k: int) -> dict[str, float]:
 
 def measure_bmv2(k: int) -> dict[str, float]:
     """One simple_switch_grpc process per switch (no interfaces)."""
-    with tempfile.TemporaryDirectory(prefix="p4ina-bench-") as tmp, bmv2_switches(fat_tree(k), Path(tmp) / "bmv2") as (topo, _):
+    with (
+        tempfile.TemporaryDirectory(prefix="p4ina-bench-") as tmp,
+        bmv2_switches(fat_tree(k), Path(tmp) / "bmv2") as (topo, _),
+    ):
         return _timed(topo, Path(tmp))
 
 
@@ -88,7 +100,9 @@ def _figures(prefix: str, k: int, m: dict[str, float], backend: str) -> Figures:
     return {
         f"{prefix}.pipeline_push": Figure(m["push"], "s", note),
         f"{prefix}.routes_install": Figure(m["routes"], "s", f"{note}, {m['route_entries']:.0f} route entries"),
-        f"{prefix}.job_install": Figure(m["job"], "s", f"{note}, all {k**3 // 4} hosts, {m['job_switches']:.0f} tree switches"),
+        f"{prefix}.job_install": Figure(
+            m["job"], "s", f"{note}, all {k**3 // 4} hosts, {m['job_switches']:.0f} tree switches"
+        ),
         f"{prefix}.routes_plus_job": Figure(m["routes"] + m["job"], "s", f"{note}; target < 10 s at k=8"),
         f"{prefix}.verify": Figure(m["verify"], "s", note),
         f"{prefix}.job_remove": Figure(m["remove"], "s", note),

@@ -23,8 +23,8 @@ ITERATIONS = 6  # the first is a warm-up
 
 
 def run() -> Figures:
-    from hosts.coordination import CoordinatorServer, check_reports
     from emulation.netns import NetnsLab
+    from hosts.coordination import CoordinatorServer, check_reports
 
     figures: Figures = {}
     with NetnsLab() as lab, tempfile.TemporaryDirectory(prefix="p4ina-bench-") as tmp:
@@ -42,9 +42,29 @@ def run() -> Figures:
         for size in SIZES:
             with CoordinatorServer(f"unix:{Path(tmp) / f'c{size}.sock'}", RANKS) as server:
                 procs = [
-                    lab.popen(hosts[r], [sys.executable, "-m", "hosts", "ring", "--rank", str(r), "--workers",
-                                         str(RANKS), "--coord", server.address, "--peers", peers, "--size", str(size),
-                                         "--iterations", str(ITERATIONS), "--json"], stdout=subprocess.PIPE)
+                    lab.popen(
+                        hosts[r],
+                        [
+                            sys.executable,
+                            "-m",
+                            "hosts",
+                            "ring",
+                            "--rank",
+                            str(r),
+                            "--workers",
+                            str(RANKS),
+                            "--coord",
+                            server.address,
+                            "--peers",
+                            peers,
+                            "--size",
+                            str(size),
+                            "--iterations",
+                            str(ITERATIONS),
+                            "--json",
+                        ],
+                        stdout=subprocess.PIPE,
+                    )
                     for r in range(RANKS)
                 ]
                 reports = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
@@ -56,6 +76,7 @@ def run() -> Figures:
             retrans = sum(r["retransmissions"] for r in reports)
             note = f"{RANKS} namespaces, Linux bridge, {size * 4 // 1024} KiB float32, median of {ITERATIONS - 1}"
             figures[f"ring4_latency_{size}"] = Figure(latency * 1e3, "ms", note)
-            figures[f"ring4_goodput_{size}"] = Figure(size * 4 * 8 / latency / 1e9, "Gbit/s",
-                                                      f"tensor bytes / latency; {retrans} retransmissions")
+            figures[f"ring4_goodput_{size}"] = Figure(
+                size * 4 * 8 / latency / 1e9, "Gbit/s", f"tensor bytes / latency; {retrans} retransmissions"
+            )
     return figures

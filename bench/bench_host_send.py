@@ -37,7 +37,6 @@ def send(iface: str, ip: str, packets: int) -> dict[str, float]:
     from hosts.packets import ContributionFrames
     from hosts.transport import RawSocketTransport, interface_endpoint
 
-
     me = interface_endpoint(iface)
     lanes = np.random.default_rng(0).integers(-(2**20), 2**20, size=(CHUNKS, AGG.num_lanes))
     t0 = time.perf_counter()
@@ -82,8 +81,12 @@ def blast(iface: str, dst_mac: str, dst_ip: str, packets: int) -> None:
     from hosts.transport import interface_endpoint
 
     me = interface_endpoint(iface)
-    frame = bytes(Ether(src=me.mac, dst=dst_mac) / IP(src=me.ip, dst=dst_ip, id=0)
-                  / UDP(sport=16711, dport=16711, chksum=0) / AggHeader(op=2, job_id=1, lanes=list(range(64))))
+    frame = bytes(
+        Ether(src=me.mac, dst=dst_mac)
+        / IP(src=me.ip, dst=dst_ip, id=0)
+        / UDP(sport=16711, dport=16711, chksum=0)
+        / AggHeader(op=2, job_id=1, lanes=list(range(64)))
+    )
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0) as s:
         s.bind((iface, 0))
         for _ in range(packets):
@@ -106,25 +109,46 @@ def run(packets: int = PACKETS) -> Figures:
         lab.address(b, "eth0", "10.99.0.2/24")
         rx_rates = {}
         for mode in ("packet", "udp"):
-            proc = lab.popen(b, [sys.executable, "-m", "bench.bench_host_send", "--receive", "eth0", "10.99.0.2", mode],
-                             stdout=subprocess.PIPE)
+            proc = lab.popen(
+                b,
+                [sys.executable, "-m", "bench.bench_host_send", "--receive", "eth0", "10.99.0.2", mode],
+                stdout=subprocess.PIPE,
+            )
             assert proc.stdout is not None
             proc.stdout.readline()  # "ready"
-            lab.run(a, sys.executable, "-m", "bench.bench_host_send", "--blast", "eth0", lab.mac(b, "eth0"),
-                    "10.99.0.2", str(RECV_PACKETS))
+            lab.run(
+                a,
+                sys.executable,
+                "-m",
+                "bench.bench_host_send",
+                "--blast",
+                "eth0",
+                lab.mac(b, "eth0"),
+                "10.99.0.2",
+                str(RECV_PACKETS),
+            )
             rx_rates[mode] = json.loads(proc.communicate(timeout=60)[0].strip().splitlines()[-1])
     note = f"{packets} frames of {int(result['frame_bytes'])} B, one AF_PACKET socket, veth; target 100000"
     return {
         "host_send_pps": Figure(round(result["pps"]), "packets/s", note),
         "host_send_delivered_fraction": Figure(received / packets, "fraction", "frames counted at the veth peer"),
-        "host_send_goodput": Figure(result["pps"] * AGG.num_lanes * 4 * 8 / 1e9, "Gbit/s", "int32 lane payload at that rate"),
-        "host_recv_pps_af_packet": Figure(round(rx_rates["packet"]["pps"]), "packets/s",
-                                          f"results taken by the worker's AF_PACKET receive (default); "
-                                          f"{rx_rates['packet']['received']}/{RECV_PACKETS} arrived"),
-        "host_recv_pps_udp_socket": Figure(round(rx_rates["udp"]["pps"]), "packets/s",
-                                           f"results taken by a UDP socket (--recv-mode udp); "
-                                           f"{rx_rates['udp']['received']}/{RECV_PACKETS} arrived"),
-        "host_frames_build_rate": Figure(CHUNKS / result["build_s"], "frames/s", "numpy pre-building of all frames of a tensor"),
+        "host_send_goodput": Figure(
+            result["pps"] * AGG.num_lanes * 4 * 8 / 1e9, "Gbit/s", "int32 lane payload at that rate"
+        ),
+        "host_recv_pps_af_packet": Figure(
+            round(rx_rates["packet"]["pps"]),
+            "packets/s",
+            f"results taken by the worker's AF_PACKET receive (default); "
+            f"{rx_rates['packet']['received']}/{RECV_PACKETS} arrived",
+        ),
+        "host_recv_pps_udp_socket": Figure(
+            round(rx_rates["udp"]["pps"]),
+            "packets/s",
+            f"results taken by a UDP socket (--recv-mode udp); {rx_rates['udp']['received']}/{RECV_PACKETS} arrived",
+        ),
+        "host_frames_build_rate": Figure(
+            CHUNKS / result["build_s"], "frames/s", "numpy pre-building of all frames of a tensor"
+        ),
     }
 
 

@@ -44,8 +44,16 @@ def worker_cpu_per_round(elem_type: int, calls: int = CALLS, elements: int = ELE
     """Seconds of the worker's CPU per round, over `calls` all-reduces of new tensors (after one warm-up)."""
     switch = FakeSwitch(job_id=7, n_workers=1, slot_count=SLOTS, result_type=elem_type)
     transport = _TimedTransport(switch, 0)
-    job = IncJob(job_id=7, rank=0, n_workers=1, slot_count=SLOTS, result_type=elem_type, contrib_type=elem_type,
-                 timeout_s=1.0, min_timeout_s=1.0)
+    job = IncJob(
+        job_id=7,
+        rank=0,
+        n_workers=1,
+        slot_count=SLOTS,
+        result_type=elem_type,
+        contrib_type=elem_type,
+        timeout_s=1.0,
+        min_timeout_s=1.0,
+    )
     worker = IncWorker(job, transport, Endpoint(mac="02:00:00:00:00:01", ip="10.0.0.1"))
     rng = np.random.default_rng(elem_type)
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(calls + 1)]
@@ -70,7 +78,9 @@ def run() -> Figures:
         per_round = worker_cpu_per_round(elem_type)
         LOG.info("worker %s: %.1f us of CPU per round", name, per_round * 1e6)
         figures[f"host_worker_cpu_us_per_round_{name}"] = Figure(
-            per_round * 1e6, "us/round",
+            per_round * 1e6,
+            "us/round",
             f"one worker, {ELEMENTS} elements, {AGG.num_lanes} lanes, against the in-memory model switch (its CPU "
-            "subtracted); no system calls")
+            "subtracted); no system calls",
+        )
     return figures

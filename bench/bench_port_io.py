@@ -64,8 +64,8 @@ def run() -> Figures:
         return {}
     if not PROGRAM.exists():
         raise FileNotFoundError(f"{PROGRAM} is missing: run `make p4` first")
-    from softswitch.runtime.ports import PortIO
     from emulation.netns import NetnsLab, enter
+    from softswitch.runtime.ports import PortIO
 
     with NetnsLab() as lab:
         a, sw_ns, b = lab.ns("a"), lab.ns("sw"), lab.ns("b")
@@ -94,8 +94,13 @@ def run() -> Figures:
                 raise RuntimeError(f"port_io: the port loop runs in {port_io.mode}, not C")
             before = port_io.stats
             ru0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-            done = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", _SENDER, _frame().hex(), str(FRAMES)],
-                                  capture_output=True, text=True, timeout=600, check=True)
+            done = subprocess.run(
+                ["ip", "netns", "exec", a, sys.executable, "-c", _SENDER, _frame().hex(), str(FRAMES)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=True,
+            )
             # the last frames drain: wait until port 2's count stops moving
             last, still = -1, 0
             while still < 3:
@@ -113,16 +118,24 @@ def run() -> Figures:
     tx = after[2].tx - before[2].tx
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     sender_pps = int(sent) / float(send_s)
-    note = (f"{int(sent)} frames of {len(_frame())} B sent by one Python loop at {sender_pps:,.0f}/s; switch received "
-            f"{rx}, forwarded {tx} (C port loop, recvmmsg/sendmmsg, p4ina IPv4 forwarding)")
+    note = (
+        f"{int(sent)} frames of {len(_frame())} B sent by one Python loop at {sender_pps:,.0f}/s; switch received "
+        f"{rx}, forwarded {tx} (C port loop, recvmmsg/sendmmsg, p4ina IPv4 forwarding)"
+    )
     LOG.info("port_io: %s; %.1f CPU-s over %.1f s", note, cpu, elapsed)
     return {
         # the sender's own send time: the wall clock of this process also holds the sender's start-up
-        "port_io_c_fwd_pps": Figure(round(tx / float(send_s)), "packets/s",
-                                    note + "; over the sender's send time (port_io_delivered < 1: the switch's limit, "
-                                    "its receive queue overflowed; = 1: the sender's)"),
-        "port_io_c_fwd_pps_cpu": Figure(round(tx / cpu) if cpu > 0 else 0, "packets/CPU-s",
-                                        "frames forwarded per CPU second of the switch process (its C loop thread)"),
+        "port_io_c_fwd_pps": Figure(
+            round(tx / float(send_s)),
+            "packets/s",
+            note + "; over the sender's send time (port_io_delivered < 1: the switch's limit, "
+            "its receive queue overflowed; = 1: the sender's)",
+        ),
+        "port_io_c_fwd_pps_cpu": Figure(
+            round(tx / cpu) if cpu > 0 else 0,
+            "packets/CPU-s",
+            "frames forwarded per CPU second of the switch process (its C loop thread)",
+        ),
         "port_io_sender_pps": Figure(round(sender_pps), "packets/s", "the Python sender's rate: the offered load"),
         "port_io_delivered": Figure(round(tx / int(sent), 4), "ratio", "frames forwarded / frames sent"),
     }

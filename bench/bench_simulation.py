@@ -30,17 +30,30 @@ def run() -> Figures:
     figs: Figures = {}
     engine = Engine(2)
     t0 = time.perf_counter()
-    out = evaluate(Scenario(topology="rail:radix=128", gpus=100_000, preset="h100", methods=SCALE_METHODS, sizes=SCALE_SIZES), engine)
+    out = evaluate(
+        Scenario(topology="rail:radix=128", gpus=100_000, preset="h100", methods=SCALE_METHODS, sizes=SCALE_SIZES),
+        engine,
+    )
     t1 = time.perf_counter()
     flows = sum(s.get("flows", 0) for s in out.flowsets.values())
-    figs["simulation.point_100k_gpus"] = Figure(t1 - t0, "s", f"rail-optimised fat-tree, radix 128, {len(SCALE_METHODS)} methods, "
-                                                          f"{len(SCALE_SIZES)} sizes, {flows} flows; target < 300 s")
-    figs["simulation.simgrid_flows_100k"] = Figure(engine.simgrid_flows, "flows", "flows SimGrid rated at 100k GPUs after folding and symmetry")
+    figs["simulation.point_100k_gpus"] = Figure(
+        t1 - t0,
+        "s",
+        f"rail-optimised fat-tree, radix 128, {len(SCALE_METHODS)} methods, "
+        f"{len(SCALE_SIZES)} sizes, {flows} flows; target < 300 s",
+    )
+    figs["simulation.simgrid_flows_100k"] = Figure(
+        engine.simgrid_flows, "flows", "flows SimGrid rated at 100k GPUs after folding and symmetry"
+    )
     scen = quick_sweep()
     t2 = time.perf_counter()
     run_sweep(scen)
     figs["simulation.quick_sweep"] = Figure(time.perf_counter() - t2, "s", f"{len(scen)} scenarios (notebook 04)")
     anchor = sharp_anchor(fit=False, engine=engine)
-    figs["simulation.sharp_anchor_rel_error"] = Figure(anchor.max_rel_error * 100, "%", "NDR preset vs NVIDIA's SHARP figures, 128 hosts; limit 25%")
-    figs["simulation.closed_form_max_rel_error"] = Figure(max(abs(c.rel_error) for c in checks(engine=engine)) * 100, "%", "limit 2%")
+    figs["simulation.sharp_anchor_rel_error"] = Figure(
+        anchor.max_rel_error * 100, "%", "NDR preset vs NVIDIA's SHARP figures, 128 hosts; limit 25%"
+    )
+    figs["simulation.closed_form_max_rel_error"] = Figure(
+        max(abs(c.rel_error) for c in checks(engine=engine)) * 100, "%", "limit 2%"
+    )
     return figs

@@ -34,8 +34,7 @@ from typing import Any
 
 from bench.results import Figure, Figures
 from native import cbuild
-from softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary
-from softswitch import bmv2diff
+from softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, Ternary, bmv2diff
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
@@ -85,8 +84,18 @@ def contribution(child: int, slot: int, shadow: int, epoch: int) -> bytes:
     lanes = AGG.lane_struct(elem).pack(*values)
     offset = slot * AGG.num_lanes
     agg = AGG.pack_header(
-        version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=elem, shift=0, job_id=JOB_ID,
-        shadow=shadow, slot=slot, contributor=child, exponent=0, epoch=epoch, offset=offset,
+        version=c["AGG_VERSION"],
+        op=c["OP_CONTRIB"],
+        flags=0,
+        elem_type=elem,
+        shift=0,
+        job_id=JOB_ID,
+        shadow=shadow,
+        slot=slot,
+        contributor=child,
+        exponent=0,
+        epoch=epoch,
+        offset=offset,
         checksum=AGG.checksum(sum(values), offset, JOB_ID, epoch),  # what hosts send: the sums check out
     )
     udp_len = 8 + len(agg) + len(lanes)
@@ -148,12 +157,15 @@ def configure(sw: SoftSwitch) -> None:
         TableEntry(
             (Exact(JOB_ID),),
             # job_index, role, fan_in, slot_base, slot_count, mcast_grp, up_port, result_type, shift, token
-            ActionCall(_action(sw, "set_job"), (1, 1, 2, 0, SLOTS, MCAST_GRP, 0, c["ELEM_INT32"], 0, 1, c["ELEM_INT32"], 0, 0)),
+            ActionCall(
+                _action(sw, "set_job"), (1, 1, 2, 0, SLOTS, MCAST_GRP, 0, c["ELEM_INT32"], 0, 1, c["ELEM_INT32"], 0, 0)
+            ),
         ),
     )
     for child, port in enumerate(CHILD_PORTS):
         sw.table_insert(
-            _table(sw, "job_ports"), TableEntry((Exact(JOB_ID), Exact(port)), ActionCall(_action(sw, "from_child"), (child,)))
+            _table(sw, "job_ports"),
+            TableEntry((Exact(JOB_ID), Exact(port)), ActionCall(_action(sw, "from_child"), (child,))),
         )
     sw.mc_group_set(MCAST_GRP, [(port, child) for child, port in enumerate(CHILD_PORTS)])
     for port in HOST_MACS:
@@ -202,7 +214,9 @@ def time_python(traffic: list[tuple[int, bytes]]) -> Run:
     return Run(len(traffic) / elapsed, len(traffic) / cpu, sent, size, len(traffic))
 
 
-def time_c(traffics: dict[str, list[tuple[int, bytes]]], repeat: int = C_REPEAT, rounds: int = C_ROUNDS) -> dict[str, Run]:
+def time_c(
+    traffics: dict[str, list[tuple[int, bytes]]], repeat: int = C_REPEAT, rounds: int = C_ROUNDS
+) -> dict[str, Run]:
     """The C engine, each traffic `repeat` times through its batch loop (32 frames a batch, as the port loop),
     one switch per traffic. The kinds take turns, `rounds` times, so that each ratio compares the same minutes;
     each kind's figure is its median round."""
@@ -265,15 +279,20 @@ def run() -> Figures:
     agg_frame = len(c_agg[0][1])
     agg, fwd = c_agg[:AGG_PACKETS], c_fwd[:FWD_PACKETS]
     traffic = {"agg": agg, "fwd": fwd}
-    what = {"agg": f"p4ina.json, {AGG.num_lanes} x int32 lanes, fan-in 2, {agg_frame}-byte frames",
-            "fwd": f"p4ina.json, IPv4 lpm forwarding, {len(c_fwd[0][1])}-byte frames",
-            "fwd_same_size": f"p4ina.json, IPv4 lpm forwarding, {agg_frame}-byte frames (as aggregation's)"}
+    what = {
+        "agg": f"p4ina.json, {AGG.num_lanes} x int32 lanes, fan-in 2, {agg_frame}-byte frames",
+        "fwd": f"p4ina.json, IPv4 lpm forwarding, {len(c_fwd[0][1])}-byte frames",
+        "fwd_same_size": f"p4ina.json, IPv4 lpm forwarding, {agg_frame}-byte frames (as aggregation's)",
+    }
     runs: dict[str, dict[str, Run]] = {"python": {"agg": time_python(agg), "fwd": time_python(fwd)}}
     if cbuild.toolchain() is not None:
         runs["c"] = time_c({"agg": c_agg, "fwd": c_fwd, "fwd_same_size": fwd_traffic(C_AGG_PACKETS, agg_frame)})
     else:
         LOG.warning("no C compiler (cc) on PATH: the C engine's figures are skipped")
-    how = {"python": "Python engine, process_packet per packet", "c": f"C engine, its batch loop, traffic x{C_REPEAT}, median of {C_ROUNDS} alternating rounds"}
+    how = {
+        "python": "Python engine, process_packet per packet",
+        "c": f"C engine, its batch loop, traffic x{C_REPEAT}, median of {C_ROUNDS} alternating rounds",
+    }
     for engine, by_kind in runs.items():
         for kind, r in by_kind.items():
             note = f"{what[kind]}; {how[engine]}; {r.packets} in, {r.sent} out, load avg {load:.1f}"
@@ -283,22 +302,29 @@ def run() -> Figures:
         c, py = runs["c"], runs["python"]
         for kind in ("agg", "fwd"):
             if c[kind].sent * py[kind].packets != py[kind].sent * c[kind].packets:
-                raise RuntimeError(f"{kind}: the engines sent different numbers of packets for the same traffic "
-                                   f"(C {c[kind].sent} of {c[kind].packets}, Python {py[kind].sent} of {py[kind].packets})")
+                raise RuntimeError(
+                    f"{kind}: the engines sent different numbers of packets for the same traffic "
+                    f"(C {c[kind].sent} of {c[kind].packets}, Python {py[kind].sent} of {py[kind].packets})"
+                )
             figures[f"engine_c_over_python_{kind}"] = Figure(
-                round(c[kind].pps_cpu / py[kind].pps_cpu, 2), "ratio", f"C / Python engine, {kind} packets per CPU second"
+                round(c[kind].pps_cpu / py[kind].pps_cpu, 2),
+                "ratio",
+                f"C / Python engine, {kind} packets per CPU second",
             )
         figures["engine_c_agg_over_fwd"] = Figure(
-            round(c["fwd"].pps_cpu / c["agg"].pps_cpu, 2), "ratio",
+            round(c["fwd"].pps_cpu / c["agg"].pps_cpu, 2),
+            "ratio",
             f"C engine: CPU per aggregation packet / CPU per forwarded packet of {len(c_fwd[0][1])} bytes (an ASIC: 1)",
         )
         figures["engine_c_agg_over_fwd_same_size"] = Figure(
-            round(c["fwd_same_size"].pps_cpu / c["agg"].pps_cpu, 2), "ratio",
+            round(c["fwd_same_size"].pps_cpu / c["agg"].pps_cpu, 2),
+            "ratio",
             f"C engine: CPU per aggregation packet / CPU per forwarded packet, both {agg_frame}-byte frames: "
             "what aggregating costs beyond moving the same bytes (an ASIC: 1)",
         )
         figures["engine_python_agg_over_fwd"] = Figure(
-            round(py["fwd"].pps_cpu / py["agg"].pps_cpu, 2), "ratio",
+            round(py["fwd"].pps_cpu / py["agg"].pps_cpu, 2),
+            "ratio",
             "Python engine: CPU per aggregation packet / CPU per forwarded packet",
         )
     if not (bmv2diff.available() and P4INFO.exists()):
@@ -334,8 +360,15 @@ def time_bmv2(traffic: list[tuple[int, bytes]], expect: int, out_size: int) -> R
     """
     ref = _switch("python")
     res = bmv2diff.run(
-        PROGRAM, P4INFO, traffic, configure=lambda client: client.copy_from(ref), ports=set(HOST_MACS),
-        expect=expect, quiet_for=3.0, record_size=16 + out_size, read_counters=False,
+        PROGRAM,
+        P4INFO,
+        traffic,
+        configure=lambda client: client.copy_from(ref),
+        ports=set(HOST_MACS),
+        expect=expect,
+        quiet_for=3.0,
+        record_size=16 + out_size,
+        read_counters=False,
     )
     if res.first_output is None or res.last_output is None or res.counted_last <= res.counted_first:
         raise RuntimeError(f"simple_switch_grpc sent too little to time ({res.total} packets)")

@@ -16,7 +16,7 @@ LOG = logging.getLogger("bench")
 
 def available() -> list[str]:
     here = Path(__file__).parent
-    return sorted(m.name[len("bench_"):] for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_"))
+    return sorted(m.name[len("bench_") :] for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_"))
 
 
 def main(argv: list[str] | None = None, prog: str = "p4ina bench") -> int:
@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None, prog: str = "p4ina bench") -> int:
     ap.add_argument("names", nargs="*", help=f"benchmarks to run (default all: {', '.join(available())})")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
     names = args.names or available()
     unknown = set(names) - set(available())
     if unknown:

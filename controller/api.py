@@ -1,8 +1,8 @@
 """The controller as a Python object: one topology, one pipeline, one state, connections opened on use.
 
-    with Controller(fat_tree(4).with_grpc(addrs), p4info=P4INFO, device_config=BMV2_JSON) as ctl:
-        ctl.push_pipeline(); ctl.install_routes()
-        plan = ctl.install_job(7, ["h1", "h2", "h5"])
+with Controller(fat_tree(4).with_grpc(addrs), p4info=P4INFO, device_config=BMV2_JSON) as ctl:
+    ctl.push_pipeline(); ctl.install_routes()
+    plan = ctl.install_job(7, ["h1", "h2", "h5"])
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ class Controller:
     ) -> None:
         self.topo = topo
         self.p4info_path = p4info if isinstance(p4info, Path) else None
-        schema = p4info if isinstance(p4info, P4Schema) else (P4Schema.load(p4info) if p4info is not None and Path(p4info).exists() else None)
+        schema = (
+            p4info
+            if isinstance(p4info, P4Schema)
+            else (P4Schema.load(p4info) if p4info is not None and Path(p4info).exists() else None)
+        )
         self.device_config = device_config
         self.state = state if state is not None else State()
         if self.state.failed_links:  # a state file for another fabric (or edited by hand): refused, by name
@@ -66,7 +70,9 @@ class Controller:
         first = self.topo.switches[0].name
         config = self.fabric.client(first).get_pipeline(with_p4info=True)
         if config is None or not config.p4info.tables:
-            raise I.InstallError(f"no P4Info file ({self.p4info_path or 'none given'}) and switch {first} has no pipeline: run `make p4`, then `p4ina pipeline push`")
+            raise I.InstallError(
+                f"no P4Info file ({self.p4info_path or 'none given'}) and switch {first} has no pipeline: run `make p4`, then `p4ina pipeline push`"
+            )
         return P4Schema(config.p4info)
 
     def _save(self) -> None:
@@ -89,8 +95,15 @@ class Controller:
         self._save()
         return out
 
-    def install_job(self, job_id: int, hosts: Iterable[str], quantize: str = "none", shift: int | None = None,
-                    slots: int = DEFAULT_SLOTS, contrib: str | None = None) -> JobPlan:
+    def install_job(
+        self,
+        job_id: int,
+        hosts: Iterable[str],
+        quantize: str = "none",
+        shift: int | None = None,
+        slots: int = DEFAULT_SLOTS,
+        contrib: str | None = None,
+    ) -> JobPlan:
         spec = JobSpec.make(job_id, hosts, quantize, shift, slots, contrib)
         self._need_schema()
         try:
@@ -104,8 +117,14 @@ class Controller:
         names = list(switches) if switches is not None else [s.name for s in self.topo.switches]
         return self.fabric.unreachable(names, timeout, attempts=attempts)
 
-    def fail_over(self, job_id: int, failed: Iterable[str], reroute: bool = True,
-                  timings: dict[str, float] | None = None, failed_links: Iterable[tuple[str, str]] = ()) -> JobPlan:
+    def fail_over(
+        self,
+        job_id: int,
+        failed: Iterable[str],
+        reroute: bool = True,
+        timings: dict[str, float] | None = None,
+        failed_links: Iterable[tuple[str, str]] = (),
+    ) -> JobPlan:
         """Re-plan and re-install a job around failed switches and links that are down (installer.fail_over);
         routes avoid them too (unless reroute=False: then call install_routes() once the job runs again).
         `timings` gets seconds per phase (plan, read_back, write, save)."""
@@ -131,7 +150,9 @@ class Controller:
         try:
             return self.state.jobs[job_id]
         except KeyError:
-            raise I.InstallError(f"job {job_id} is not installed (installed: {sorted(self.state.jobs) or 'none'})") from None
+            raise I.InstallError(
+                f"job {job_id} is not installed (installed: {sorted(self.state.jobs) or 'none'})"
+            ) from None
 
     def counters(self, job_id: int) -> dict[str, C.SwitchCounters]:
         self._need_schema()
@@ -140,7 +161,9 @@ class Controller:
     def unattributed_drops(self) -> dict[str, C.SwitchCounters]:
         """Drops that belong to no job (job index 0: not IPv4, no route, unknown job...) on every switch."""
         self._need_schema()
-        return self.fabric.run_all("counters", lambda sw: C.read_switch(self.fabric, sw, 0), [s.name for s in self.topo.switches])
+        return self.fabric.run_all(
+            "counters", lambda sw: C.read_switch(self.fabric, sw, 0), [s.name for s in self.topo.switches]
+        )
 
     def verify(self) -> dict[str, I.Drift]:
         self._need_schema()
@@ -156,8 +179,13 @@ class Controller:
     def restore_pipelines(self) -> list[str]:
         """Push the pipeline to the live switches that run none (restarted with empty tables); their names."""
         names = [s.name for s in I.live_topology(self.fabric, self.state).switches]
-        bare = [n for n, cfg in self.fabric.run_all("pipeline check", lambda n: self.fabric.client(n).get_pipeline(),
-                                                    names).items() if cfg is None]
+        bare = [
+            n
+            for n, cfg in self.fabric.run_all(
+                "pipeline check", lambda n: self.fabric.client(n).get_pipeline(), names
+            ).items()
+            if cfg is None
+        ]
         if bare:
             LOG.warning("switch(es) %s run no pipeline (restarted?): pushing it", ", ".join(sorted(bare)))
             self.push_pipeline(force=True, switches=bare)

@@ -38,7 +38,9 @@ class UsageError(Exception):
 def _topology_spec(args: argparse.Namespace, state: State) -> str:
     spec = args.topology or state.topology
     if not spec:
-        raise UsageError("no topology: pass --topology PATH|fat-tree:K|leaf-spine:LxSxH (later runs remember it in the state file)")
+        raise UsageError(
+            "no topology: pass --topology PATH|fat-tree:K|leaf-spine:LxSxH (later runs remember it in the state file)"
+        )
     if args.topology and Path(args.topology).exists():
         spec = str(Path(args.topology).resolve())
     return spec
@@ -50,7 +52,9 @@ def _check_state_fits(topo: Topology, state: State, path: Path) -> None:
         missing = [sp.switch for sp in plan.switches if sp.switch not in {s.name for s in topo.switches}]
         missing += [h for h in plan.spec.hosts if not topo.has_host(h)]
         if missing:
-            raise UsageError(f"state file {path} has job {plan.job_id} on {', '.join(missing[:5])}, which this {topo.kind} topology lacks; use --state for another fabric")
+            raise UsageError(
+                f"state file {path} has job {plan.job_id} on {', '.join(missing[:5])}, which this {topo.kind} topology lacks; use --state for another fabric"
+            )
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -68,7 +72,11 @@ def cmd_pipeline_push(args: argparse.Namespace, ctl: Controller) -> int:
     res = ctl.push_pipeline(force=args.force)
     took = time.perf_counter() - t0
     pushed = sorted(n for n, r in res.items() if r == "pushed")
-    _emit(args, {"switches": res, "seconds": took}, f"pipeline pushed to {len(pushed)} switch(es), unchanged on {len(res) - len(pushed)} ({took:.2f} s)")
+    _emit(
+        args,
+        {"switches": res, "seconds": took},
+        f"pipeline pushed to {len(pushed)} switch(es), unchanged on {len(res) - len(pushed)} ({took:.2f} s)",
+    )
     return 0
 
 
@@ -93,17 +101,33 @@ def cmd_job_install(args: argparse.Namespace, ctl: Controller) -> int:
 
 def cmd_job_remove(args: argparse.Namespace, ctl: Controller) -> int:
     plan = ctl.remove_job(args.job)
-    _emit(args, {"removed": plan.job_id, "switches": [sp.switch for sp in plan.switches]}, f"job {plan.job_id} removed from {len(plan.switches)} switches")
+    _emit(
+        args,
+        {"removed": plan.job_id, "switches": [sp.switch for sp in plan.switches]},
+        f"job {plan.job_id} removed from {len(plan.switches)} switches",
+    )
     return 0
 
 
 def cmd_job_list(args: argparse.Namespace, ctl: Controller) -> int:
     rows = [
-        {"job_id": p.job_id, "hosts": list(p.spec.hosts), "root": p.root, "switches": len(p.switches), "quantize": p.spec.quantize, "contrib": p.spec.contrib, "shift": p.spec.shift, "slots": p.spec.slots}
+        {
+            "job_id": p.job_id,
+            "hosts": list(p.spec.hosts),
+            "root": p.root,
+            "switches": len(p.switches),
+            "quantize": p.spec.quantize,
+            "contrib": p.spec.contrib,
+            "shift": p.spec.shift,
+            "slots": p.spec.slots,
+        }
         for p in ctl.jobs()
     ]
     lines = [f"{'job':>5}  {'hosts':>5}  {'root':<6} {'switches':>8}  {'quantize':<8} {'shift':>5} {'slots':>5}"]
-    lines += [f"{r['job_id']:>5}  {len(r['hosts']):>5}  {r['root']:<6} {r['switches']:>8}  {r['quantize']:<8} {r['shift']:>5} {r['slots']:>5}" for r in rows]
+    lines += [
+        f"{r['job_id']:>5}  {len(r['hosts']):>5}  {r['root']:<6} {r['switches']:>8}  {r['quantize']:<8} {r['shift']:>5} {r['slots']:>5}"
+        for r in rows
+    ]
     _emit(args, rows, "\n".join(lines) if rows else "no jobs installed")
     return 0
 
@@ -126,13 +150,18 @@ def cmd_counters(args: argparse.Namespace, ctl: Controller) -> int:
         lines.append(f"  {'switch':<6} {'idx':>3} " + " ".join(f"{n:>15}" for n in names) + "  drops")
         for sw, sc in per.items():
             drops = ", ".join(f"{k}={v}" for k, v in sc.drops.items() if v) or "-"
-            lines.append(f"  {sw:<6} {sc.job_index:>3} " + " ".join(f"{sc.packets.get(n, 0):>15}" for n in names) + f"  {drops}")
+            lines.append(
+                f"  {sw:<6} {sc.job_index:>3} " + " ".join(f"{sc.packets.get(n, 0):>15}" for n in names) + f"  {drops}"
+            )
     if args.job is None:
         per = ctl.unattributed_drops()
         data["no_job_drops"] = {sw: sc.drops for sw, sc in per.items()}
         nz = {sw: {k: v for k, v in sc.drops.items() if v} for sw, sc in per.items()}
         nz = {sw: d for sw, d in nz.items() if d}
-        lines.append("drops of no job: " + ("; ".join(f"{sw} " + ", ".join(f"{k}={v}" for k, v in d.items()) for sw, d in nz.items()) or "none"))
+        lines.append(
+            "drops of no job: "
+            + ("; ".join(f"{sw} " + ", ".join(f"{k}={v}" for k, v in d.items()) for sw, d in nz.items()) or "none")
+        )
     _emit(args, data, "\n".join(lines))
     return 0
 
@@ -142,7 +171,15 @@ def cmd_verify(args: argparse.Namespace, ctl: Controller) -> int:
         res = ctl.repair()
         data = {n: vars(r) for n, r in res.items()}
         changed = {n: r for n, r in res.items() if r.inserted or r.modified or r.deleted}
-        _emit(args, {"repaired": data}, "repaired: " + (", ".join(f"{n} (+{r.inserted} ~{r.modified} -{r.deleted})" for n, r in changed.items()) or "nothing to do"))
+        _emit(
+            args,
+            {"repaired": data},
+            "repaired: "
+            + (
+                ", ".join(f"{n} (+{r.inserted} ~{r.modified} -{r.deleted})" for n, r in changed.items())
+                or "nothing to do"
+            ),
+        )
         return 0
     drift = ctl.verify()
     dirty = {n: d for n, d in drift.items() if not d.clean}
@@ -151,7 +188,12 @@ def cmd_verify(args: argparse.Namespace, ctl: Controller) -> int:
         text = f"all {len(drift)} switches match the state ({len(ctl.jobs())} job(s), routes {'installed' if ctl.state.routes else 'not installed'})"
     else:
         text = "\n".join(
-            f"{n}: " + "; ".join(f"{what} {len(items)}: {', '.join(items[:3])}{' ...' if len(items) > 3 else ''}" for what, items in vars(d).items() if items)
+            f"{n}: "
+            + "; ".join(
+                f"{what} {len(items)}: {', '.join(items[:3])}{' ...' if len(items) > 3 else ''}"
+                for what, items in vars(d).items()
+                if items
+            )
             for n, d in dirty.items()
         )
         text += "\n(`p4ina verify --repair` makes the switches match the state)"
@@ -172,7 +214,13 @@ def cmd_reconcile(args: argparse.Namespace, ctl: Controller) -> int:
         lines.append(f"{sw}: install count {before} -> {after} (tokens read back from the switch)")
     if rec.repaired:
         changed = {n: r for n, r in rec.repaired.items() if r.inserted or r.modified or r.deleted}
-        lines.append("repaired: " + (", ".join(f"{n} (+{r.inserted} ~{r.modified} -{r.deleted})" for n, r in changed.items()) or "nothing to do"))
+        lines.append(
+            "repaired: "
+            + (
+                ", ".join(f"{n} (+{r.inserted} ~{r.modified} -{r.deleted})" for n, r in changed.items())
+                or "nothing to do"
+            )
+        )
     elif not rec.clean:
         lines.append("(`p4ina reconcile --fix` or `p4ina verify --repair` makes the switches match the state)")
     _emit(args, rec.to_dict(), "\n".join(lines))
@@ -219,15 +267,26 @@ def cmd_shell(args: argparse.Namespace) -> int:
     try:
         sw = topo.switch(args.switch)
     except (KeyError, TopologyError) as ex:
-        raise UsageError(f"no switch {args.switch!r} in the topology (has {', '.join(s.name for s in topo.switches)})") from ex
+        raise UsageError(
+            f"no switch {args.switch!r} in the topology (has {', '.join(s.name for s in topo.switches)})"
+        ) from ex
     if not sw.grpc_addr:
-        raise UsageError(f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation (python -m emulation.serve)")
+        raise UsageError(
+            f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation (python -m emulation.serve)"
+        )
     _fix_p4runtime_shell()
     from p4runtime_sh import shell as sh
 
     election = (args.election_id >> 64, args.election_id & ((1 << 64) - 1))
-    argv = ["p4runtime-sh", "--grpc-addr", sw.grpc_addr, "--device-id", str(sw.device_id),
-            "--election-id", f"{election[0]},{election[1]}"]
+    argv = [
+        "p4runtime-sh",
+        "--grpc-addr",
+        sw.grpc_addr,
+        "--device-id",
+        str(sw.device_id),
+        "--election-id",
+        f"{election[0]},{election[1]}",
+    ]
     if args.script is None:
         saved, sys.argv = sys.argv, argv
         try:
@@ -249,19 +308,36 @@ def cmd_shell(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--topology", "-t", help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or leaf-spine:LxSxH; remembered in the state")
+    common.add_argument(
+        "--topology",
+        "-t",
+        help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or leaf-spine:LxSxH; remembered in the state",
+    )
     common.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"state file (default {DEFAULT_STATE})")
-    common.add_argument("--p4info", type=Path, default=DEFAULT_P4INFO, help="P4Info text file (default: the compiled p4/build one; else read from the switch)")
-    common.add_argument("--bmv2-json", type=Path, default=DEFAULT_BMV2_JSON, help="BMv2 JSON pushed as the device config")
-    common.add_argument("--election-id", type=int, default=1, help="P4Runtime election id (default 1; a higher one wins primary)")
+    common.add_argument(
+        "--p4info",
+        type=Path,
+        default=DEFAULT_P4INFO,
+        help="P4Info text file (default: the compiled p4/build one; else read from the switch)",
+    )
+    common.add_argument(
+        "--bmv2-json", type=Path, default=DEFAULT_BMV2_JSON, help="BMv2 JSON pushed as the device config"
+    )
+    common.add_argument(
+        "--election-id", type=int, default=1, help="P4Runtime election id (default 1; a higher one wins primary)"
+    )
     common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a switch")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
-    ap = argparse.ArgumentParser(prog="p4ina", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="p4ina", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="group", required=True)
 
-    def leaf(parent: argparse._SubParsersAction, name: str, fn: Callable[..., int], help_: str) -> argparse.ArgumentParser:
+    def leaf(
+        parent: argparse._SubParsersAction, name: str, fn: Callable[..., int], help_: str
+    ) -> argparse.ArgumentParser:
         p = parent.add_parser(name, parents=[common], help=help_, description=help_)
         p.set_defaults(fn=fn)
         return p
@@ -272,17 +348,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = leaf(pipe, "push", cmd_pipeline_push, "push P4Info + BMv2 JSON to every switch whose pipeline differs")
     p.add_argument("--force", action="store_true", help="push even where the switch already runs this pipeline")
     routes = sub.add_parser("routes", help="IPv4 forwarding").add_subparsers(dest="cmd", required=True)
-    leaf(routes, "install", cmd_routes_install, "install shortest-path IPv4 routes (ECMP) and host ports on every switch")
+    leaf(
+        routes, "install", cmd_routes_install, "install shortest-path IPv4 routes (ECMP) and host ports on every switch"
+    )
     job = sub.add_parser("job", help="aggregation jobs").add_subparsers(dest="cmd", required=True)
     p = leaf(job, "install", cmd_job_install, "plan a job's aggregation tree and install it (all or nothing)")
     p.add_argument("--job", type=int, required=True, help="job id (1..65535), carried in every packet")
     p.add_argument("--hosts", required=True, help="member hosts: h1,h2,... ranges h1-h8, or all")
-    p.add_argument("--quantize", choices=sorted(QUANTIZE), default="none", help="result lane type: none (int32), int16, int8")
-    p.add_argument("--contrib", choices=("int32", "int16", "int8"),
-                   help="lane type hosts send (default: the result's: narrow lanes both ways)")
-    p.add_argument("--shift", type=int, help="right shift before narrowing (default: the headroom the job's sum needs, "
-                                             "e.g. 4 for int8 lanes both ways of 16 hosts, 24 for int32 up and int8 down)")
-    p.add_argument("--slots", type=int, default=DEFAULT_SLOTS, help=f"aggregation slots of the job on each switch (default {DEFAULT_SLOTS})")
+    p.add_argument(
+        "--quantize", choices=sorted(QUANTIZE), default="none", help="result lane type: none (int32), int16, int8"
+    )
+    p.add_argument(
+        "--contrib",
+        choices=("int32", "int16", "int8"),
+        help="lane type hosts send (default: the result's: narrow lanes both ways)",
+    )
+    p.add_argument(
+        "--shift",
+        type=int,
+        help="right shift before narrowing (default: the headroom the job's sum needs, "
+        "e.g. 4 for int8 lanes both ways of 16 hosts, 24 for int32 up and int8 down)",
+    )
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=DEFAULT_SLOTS,
+        help=f"aggregation slots of the job on each switch (default {DEFAULT_SLOTS})",
+    )
     p = leaf(job, "remove", cmd_job_remove, "delete a job's entries and multicast groups")
     p.add_argument("--job", type=int, required=True)
     leaf(job, "list", cmd_job_list, "installed jobs")
@@ -292,8 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", type=int, help="one job (default: all jobs, plus drops of no job)")
     p = leaf(sub, "verify", cmd_verify, "read the switches back and compare with the state (exit 1 on drift)")
     p.add_argument("--repair", action="store_true", help="make the switches match the state instead")
-    p = leaf(sub, "reconcile", cmd_reconcile, "after a controller restart: compare what the switches hold with the "
-             "state, move install counts past the tokens they hold (exit 1 on differences)")
+    p = leaf(
+        sub,
+        "reconcile",
+        cmd_reconcile,
+        "after a controller restart: compare what the switches hold with the "
+        "state, move install counts past the tokens they hold (exit 1 on differences)",
+    )
     p.add_argument("--fix", action="store_true", help="then make the switches match the state")
     p = leaf(sub, "shell", cmd_shell, "open p4runtime-shell on one switch (P4Info read from the switch)")
     p.add_argument("switch", help="switch name, e.g. leaf1 or edge-0-0")
@@ -307,7 +404,9 @@ OFFLINE = {cmd_topo_show, cmd_job_list, cmd_job_show}
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if args.fn is cmd_shell:
         try:
             return cmd_shell(args)
@@ -320,9 +419,25 @@ def main(argv: list[str] | None = None) -> int:
             topo = load_topology(spec)
             _check_state_fits(topo, state, args.state)
             state.topology = spec
-            with Controller(topo, p4info=args.p4info, device_config=args.bmv2_json, state=state, election_id=args.election_id, timeout=args.timeout) as ctl:
+            with Controller(
+                topo,
+                p4info=args.p4info,
+                device_config=args.bmv2_json,
+                state=state,
+                election_id=args.election_id,
+                timeout=args.timeout,
+            ) as ctl:
                 return args.fn(args, ctl)
-    except (UsageError, TopologyError, PlanError, InstallError, FabricError, SwitchError, P4InfoError, StateError) as ex:
+    except (
+        UsageError,
+        TopologyError,
+        PlanError,
+        InstallError,
+        FabricError,
+        SwitchError,
+        P4InfoError,
+        StateError,
+    ) as ex:
         print(f"p4ina: error: {ex}", file=sys.stderr)
         LOG.debug("details", exc_info=True)
         return 1

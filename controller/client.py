@@ -74,13 +74,18 @@ class WriteError(SwitchError):
     `labels` are the caller's descriptions of the updates (e.g. str(entry)), used in the message.
     """
 
-    def __init__(self, switch: str, code: str, message: str, statuses: Sequence[UpdateStatus], labels: Sequence[str]) -> None:
+    def __init__(
+        self, switch: str, code: str, message: str, statuses: Sequence[UpdateStatus], labels: Sequence[str]
+    ) -> None:
         self.code = code
         self.statuses = tuple(statuses)
         self.labels = tuple(labels)
         failed = [s for s in self.statuses if not s.ok]
         if failed:
-            lines = [f"update {s.index} ({labels[s.index] if s.index < len(labels) else '?'}): {s.code_name} {s.message}".rstrip() for s in failed[:5]]
+            lines = [
+                f"update {s.index} ({labels[s.index] if s.index < len(labels) else '?'}): {s.code_name} {s.message}".rstrip()
+                for s in failed[:5]
+            ]
             more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
             text = f"write of {len(labels)} update(s) failed: " + "; ".join(lines) + more
         else:
@@ -98,7 +103,7 @@ class WriteError(SwitchError):
 
 
 def _statuses(err: grpc.RpcError) -> list[UpdateStatus]:
-    for key, value in (err.trailing_metadata() or ()):
+    for key, value in err.trailing_metadata() or ():
         if key == _DETAILS_KEY:
             st = status_pb2.Status()
             st.ParseFromString(value)
@@ -114,7 +119,9 @@ def _statuses(err: grpc.RpcError) -> list[UpdateStatus]:
 class SwitchClient:
     """One P4Runtime session (stream channel + arbitration as primary) to one device."""
 
-    def __init__(self, name: str, address: str, device_id: int, election_id: int = 1, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, name: str, address: str, device_id: int, election_id: int = 1, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
         if election_id < 1:
             raise ValueError("election id must be >= 1 (0 is not a valid primary election id)")
         self.name = name
@@ -135,12 +142,17 @@ class SwitchClient:
 
     # -- session ------------------------------------------------------------------------
     def connect(self) -> SwitchClient:
-        self._channel = grpc.insecure_channel(self.address, options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)])
+        self._channel = grpc.insecure_channel(
+            self.address,
+            options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)],
+        )
         try:
             grpc.channel_ready_future(self._channel).result(timeout=self.timeout)
         except grpc.FutureTimeoutError as ex:
             self.close()
-            raise SwitchUnreachableError(self.name, f"no P4Runtime server at {self.address} after {self.timeout:.0f} s") from ex
+            raise SwitchUnreachableError(
+                self.name, f"no P4Runtime server at {self.address} after {self.timeout:.0f} s"
+            ) from ex
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
         self._stream = self._stub.StreamChannel(iter(self._requests.get, None))
         self._reader = threading.Thread(target=self._read_stream, name=f"p4rt-{self.name}", daemon=True)
@@ -154,17 +166,31 @@ class SwitchClient:
                 msg = self._responses.get(timeout=deadline)
             except queue.Empty:
                 self.close()
-                raise ArbitrationError(self.name, f"no arbitration answer from {self.address} (device id {self.device_id}) within {self.timeout:.0f} s") from None
+                raise ArbitrationError(
+                    self.name,
+                    f"no arbitration answer from {self.address} (device id {self.device_id}) within {self.timeout:.0f} s",
+                ) from None
             if isinstance(msg, Exception):
                 self.close()
-                if isinstance(msg, grpc.RpcError) and msg.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                    raise ArbitrationError(self.name, f"arbitration for device {self.device_id} refused by {self.address}: {_rpc_text(msg)}") from msg
-                raise SwitchUnreachableError(self.name, f"stream channel to {self.address} closed: {_rpc_text(msg)}") from msg
+                if isinstance(msg, grpc.RpcError) and msg.code() not in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                ):
+                    raise ArbitrationError(
+                        self.name,
+                        f"arbitration for device {self.device_id} refused by {self.address}: {_rpc_text(msg)}",
+                    ) from msg
+                raise SwitchUnreachableError(
+                    self.name, f"stream channel to {self.address} closed: {_rpc_text(msg)}"
+                ) from msg
             if msg.HasField("arbitration"):
                 code = msg.arbitration.status.code
                 if code != code_pb2.OK:
                     self.close()
-                    raise ArbitrationError(self.name, f"not primary for device {self.device_id} with election id {self.election_id}: {msg.arbitration.status.message or code_pb2.Code.Name(code)}")
+                    raise ArbitrationError(
+                        self.name,
+                        f"not primary for device {self.device_id} with election id {self.election_id}: {msg.arbitration.status.message or code_pb2.Code.Name(code)}",
+                    )
                 LOG.debug("%s: primary on %s (device %d)", self.name, self.address, self.device_id)
                 self._primary = True
                 return self
@@ -209,7 +235,9 @@ class SwitchClient:
     # -- pipeline -----------------------------------------------------------------------
     def set_pipeline(self, p4info: p4info_pb2.P4Info, device_config: bytes, cookie: int) -> None:
         req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
-            device_id=self.device_id, election_id=self._election(), action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+            device_id=self.device_id,
+            election_id=self._election(),
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
         )
         req.config.p4info.CopyFrom(p4info)
         req.config.p4_device_config = device_config
@@ -261,5 +289,9 @@ def _rpc_text(ex: Exception) -> str:
 
 def update(kind: str, entity: p4runtime_pb2.Entity) -> p4runtime_pb2.Update:
     """kind: 'insert', 'modify' or 'delete'."""
-    types = {"insert": p4runtime_pb2.Update.INSERT, "modify": p4runtime_pb2.Update.MODIFY, "delete": p4runtime_pb2.Update.DELETE}
+    types = {
+        "insert": p4runtime_pb2.Update.INSERT,
+        "modify": p4runtime_pb2.Update.MODIFY,
+        "delete": p4runtime_pb2.Update.DELETE,
+    }
     return p4runtime_pb2.Update(type=types[kind], entity=entity)

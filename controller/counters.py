@@ -25,16 +25,34 @@ class SwitchCounters:
     drops: dict[str, int] = field(default_factory=dict)  # reason name -> packets
 
     def to_dict(self) -> dict[str, Any]:
-        return {"switch": self.switch, "job_index": self.job_index, "packets": self.packets, "bytes": self.bytes, "drops": self.drops}
+        return {
+            "switch": self.switch,
+            "job_index": self.job_index,
+            "packets": self.packets,
+            "bytes": self.bytes,
+            "drops": self.drops,
+        }
 
 
 def _request(schema: P4Schema, job_index: int) -> list[p4runtime_pb2.Entity]:
     ents = []
     for name in N.JOB_COUNTERS.values():
-        ents.append(p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(counter_id=schema.counter(name).id, index=p4runtime_pb2.Index(index=job_index))))
+        ents.append(
+            p4runtime_pb2.Entity(
+                counter_entry=p4runtime_pb2.CounterEntry(
+                    counter_id=schema.counter(name).id, index=p4runtime_pb2.Index(index=job_index)
+                )
+            )
+        )
     drops = schema.counter(N.C_DROPS).id
     for reason in N.DROP_REASONS:
-        ents.append(p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(counter_id=drops, index=p4runtime_pb2.Index(index=N.drop_index(job_index, reason)))))
+        ents.append(
+            p4runtime_pb2.Entity(
+                counter_entry=p4runtime_pb2.CounterEntry(
+                    counter_id=drops, index=p4runtime_pb2.Index(index=N.drop_index(job_index, reason))
+                )
+            )
+        )
     return ents
 
 

@@ -17,7 +17,9 @@ def draw_topology(topo: Topology) -> str:
         tiers[s.role] = tiers.get(s.role, 0) + 1
     counts = ", ".join(f"{n} {role}" for role, n in tiers.items())
     params = " ".join(f"{k}={v}" for k, v in topo.params.items())
-    lines = [f"{topo.kind} {params}: {len(topo.switches)} switches ({counts}), {len(topo.hosts)} hosts, {len(topo.links)} switch links"]
+    lines = [
+        f"{topo.kind} {params}: {len(topo.switches)} switches ({counts}), {len(topo.hosts)} hosts, {len(topo.links)} switch links"
+    ]
     width = max(len(s.name) for s in topo.switches) if topo.switches else 4
     podless = [s for s in topo.switches if s.pod is None]
     pods = sorted({s.pod for s in topo.switches if s.pod is not None})
@@ -25,22 +27,30 @@ def draw_topology(topo: Topology) -> str:
         row = [s for s in podless if s.tier == tier]
         lines.append(f"{row[0].role}: " + " ".join(s.name for s in row))
         for s in row:
-            lines.append(f"  {s.name:<{width}}  dev {s.device_id:<3} ports {_ports(topo, s.name)}" + (f"  @{s.grpc_addr}" if s.grpc_addr else ""))
+            lines.append(
+                f"  {s.name:<{width}}  dev {s.device_id:<3} ports {_ports(topo, s.name)}"
+                + (f"  @{s.grpc_addr}" if s.grpc_addr else "")
+            )
     for pod in pods:
         members = sorted((s for s in topo.switches if s.pod == pod), key=lambda s: -s.tier)
         hosts = [h.name for s in members for h in topo.hosts_of(s.name)]
         span = f"{hosts[0]}..{hosts[-1]}" if hosts else "no hosts"
         lines.append(f"pod {pod} ({span})")
         for s in members:
-            lines.append(f"  {s.role[:4]} {s.name:<{width}}  dev {s.device_id:<3} ports {_ports(topo, s.name)}" + (f"  @{s.grpc_addr}" if s.grpc_addr else ""))
+            lines.append(
+                f"  {s.role[:4]} {s.name:<{width}}  dev {s.device_id:<3} ports {_ports(topo, s.name)}"
+                + (f"  @{s.grpc_addr}" if s.grpc_addr else "")
+            )
     return "\n".join(lines)
 
 
 def draw_job(plan: JobPlan) -> str:
     spec = plan.spec
     result = {"none": "int32", "int16": "int16", "int8": "int8"}[spec.quantize]
-    head = (f"job {plan.job_id}: {len(spec.hosts)} hosts, {spec.contrib} up, {result} results (shift {spec.shift}), "
-            f"{spec.slots} slots, root {plan.root}, {len(plan.switches)} switches")
+    head = (
+        f"job {plan.job_id}: {len(spec.hosts)} hosts, {spec.contrib} up, {result} results (shift {spec.shift}), "
+        f"{spec.slots} slots, root {plan.root}, {len(plan.switches)} switches"
+    )
     nodes = {sp.switch: sp for sp in plan.switches}
     lines = [head]
 

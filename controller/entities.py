@@ -32,7 +32,9 @@ class TableEntry:
     params: tuple[tuple[str, int], ...] = ()
 
     @classmethod
-    def make(cls, table: str, match: Mapping[str, MatchValue], action: str, params: Mapping[str, int] | None = None) -> TableEntry:
+    def make(
+        cls, table: str, match: Mapping[str, MatchValue], action: str, params: Mapping[str, int] | None = None
+    ) -> TableEntry:
         return cls(table, tuple(sorted(match.items())), action, tuple(sorted((params or {}).items())))
 
     @property
@@ -65,12 +67,16 @@ class TableEntry:
                     lpm = value if isinstance(value, Lpm) else Lpm(value, info.bitwidth)
                     if not 0 < lpm.prefix_len <= info.bitwidth:
                         # prefix 0 is the default route: P4Runtime forbids it as an entry
-                        raise P4InfoError(f"match field {name!r}: prefix length {lpm.prefix_len} not in 1..{info.bitwidth}")
+                        raise P4InfoError(
+                            f"match field {name!r}: prefix length {lpm.prefix_len} not in 1..{info.bitwidth}"
+                        )
                     host_bits = info.bitwidth - lpm.prefix_len
                     fm.lpm.value = encode_int((lpm.value >> host_bits) << host_bits, info.bitwidth)
                     fm.lpm.prefix_len = lpm.prefix_len
                 else:
-                    raise P4InfoError(f"match field {name!r} has match type {info.match_type}, which p4ina does not use")
+                    raise P4InfoError(
+                        f"match field {name!r} has match type {info.match_type}, which p4ina does not use"
+                    )
             action = schema.action(table, self.action)
             msg.action.action.action_id = action.id
             given = {name for name, _ in self.params}
@@ -136,7 +142,9 @@ class MulticastGroup:
         mg = p4runtime_pb2.MulticastGroupEntry(multicast_group_id=self.group_id)
         for port, rid in self.replicas:
             mg.replicas.add(egress_port=port, instance=rid)
-        return p4runtime_pb2.Entity(packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(multicast_group_entry=mg))
+        return p4runtime_pb2.Entity(
+            packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(multicast_group_entry=mg)
+        )
 
     @classmethod
     def decode(cls, msg: p4runtime_pb2.MulticastGroupEntry) -> MulticastGroup:
@@ -154,6 +162,8 @@ def decode_entity(msg: p4runtime_pb2.Entity, schema: P4Schema) -> Entity:
     kind = msg.WhichOneof("entity")
     if kind == "table_entry":
         return TableEntry.decode(msg.table_entry, schema)
-    if kind == "packet_replication_engine_entry" and msg.packet_replication_engine_entry.HasField("multicast_group_entry"):
+    if kind == "packet_replication_engine_entry" and msg.packet_replication_engine_entry.HasField(
+        "multicast_group_entry"
+    ):
         return MulticastGroup.decode(msg.packet_replication_engine_entry.multicast_group_entry)
     raise P4InfoError(f"cannot decode a {kind} entity")

@@ -31,7 +31,14 @@ class FabricError(Exception):
 
 
 class Fabric:
-    def __init__(self, topo: Topology, schema: P4Schema | None, election_id: int = 1, timeout: float = DEFAULT_TIMEOUT, workers: int = 32) -> None:
+    def __init__(
+        self,
+        topo: Topology,
+        schema: P4Schema | None,
+        election_id: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+        workers: int = 32,
+    ) -> None:
         self.topo = topo
         self.schema = schema
         self.election_id = election_id
@@ -53,7 +60,10 @@ class Fabric:
                     return self._clients[name]
             sw = self.topo.switch(name)
             if not sw.grpc_addr:
-                raise SwitchError(name, "the topology gives no P4Runtime address (grpc_addr) for this switch; use the topology JSON written by the emulation runner")
+                raise SwitchError(
+                    name,
+                    "the topology gives no P4Runtime address (grpc_addr) for this switch; use the topology JSON written by the emulation runner",
+                )
             cl = SwitchClient(name, sw.grpc_addr, sw.device_id, self.election_id, self.timeout).connect()
             with self._lock:
                 self._clients[name] = cl
@@ -85,7 +95,9 @@ class Fabric:
             for name in list(self._memo) if names is None else list(names):
                 self._memo.pop(name, None)
 
-    def unreachable(self, switches: Iterable[str], timeout: float = 2.0, attempts: int = 2, retry_s: float = 0.02) -> set[str]:
+    def unreachable(
+        self, switches: Iterable[str], timeout: float = 2.0, attempts: int = 2, retry_s: float = 0.02
+    ) -> set[str]:
         """The switches whose P4Runtime server is gone: a TCP connection to its address is refused on `attempts`
         tries in a row, `retry_s` apart (no address: not probed, not dead).
 
@@ -103,8 +115,12 @@ class Fabric:
             if attempt:
                 time.sleep(retry_s)
             suspects = sorted(refused({n: addrs[n] for n in suspects}, timeout))
-        LOG.debug("liveness probe of %d switch(es): %s refused (%.1f ms)", len(addrs), suspects or "none",
-                  1e3 * (time.monotonic() - t0))
+        LOG.debug(
+            "liveness probe of %d switch(es): %s refused (%.1f ms)",
+            len(addrs),
+            suspects or "none",
+            1e3 * (time.monotonic() - t0),
+        )
         return set(suspects)
 
     def connect(self, switches: Iterable[str] | None = None) -> None:

@@ -22,7 +22,16 @@ from controller.entities import Entity, MulticastGroup, TableEntry, decode_entit
 from controller.fabric import Fabric, FabricError
 from controller.jobentries import job_entries
 from controller.p4info import P4InfoError, P4Schema, pipeline_cookie
-from controller.planner import DuplicateJobError, JobPlan, JobSpec, PlanError, SwitchPlan, SwitchUsage, next_token, plan_job
+from controller.planner import (
+    DuplicateJobError,
+    JobPlan,
+    JobSpec,
+    PlanError,
+    SwitchPlan,
+    SwitchUsage,
+    next_token,
+    plan_job,
+)
 from controller.registers import read_register_all, read_register_cells
 from controller.routing import all_route_entries
 from controller.state import State
@@ -77,7 +86,14 @@ class _PartialWrite(Exception):
 
 
 # -- writing ------------------------------------------------------------------------------
-def write_entities(client: SwitchClient, schema: P4Schema, kind: str, entities: Sequence[Entity], batch: int = BATCH, ignore: Iterable[str] = ()) -> list[Entity]:
+def write_entities(
+    client: SwitchClient,
+    schema: P4Schema,
+    kind: str,
+    entities: Sequence[Entity],
+    batch: int = BATCH,
+    ignore: Iterable[str] = (),
+) -> list[Entity]:
     """Write in batches; return the entities that took effect.
 
     Raises _PartialWrite with those that did when a batch fails for a reason not in `ignore`
@@ -106,12 +122,18 @@ def write_entities(client: SwitchClient, schema: P4Schema, kind: str, entities: 
     return done
 
 
-def read_entities(client: SwitchClient, schema: P4Schema, tables: Iterable[str], groups: Iterable[int] | None = None) -> list[Entity]:
+def read_entities(
+    client: SwitchClient, schema: P4Schema, tables: Iterable[str], groups: Iterable[int] | None = None
+) -> list[Entity]:
     """Read all entries of `tables`, and multicast groups (all, or those ids)."""
     req = [p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=schema.table(t).id)) for t in tables]
     out = [decode_entity(m, schema) for m in client.read(req)] if req else []
     if groups is None:
-        wildcard = p4runtime_pb2.Entity(packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(multicast_group_entry=p4runtime_pb2.MulticastGroupEntry()))
+        wildcard = p4runtime_pb2.Entity(
+            packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
+                multicast_group_entry=p4runtime_pb2.MulticastGroupEntry()
+            )
+        )
         out += [decode_entity(m, schema) for m in client.read([wildcard])]
     else:
         for gid in groups:
@@ -125,7 +147,13 @@ def read_entities(client: SwitchClient, schema: P4Schema, tables: Iterable[str],
     return out
 
 
-def sync(client: SwitchClient, schema: P4Schema, desired: Sequence[Entity], actual: Sequence[Entity], delete_extra: bool = True) -> SyncResult:
+def sync(
+    client: SwitchClient,
+    schema: P4Schema,
+    desired: Sequence[Entity],
+    actual: Sequence[Entity],
+    delete_extra: bool = True,
+) -> SyncResult:
     """Make the switch hold `desired` (given what it holds, `actual`): insert, modify, delete."""
     have = {e.key: e for e in actual}
     want = {e.key: e for e in desired}
@@ -161,7 +189,13 @@ def load_pipeline(p4info_path: Path, device_config_path: Path) -> tuple[p4info_p
     return schema.p4info, config, pipeline_cookie(schema.p4info, config)
 
 
-def push_pipeline(fabric: Fabric, p4info: p4info_pb2.P4Info, device_config: bytes, force: bool = False, switches: Iterable[str] | None = None) -> dict[str, str]:
+def push_pipeline(
+    fabric: Fabric,
+    p4info: p4info_pb2.P4Info,
+    device_config: bytes,
+    force: bool = False,
+    switches: Iterable[str] | None = None,
+) -> dict[str, str]:
     """Push where the switch's cookie differs (or always with force); switch -> 'pushed' | 'unchanged'."""
     cookie = pipeline_cookie(p4info, device_config)
 
@@ -228,7 +262,9 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec, timings: dict[str, 
     old = state.jobs.get(spec.job_id)
     if old is not None:
         if old.spec != spec:
-            raise DuplicateJobError(f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; remove it first or pick another id")
+            raise DuplicateJobError(
+                f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; remove it first or pick another id"
+            )
         _reconcile(fabric, schema, old)
         return old
     plan = _plan_around_the_switches(fabric, schema, state, spec, clock)
@@ -264,7 +300,9 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec, timings: dict[str, 
         else:
             why = str(ex)
         others = f" (and {len(errors) - 1} other switch(es))" if len(errors) > 1 else ""
-        raise InstallError(f"job {spec.job_id} not installed, {sum(map(len, written.values()))} written update(s) rolled back: {why}{others}") from (ex.error if isinstance(ex, _PartialWrite) else ex)
+        raise InstallError(
+            f"job {spec.job_id} not installed, {sum(map(len, written.values()))} written update(s) rolled back: {why}{others}"
+        ) from (ex.error if isinstance(ex, _PartialWrite) else ex)
     state.jobs[spec.job_id] = plan
     _remember_install(fabric, plan)
     LOG.info("job %d installed on %d switches (root %s)", spec.job_id, len(plan.switches), plan.root)
@@ -292,8 +330,14 @@ class _Phases:
         self.t = now
 
 
-def _plan_around_the_switches(fabric: Fabric, schema: P4Schema, state: State, spec: JobSpec,
-                              clock: _Phases | None = None, replacing: int | None = None) -> JobPlan:
+def _plan_around_the_switches(
+    fabric: Fabric,
+    schema: P4Schema,
+    state: State,
+    spec: JobSpec,
+    clock: _Phases | None = None,
+    replacing: int | None = None,
+) -> JobPlan:
     """Plan the job, then read back what the tree's switches hold: jobs this state does not know (another
     controller's, or a lost state file's) keep their job indexes, multicast groups and slot ranges, and tokens
     still held are not handed out again. A plan that clashes is made again around what was found.
@@ -303,8 +347,9 @@ def _plan_around_the_switches(fabric: Fabric, schema: P4Schema, state: State, sp
     reserved: dict[str, SwitchUsage] = {}
     others = [p for p in state.plans() if p.job_id != replacing]
     for _ in range(READ_BACK_ROUNDS):
-        plan = plan_job(_planning_topology(fabric, state), spec, others, state.installs, exclude=state.failed,
-                        reserved=reserved)
+        plan = plan_job(
+            _planning_topology(fabric, state), spec, others, state.installs, exclude=state.failed, reserved=reserved
+        )
         if clock:
             clock.lap("plan")
         held = _holdings(fabric, schema, state, plan)
@@ -315,21 +360,28 @@ def _plan_around_the_switches(fabric: Fabric, schema: P4Schema, state: State, sp
             raise DuplicateJobError(
                 f"job {spec.job_id} is already on {', '.join(dup)}, and this controller's state does not have it: "
                 "another controller installed it (or this state file is older than the switches); `p4ina "
-                "reconcile` lists such jobs: remove it where it was installed, or pick another id")
+                "reconcile` lists such jobs: remove it where it was installed, or pick another id"
+            )
         clash = sorted(name for name, h in held.items() if _clashes(plan.on(name), h.foreign))
         if clash:
-            LOG.warning("job %d: %s hold(s) another controller's job where the plan put it; planning around it",
-                        spec.job_id, ", ".join(clash))
+            LOG.warning(
+                "job %d: %s hold(s) another controller's job where the plan put it; planning around it",
+                spec.job_id,
+                ", ".join(clash),
+            )
             for name, h in held.items():
                 reserved[name] = h.foreign
             continue
         if _move_past_held_tokens(state, {name: h.tokens for name, h in held.items()}):
             # the same tree and slots (tokens do not steer the plan), with tokens the switches lack
-            plan = plan_job(_planning_topology(fabric, state), spec, others, state.installs, exclude=state.failed,
-                            reserved=reserved)
+            plan = plan_job(
+                _planning_topology(fabric, state), spec, others, state.installs, exclude=state.failed, reserved=reserved
+            )
         return plan
-    raise InstallError(f"job {spec.job_id}: what the switches hold kept changing over {READ_BACK_ROUNDS} plans "
-                       "(is another controller installing jobs at the same time?); try again")
+    raise InstallError(
+        f"job {spec.job_id}: what the switches hold kept changing over {READ_BACK_ROUNDS} plans "
+        "(is another controller installing jobs at the same time?); try again"
+    )
 
 
 @dataclass
@@ -440,8 +492,11 @@ def tokens_in_use(cl: SwitchClient, schema: P4Schema, cells: range | None = None
     try:
         # only the cells asked for where a range is given: an install's 64 cells cost a twentieth of all 1024
         # (the embedded switch answers each cell from Python)
-        held = (read_register_all(cl, schema, TOKEN_REGISTER) if cells is None
-                else list(read_register_cells(cl, schema, TOKEN_REGISTER, cells).values()))
+        held = (
+            read_register_all(cl, schema, TOKEN_REGISTER)
+            if cells is None
+            else list(read_register_cells(cl, schema, TOKEN_REGISTER, cells).values())
+        )
     except (ReadError, LookupError, P4InfoError) as ex:
         LOG.debug("%s: cell tokens not readable (%s); checking its entries' tokens only", cl.name, ex)
         return used - {0}
@@ -453,8 +508,10 @@ def safe_installs(switch: str, installs: int, used: set[int]) -> int:
     for step in range(255):
         if next_token(installs + step) not in used:
             return installs + step
-    raise InstallError(f"switch {switch}: all 255 install tokens are held by its entries or cells; remove jobs "
-                       "(or restart the switch) before installing another")
+    raise InstallError(
+        f"switch {switch}: all 255 install tokens are held by its entries or cells; remove jobs "
+        "(or restart the switch) before installing another"
+    )
 
 
 def _move_past_held_tokens(state: State, used: dict[str, set[int]]) -> bool:
@@ -466,8 +523,15 @@ def _move_past_held_tokens(state: State, used: dict[str, set[int]]) -> bool:
         have = state.installs.get(name, 0)
         safe = safe_installs(name, have, tokens)
         if safe != have:
-            LOG.warning("%s: token %d is still held by the switch (a lost or older state file?); install count "
-                        "%d -> %d, token %d", name, next_token(have), have, safe, next_token(safe))
+            LOG.warning(
+                "%s: token %d is still held by the switch (a lost or older state file?); install count "
+                "%d -> %d, token %d",
+                name,
+                next_token(have),
+                have,
+                safe,
+                next_token(safe),
+            )
             state.installs[name] = safe
             moved = True
     return moved
@@ -492,7 +556,9 @@ def _rollback(fabric: Fabric, schema: P4Schema, plan: JobPlan, written: dict[str
     _, errors = fabric.run(undo, [n for n, ents in written.items() if ents])
     if errors:
         left = {n: [str(e) for e in written[n]] for n in errors}
-        raise RollbackError(f"job {plan.job_id}: rollback failed on {sorted(errors)}; entries possibly left: {left}") from next(iter(errors.values()))
+        raise RollbackError(
+            f"job {plan.job_id}: rollback failed on {sorted(errors)}; entries possibly left: {left}"
+        ) from next(iter(errors.values()))
 
 
 def _reconcile(fabric: Fabric, schema: P4Schema, plan: JobPlan) -> dict[str, SyncResult]:
@@ -538,13 +604,22 @@ def remove_job(fabric: Fabric, state: State, job_id: int) -> JobPlan:
 
     _, errors = fabric.run(one, entries)
     if errors:
-        raise RemoveError(f"job {job_id} only partly removed, it stays in the state; run `p4ina job remove --job {job_id}` again: {FabricError('remove', errors)}")
+        raise RemoveError(
+            f"job {job_id} only partly removed, it stays in the state; run `p4ina job remove --job {job_id}` again: {FabricError('remove', errors)}"
+        )
     del state.jobs[job_id]
     return plan
 
 
-def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], reroute: bool = True,
-              timings: dict[str, float] | None = None, failed_links: Iterable[tuple[str, str]] = ()) -> JobPlan:
+def fail_over(
+    fabric: Fabric,
+    state: State,
+    job_id: int,
+    failed: Iterable[str],
+    reroute: bool = True,
+    timings: dict[str, float] | None = None,
+    failed_links: Iterable[tuple[str, str]] = (),
+) -> JobPlan:
     """A switch of a job's tree died (or a link of it went down: `failed_links`, pairs of switch names): mark it
     failed, re-route around what failed and move the job to a tree without it (new tokens on every switch, so
     the cells the interrupted all-reduce used start afresh).
@@ -588,7 +663,11 @@ def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], 
         state.installs[sp.switch] = state.installs.get(sp.switch, 0) + 1
 
     def one(name: str) -> None:
-        cl, before, after = fabric.client(name), old_entries.get(name, []) if name in live_old else [], new_entries.get(name, [])
+        cl, before, after = (
+            fabric.client(name),
+            old_entries.get(name, []) if name in live_old else [],
+            new_entries.get(name, []),
+        )
         have = {e.key: e for e in before}
         want = {e.key for e in after}
         body, config = after[:-1], after[-1:]  # job_config comes last in job_entries
@@ -611,11 +690,20 @@ def fail_over(fabric: Fabric, state: State, job_id: int, failed: Iterable[str], 
         del state.jobs[job_id]
         _take_off(fabric, schema, both, f"job {job_id}")
         name, ex = next(iter(errors.items()))
-        why = f"switch {name}: {ex.entity}: {_first_failure(ex.error)}" if isinstance(ex, _PartialWrite) else f"switch {name}: {ex}"
+        why = (
+            f"switch {name}: {ex.entity}: {_first_failure(ex.error)}"
+            if isinstance(ex, _PartialWrite)
+            else f"switch {name}: {ex}"
+        )
         raise InstallError(f"job {job_id} not moved to root {plan.root} (taken off every live switch): {why}") from ex
     state.jobs[job_id] = plan
-    LOG.info("job %d moved to root %s (%d switches) around %s", job_id, plan.root, len(plan.switches),
-             sorted(state.failed) + ["-".join(pair) for pair in sorted(state.failed_links)])
+    LOG.info(
+        "job %d moved to root %s (%d switches) around %s",
+        job_id,
+        plan.root,
+        len(plan.switches),
+        sorted(state.failed) + ["-".join(pair) for pair in sorted(state.failed_links)],
+    )
     return plan
 
 
@@ -722,9 +810,15 @@ class Reconciliation:
         return not (self.drifted or self.unknown or self.no_pipeline)
 
     def to_dict(self) -> dict[str, object]:
-        return {"clean": self.clean, "ok": self.ok, "drifted": {str(k): v for k, v in self.drifted.items()},
-                "unknown": {str(k): v for k, v in self.unknown.items()}, "no_pipeline": self.no_pipeline,
-                "tokens": self.tokens, "repaired": {n: vars(r) for n, r in self.repaired.items()}}
+        return {
+            "clean": self.clean,
+            "ok": self.ok,
+            "drifted": {str(k): v for k, v in self.drifted.items()},
+            "unknown": {str(k): v for k, v in self.unknown.items()},
+            "no_pipeline": self.no_pipeline,
+            "tokens": self.tokens,
+            "repaired": {n: vars(r) for n, r in self.repaired.items()},
+        }
 
 
 def reconcile(fabric: Fabric, state: State) -> Reconciliation:
@@ -786,4 +880,27 @@ def _spec_text(spec: JobSpec) -> str:
     return f"hosts {','.join(spec.hosts)}, quantize {spec.quantize}, shift {spec.shift}, {spec.slots} slots"
 
 
-__all__ = ["Reconciliation", "reconcile", "tokens_in_use", "safe_installs", "InstallError", "RollbackError", "RemoveError", "SyncResult", "Drift", "TableEntry", "install_job", "install_routes", "remove_job", "verify", "repair", "push_pipeline", "load_pipeline", "write_entities", "read_entities", "sync", "diff", "expected_entries"]
+__all__ = [
+    "Reconciliation",
+    "reconcile",
+    "tokens_in_use",
+    "safe_installs",
+    "InstallError",
+    "RollbackError",
+    "RemoveError",
+    "SyncResult",
+    "Drift",
+    "TableEntry",
+    "install_job",
+    "install_routes",
+    "remove_job",
+    "verify",
+    "repair",
+    "push_pipeline",
+    "load_pipeline",
+    "write_entities",
+    "read_entities",
+    "sync",
+    "diff",
+    "expected_entries",
+]

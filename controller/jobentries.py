@@ -16,7 +16,11 @@ def switch_entries(plan: JobPlan, sp: SwitchPlan) -> list[Entity]:
     job = plan.job_id
     out: list[Entity] = [MulticastGroup.make(sp.mcast_grp, [(c.port, c.index) for c in sp.children])]
     for c in sp.children:
-        out.append(TableEntry.make(N.T_JOB_PORTS, {N.K_JOB_ID: job, N.K_INGRESS_PORT: c.port}, N.A_FROM_CHILD, {"child_index": c.index}))
+        out.append(
+            TableEntry.make(
+                N.T_JOB_PORTS, {N.K_JOB_ID: job, N.K_INGRESS_PORT: c.port}, N.A_FROM_CHILD, {"child_index": c.index}
+            )
+        )
     if sp.up_port:
         out.append(TableEntry.make(N.T_JOB_PORTS, {N.K_JOB_ID: job, N.K_INGRESS_PORT: sp.up_port}, N.A_FROM_PARENT))
     out.append(

@@ -81,7 +81,9 @@ class TableInfo:
         for f in self.match_fields:
             if f.name == name:
                 return f
-        raise P4InfoError(f"table {self.name!r} has no match field {name!r} (has {[f.name for f in self.match_fields]})")
+        raise P4InfoError(
+            f"table {self.name!r} has no match field {name!r} (has {[f.name for f in self.match_fields]})"
+        )
 
     def field_by_id(self, fid: int) -> MatchFieldInfo:
         for f in self.match_fields:
@@ -120,7 +122,9 @@ class P4Schema:
             params = tuple(ParamInfo(p.id, p.name, p.bitwidth) for p in a.params)
             self._actions_by_id[a.preamble.id] = ActionInfo(a.preamble.id, a.preamble.name, params)
         for t in p4info.tables:
-            fields = tuple(MatchFieldInfo(f.id, f.name, f.bitwidth, MATCH_TYPES.get(f.match_type, "other")) for f in t.match_fields)
+            fields = tuple(
+                MatchFieldInfo(f.id, f.name, f.bitwidth, MATCH_TYPES.get(f.match_type, "other")) for f in t.match_fields
+            )
             info = TableInfo(t.preamble.id, t.preamble.name, fields, tuple(r.id for r in t.action_refs), t.size)
             self._tables[t.preamble.name] = info
             self._tables_by_id[info.id] = info

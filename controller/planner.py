@@ -56,7 +56,9 @@ class HostsCutOffError(PlanError):
         alone = set(isolated)
         what = "; ".join(
             f"edge switch {sw} {'has no live path to the others' if sw in alone else 'is down'}, cutting off "
-            f"{', '.join(hosts)}" for sw, hosts in self.cut.items())
+            f"{', '.join(hosts)}"
+            for sw, hosts in self.cut.items()
+        )
         super().__init__(f"job {job_id}: {what}")
 
 
@@ -88,8 +90,15 @@ class JobSpec:
     contrib: str = "int32"  # the lanes hosts send up (the switches widen them and sum in int32)
 
     @classmethod
-    def make(cls, job_id: int, hosts: Iterable[str], quantize: str = "none", shift: int | None = None,
-             slots: int = DEFAULT_SLOTS, contrib: str | None = None) -> JobSpec:
+    def make(
+        cls,
+        job_id: int,
+        hosts: Iterable[str],
+        quantize: str = "none",
+        shift: int | None = None,
+        slots: int = DEFAULT_SLOTS,
+        contrib: str | None = None,
+    ) -> JobSpec:
         """A checked job; contributions default to the result's width (narrow lanes both ways), the shift
         to the one that gives the sum of this many hosts the headroom it needs."""
         if quantize not in QUANTIZE:
@@ -116,7 +125,9 @@ class JobSpec:
         if not 0 <= self.shift <= 31:
             raise PlanError(f"job {self.job_id}: shift must be 0..31, got {self.shift}")
         if self.quantize == "none" and self.shift:
-            raise PlanError(f"job {self.job_id}: shift {self.shift} needs --quantize int16 or int8 (int32 results are not shifted)")
+            raise PlanError(
+                f"job {self.job_id}: shift {self.shift} needs --quantize int16 or int8 (int32 results are not shifted)"
+            )
         if not 1 <= self.slots <= N.NUM_SLOTS:
             raise PlanError(f"job {self.job_id}: slots must be 1..{N.NUM_SLOTS}, got {self.slots}")
         try:  # the workers refuse the same configurations (hosts/inc_worker.py), with the same message
@@ -133,7 +144,6 @@ class JobSpec:
     def contrib_type(self) -> int:
         return fxp.BITS_ELEM[LANE_BITS[self.contrib]]
 
-
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["hosts"] = list(self.hosts)
@@ -142,8 +152,14 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobSpec:
-        return cls.make(int(d["job_id"]), d["hosts"], d.get("quantize", "none"), d.get("shift"),
-                        int(d.get("slots", DEFAULT_SLOTS)), d.get("contrib"))
+        return cls.make(
+            int(d["job_id"]),
+            d["hosts"],
+            d.get("quantize", "none"),
+            d.get("shift"),
+            int(d.get("slots", DEFAULT_SLOTS)),
+            d.get("contrib"),
+        )
 
 
 @dataclass(frozen=True)
@@ -206,13 +222,23 @@ class JobPlan:
         raise KeyError(f"job {self.job_id} has no tree node on switch {switch!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict(), "root": self.root, "switches": [s.to_dict() for s in self.switches],
-                "error_lsb": self.error_lsb, "q_limit": self.q_limit}
+        return {
+            "spec": self.spec.to_dict(),
+            "root": self.root,
+            "switches": [s.to_dict() for s in self.switches],
+            "error_lsb": self.error_lsb,
+            "q_limit": self.q_limit,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobPlan:
-        return cls(JobSpec.from_dict(d["spec"]), d["root"], tuple(SwitchPlan.from_dict(s) for s in d["switches"]),
-                   float(d.get("error_lsb", 0.0)), int(d.get("q_limit", 0)))
+        return cls(
+            JobSpec.from_dict(d["spec"]),
+            d["root"],
+            tuple(SwitchPlan.from_dict(s) for s in d["switches"]),
+            float(d.get("error_lsb", 0.0)),
+            int(d.get("q_limit", 0)),
+        )
 
 
 @dataclass
@@ -269,7 +295,14 @@ def _below(topo: Topology, targets: set[str], exclude: frozenset[str] = frozense
     return memo
 
 
-def _tree(topo: Topology, root: str, members: Mapping[str, list[tuple[int, str]]], below: Mapping[str, frozenset[str]], load: Mapping[str, int], exclude: frozenset[str] = frozenset()) -> dict[str, tuple[str | None, int, list[tuple[int, str]]]]:
+def _tree(
+    topo: Topology,
+    root: str,
+    members: Mapping[str, list[tuple[int, str]]],
+    below: Mapping[str, frozenset[str]],
+    load: Mapping[str, int],
+    exclude: frozenset[str] = frozenset(),
+) -> dict[str, tuple[str | None, int, list[tuple[int, str]]]]:
     """switch -> (parent, up port, [(child port, child node)]) for the tree rooted at `root`."""
     tree: dict[str, tuple[str | None, int, list[tuple[int, str]]]] = {}
     todo: list[tuple[str, str | None, int, frozenset[str]]] = [(root, None, 0, frozenset(members))]
@@ -279,8 +312,11 @@ def _tree(topo: Topology, root: str, members: Mapping[str, list[tuple[int, str]]
         if sw in need:  # an edge switch: its member hosts are its children
             children += members[sw]
         rest = set(need) - {sw}
-        downs = [nb for nb in topo.switch_neighbors(sw)
-                 if topo.switch(nb.peer).tier < topo.switch(sw).tier and nb.peer not in exclude]
+        downs = [
+            nb
+            for nb in topo.switch_neighbors(sw)
+            if topo.switch(nb.peer).tier < topo.switch(sw).tier and nb.peer not in exclude
+        ]
         for nb in sorted(downs, key=lambda nb: (load.get(nb.peer, 0), nb.port)):
             take = below[nb.peer] & rest
             if take:
@@ -303,8 +339,14 @@ def next_token(installs: int) -> int:
     return installs % 255 + 1
 
 
-def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), installs: Mapping[str, int] | None = None,
-             exclude: Iterable[str] = (), reserved: Mapping[str, SwitchUsage] | None = None) -> JobPlan:
+def plan_job(
+    topo: Topology,
+    spec: JobSpec,
+    existing: Iterable[JobPlan] = (),
+    installs: Mapping[str, int] | None = None,
+    exclude: Iterable[str] = (),
+    reserved: Mapping[str, SwitchUsage] | None = None,
+) -> JobPlan:
     """Plan `spec` next to the `existing` plans, or raise a PlanError that says why not.
 
     `installs` counts the job installs each switch has had so far (for its token); `exclude` names failed
@@ -322,7 +364,11 @@ def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), in
         raise DuplicateJobError(f"job {spec.job_id} is already installed; remove it first or pick another id")
     unknown = [h for h in spec.hosts if not topo.has_host(h)]
     if unknown:
-        raise UnknownHostError(f"job {spec.job_id}: unknown host(s) {', '.join(unknown)} (this {topo.kind} has {topo.hosts[0].name}..{topo.hosts[-1].name})" if topo.hosts else f"job {spec.job_id}: topology has no hosts")
+        raise UnknownHostError(
+            f"job {spec.job_id}: unknown host(s) {', '.join(unknown)} (this {topo.kind} has {topo.hosts[0].name}..{topo.hosts[-1].name})"
+            if topo.hosts
+            else f"job {spec.job_id}: topology has no hosts"
+        )
     members: dict[str, list[tuple[int, str]]] = {}
     for name in spec.hosts:
         h = topo.host(name)
@@ -368,11 +414,14 @@ def plan_job(topo: Topology, spec: JobSpec, existing: Iterable[JobPlan] = (), in
         if candidates:
             break  # the lowest tier that covers the members did not fit: say why
     detail = "; ".join(dict.fromkeys(reasons)) or "no switch reaches all member edge switches" + (
-        f" without {', '.join(sorted(exclude))}" if exclude else "")
+        f" without {', '.join(sorted(exclude))}" if exclude else ""
+    )
     raise JobDoesNotFitError(f"job {spec.job_id} does not fit: {detail}")
 
 
-def _fit(tree: Mapping[str, tuple[str | None, int, list[tuple[int, str]]]], spec: JobSpec, use: Mapping[str, SwitchUsage]) -> str | None:
+def _fit(
+    tree: Mapping[str, tuple[str | None, int, list[tuple[int, str]]]], spec: JobSpec, use: Mapping[str, SwitchUsage]
+) -> str | None:
     for sw, (_, _, children) in tree.items():
         u = use.get(sw, SwitchUsage())
         if len(children) > N.MAX_FAN_IN:
@@ -449,10 +498,17 @@ def _shifts(spec: JobSpec, root: str, tree: Mapping[str, tuple[str | None, int, 
         q -= 1
     raise fxp.FixedPointConfigError(
         f"{n} workers: this tree's levels need more than the job's shift of {shift} to keep int{c} partial sums; "
-        "raise the shift")
+        "raise the shift"
+    )
 
 
-def _assign(spec: JobSpec, root: str, tree: Mapping[str, tuple[str | None, int, list[tuple[int, str]]]], use: Mapping[str, SwitchUsage], installs: Mapping[str, int]) -> JobPlan:
+def _assign(
+    spec: JobSpec,
+    root: str,
+    tree: Mapping[str, tuple[str | None, int, list[tuple[int, str]]]],
+    use: Mapping[str, SwitchUsage],
+    installs: Mapping[str, int],
+) -> JobPlan:
     try:
         shifts = _shifts(spec, root, tree)
     except fxp.FixedPointConfigError as ex:
@@ -485,4 +541,3 @@ def _assign(spec: JobSpec, root: str, tree: Mapping[str, tuple[str | None, int, 
     plan = JobPlan(spec, root, tuple(out), shifts.error_lsb, shifts.q_limit)
     LOG.debug("job %d: root %s, %d switches", spec.job_id, root, len(out))
     return plan
-

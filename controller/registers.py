@@ -70,7 +70,11 @@ def read_register_cells(client: SwitchClient, schema: P4Schema, name: str, indic
         ent.register_entry.register_id = info.id
         ent.register_entry.index.index = i
         ents.append(ent)
-    cells = {got.register_entry.index.index: decode_int(got.register_entry.data.bitstring) for got in client.read(ents)} if ents else {}
+    cells = (
+        {got.register_entry.index.index: decode_int(got.register_entry.data.bitstring) for got in client.read(ents)}
+        if ents
+        else {}
+    )
     missing = [i for i in want if i not in cells]
     if missing:
         raise LookupError(f"register {name}: {client.name} did not return cells {missing[:5]}")

@@ -140,10 +140,21 @@ def route_entries(topo: Topology, switch: str, table: list[Route] | None = None,
             gid = groups[r.ports] = len(groups) + 1
             for i in range(len(r.ports) * stride):
                 port = r.ports[(i // stride) % len(r.ports)]
-                entries.append(TableEntry.make(N.T_ECMP_MEMBERS, {N.K_GROUP: gid, N.K_INDEX: i}, N.A_FORWARD, {"port": port}))
-        entries.append(TableEntry.make(N.T_IPV4_LPM, match, N.A_ECMP, {"group": groups[r.ports], "size": len(r.ports) * stride}))
+                entries.append(
+                    TableEntry.make(N.T_ECMP_MEMBERS, {N.K_GROUP: gid, N.K_INDEX: i}, N.A_FORWARD, {"port": port})
+                )
+        entries.append(
+            TableEntry.make(N.T_IPV4_LPM, match, N.A_ECMP, {"group": groups[r.ports], "size": len(r.ports) * stride})
+        )
     for h in topo.hosts_of(switch):
-        entries.append(TableEntry.make(N.T_HOST_PORT, {N.K_EGRESS_PORT: h.port}, N.A_SET_HOST, {"mac": mac_to_int(h.mac), "ip": ip_to_int(h.ip)}))
+        entries.append(
+            TableEntry.make(
+                N.T_HOST_PORT,
+                {N.K_EGRESS_PORT: h.port},
+                N.A_SET_HOST,
+                {"mac": mac_to_int(h.mac), "ip": ip_to_int(h.ip)},
+            )
+        )
     return entries
 
 

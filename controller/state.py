@@ -64,7 +64,9 @@ class State:
         try:
             data = json.loads(path.read_text())
             if data.get("version") != STATE_VERSION:
-                raise StateError(f"state file {path} has version {data.get('version')}, this controller writes {STATE_VERSION}")
+                raise StateError(
+                    f"state file {path} has version {data.get('version')}, this controller writes {STATE_VERSION}"
+                )
             jobs = {int(j): JobPlan.from_dict(p) for j, p in data.get("jobs", {}).items()}
             installs = {str(k): int(v) for k, v in data.get("installs", {}).items()}
             links = set()
@@ -75,9 +77,19 @@ class State:
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as ex:
             if isinstance(ex, StateError):
                 raise
-            raise StateError(f"state file {path} is unreadable ({ex}); move it away and run `p4ina verify` to compare with the switches") from ex
-        return cls(path, data.get("topology"), bool(data.get("routes")), data.get("pipeline_cookie"), jobs, installs,
-                   {str(s) for s in data.get("failed", [])}, links)
+            raise StateError(
+                f"state file {path} is unreadable ({ex}); move it away and run `p4ina verify` to compare with the switches"
+            ) from ex
+        return cls(
+            path,
+            data.get("topology"),
+            bool(data.get("routes")),
+            data.get("pipeline_cookie"),
+            jobs,
+            installs,
+            {str(s) for s in data.get("failed", [])},
+            links,
+        )
 
     def save(self) -> None:
         """Atomic: a crash leaves the old or the new file, never half of one."""

@@ -176,10 +176,15 @@ class Topology:
         unknown = sorted("-".join(sorted(pair)) for pair in down - known)
         if unknown:
             raise TopologyError(f"no switch-to-switch link {', '.join(unknown)} in this topology")
-        return Topology(self.kind, dict(self.params), tuple(s for s in self.switches if s.name not in gone),
-                        tuple(h for h in self.hosts if h.switch not in gone),
-                        tuple(ln for ln in self.links if ln.a not in gone and ln.b not in gone
-                              and frozenset((ln.a, ln.b)) not in down))
+        return Topology(
+            self.kind,
+            dict(self.params),
+            tuple(s for s in self.switches if s.name not in gone),
+            tuple(h for h in self.hosts if h.switch not in gone),
+            tuple(
+                ln for ln in self.links if ln.a not in gone and ln.b not in gone and frozenset((ln.a, ln.b)) not in down
+            ),
+        )
 
     # -- serialization --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

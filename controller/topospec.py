@@ -25,6 +25,8 @@ def load_topology(spec: str) -> Topology:
         try:
             leaves, spines, hosts = (int(x) for x in arg.split("x"))
         except ValueError as ex:
-            raise TopologyError(f"--topology {spec!r}: want leaf-spine:LEAVESxSPINESxHOSTS, e.g. leaf-spine:4x2x4") from ex
+            raise TopologyError(
+                f"--topology {spec!r}: want leaf-spine:LEAVESxSPINESxHOSTS, e.g. leaf-spine:4x2x4"
+            ) from ex
         return leaf_spine(leaves, spines, hosts)
     return Topology.load(Path(spec))

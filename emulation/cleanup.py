@@ -65,7 +65,9 @@ class RunRecord:
     @classmethod
     def load(cls, path: Path) -> RunRecord:
         data = json.loads(path.read_text())
-        return cls(data["tag"], Proc(**data["runner"]), data.get("run_dir", ""), [Proc(**p) for p in data.get("procs", [])])
+        return cls(
+            data["tag"], Proc(**data["runner"]), data.get("run_dir", ""), [Proc(**p) for p in data.get("procs", [])]
+        )
 
 
 def start_time(pid: int) -> int | None:
@@ -195,13 +197,14 @@ def clean(include_live: bool = False) -> CleanupReport:
 
 
 def main(argv: list[str] | None = None, prog: str = "p4ina clean") -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--include-live", action="store_true", help="also tear down runs whose runner is still alive")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
     if os.geteuid() != 0:
         print("python -m emulation.cleanup: needs root (it deletes interfaces and stops processes)", file=sys.stderr)
         return 1
@@ -209,10 +212,15 @@ def main(argv: list[str] | None = None, prog: str = "p4ina clean") -> int:
     if args.json:
         print(json.dumps(asdict(report)))
     else:
-        print(f"cleaned {len(report.runs)} run(s) {report.runs or ''}: {report.processes} process(es) stopped, "
-              f"{len(report.interfaces)} interface(s) deleted"
-              + (f"; left running: {report.skipped_live} (their runner is alive; --include-live to stop them)"
-                 if report.skipped_live else ""))
+        print(
+            f"cleaned {len(report.runs)} run(s) {report.runs or ''}: {report.processes} process(es) stopped, "
+            f"{len(report.interfaces)} interface(s) deleted"
+            + (
+                f"; left running: {report.skipped_live} (their runner is alive; --include-live to stop them)"
+                if report.skipped_live
+                else ""
+            )
+        )
     return 0
 
 

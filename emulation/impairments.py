@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from emulation.commands import NetnsError
 
+
 def add_random_loss(run: Callable[..., str], dev: str, fraction: float, sink: str) -> str:
     """Drop `fraction` of the packets leaving `dev` at random, with `run(*cmd)` executing in dev's namespace.
 
@@ -31,8 +32,23 @@ def add_random_loss(run: Callable[..., str], dev: str, fraction: float, sink: st
     run("ip", "link", "add", sink, "type", "veth", "peer", "name", f"{sink[:13]}p")
     program = bpf_loss_program(fraction)
     run("tc", "qdisc", "add", "dev", dev, "clsact")
-    run("tc", "filter", "add", "dev", dev, "egress", "bpf", "bytecode", program,
-        "action", "mirred", "egress", "redirect", "dev", sink)
+    run(
+        "tc",
+        "filter",
+        "add",
+        "dev",
+        dev,
+        "egress",
+        "bpf",
+        "bytecode",
+        program,
+        "action",
+        "mirred",
+        "egress",
+        "redirect",
+        "dev",
+        sink,
+    )
     return "tc-bpf"
 
 
@@ -57,8 +73,25 @@ def set_bpf_loss(run: Callable[..., str], dev: str, fraction: float, sink: str, 
     else:
         _del_filter(run, dev, LOSS_PREF)
     if fraction > 0:
-        run("tc", "filter", "add", "dev", dev, "egress", "pref", str(LOSS_PREF), "bpf", "bytecode",
-            bpf_loss_program(fraction), "action", "mirred", "egress", "redirect", "dev", sink)
+        run(
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            dev,
+            "egress",
+            "pref",
+            str(LOSS_PREF),
+            "bpf",
+            "bytecode",
+            bpf_loss_program(fraction),
+            "action",
+            "mirred",
+            "egress",
+            "redirect",
+            "dev",
+            sink,
+        )
 
 
 # clsact egress filters run by preference: loss first (a lost packet is neither duplicated nor held), then
@@ -92,8 +125,25 @@ def set_bpf_dup(run: Callable[..., str], dev: str, fraction: float) -> None:
         raise ValueError(f"duplication fraction must be in [0, 1), got {fraction}")
     _del_filter(run, dev, DUP_PREF)
     if fraction > 0:
-        run("tc", "filter", "add", "dev", dev, "egress", "pref", str(DUP_PREF), "bpf", "bytecode",
-            bpf_loss_program(fraction), "action", "mirred", "egress", "mirror", "dev", dev)
+        run(
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            dev,
+            "egress",
+            "pref",
+            str(DUP_PREF),
+            "bpf",
+            "bytecode",
+            bpf_loss_program(fraction),
+            "action",
+            "mirred",
+            "egress",
+            "mirror",
+            "dev",
+            dev,
+        )
 
 
 def reorder_classes(rate_bps: float, fraction: float, queue_pkts: int) -> list[list[str]]:
@@ -111,20 +161,105 @@ def reorder_classes(rate_bps: float, fraction: float, queue_pkts: int) -> list[l
     slow = max(8000, int(4 * fraction * rate_bps))
     fast = int(round(rate_bps))
     return [
-        ["tc", "class", "add", "dev", "{dev}", "parent", "5:1", "classid", IN_ORDER_CLASS, "htb", "rate", f"{fast}bit",
-         "ceil", f"{fast}bit", "burst", "1514", "cburst", "1514", "quantum", "1514", "prio", "0"],
-        ["tc", "qdisc", "add", "dev", "{dev}", "parent", IN_ORDER_CLASS, "handle", "11:", "pfifo", "limit", str(queue_pkts)],
-        ["tc", "class", "add", "dev", "{dev}", "parent", "5:1", "classid", REORDER_CLASS, "htb", "rate", f"{slow}bit",
-         "ceil", f"{slow}bit", "burst", "1", "cburst", "1", "quantum", "1514", "prio", "7"],
-        ["tc", "qdisc", "add", "dev", "{dev}", "parent", REORDER_CLASS, "handle", "12:", "pfifo", "limit", str(queue_pkts)],
+        [
+            "tc",
+            "class",
+            "add",
+            "dev",
+            "{dev}",
+            "parent",
+            "5:1",
+            "classid",
+            IN_ORDER_CLASS,
+            "htb",
+            "rate",
+            f"{fast}bit",
+            "ceil",
+            f"{fast}bit",
+            "burst",
+            "1514",
+            "cburst",
+            "1514",
+            "quantum",
+            "1514",
+            "prio",
+            "0",
+        ],
+        [
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            "{dev}",
+            "parent",
+            IN_ORDER_CLASS,
+            "handle",
+            "11:",
+            "pfifo",
+            "limit",
+            str(queue_pkts),
+        ],
+        [
+            "tc",
+            "class",
+            "add",
+            "dev",
+            "{dev}",
+            "parent",
+            "5:1",
+            "classid",
+            REORDER_CLASS,
+            "htb",
+            "rate",
+            f"{slow}bit",
+            "ceil",
+            f"{slow}bit",
+            "burst",
+            "1",
+            "cburst",
+            "1",
+            "quantum",
+            "1514",
+            "prio",
+            "7",
+        ],
+        [
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            "{dev}",
+            "parent",
+            REORDER_CLASS,
+            "handle",
+            "12:",
+            "pfifo",
+            "limit",
+            str(queue_pkts),
+        ],
         # HTB's default class cannot change, and 5:1 is no leaf now: a catch-all filter after the reorder one
-        ["tc", "filter", "add", "dev", "{dev}", "parent", "5:", "pref", str(IN_ORDER_PREF), "bpf", "bytecode",
-         "1,6 0 0 4294967295", "flowid", IN_ORDER_CLASS],
+        [
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            "{dev}",
+            "parent",
+            "5:",
+            "pref",
+            str(IN_ORDER_PREF),
+            "bpf",
+            "bytecode",
+            "1,6 0 0 4294967295",
+            "flowid",
+            IN_ORDER_CLASS,
+        ],
     ]
 
 
-def set_reorder(run: Callable[..., str], dev: str, fraction: float, rate_bps: float, queue_pkts: int,
-                split: bool) -> bool:
+def set_reorder(
+    run: Callable[..., str], dev: str, fraction: float, rate_bps: float, queue_pkts: int, split: bool
+) -> bool:
     """Hold back `fraction` of the packets leaving `dev` behind later ones, while traffic flows; 0 puts the link
     back as emulation.shaping made it. Returns whether the link's class is split now (pass it back next time).
 
@@ -143,13 +278,40 @@ def set_reorder(run: Callable[..., str], dev: str, fraction: float, rate_bps: fl
             for classid in (REORDER_CLASS, IN_ORDER_CLASS):
                 run("tc", "class", "del", "dev", dev, "classid", classid)
             # HTB makes a class whose last child went a leaf again, with a default queue: ours back
-            run("tc", "qdisc", "replace", "dev", dev, "parent", "5:1", "handle", "10:", "pfifo", "limit", str(queue_pkts))
+            run(
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                dev,
+                "parent",
+                "5:1",
+                "handle",
+                "10:",
+                "pfifo",
+                "limit",
+                str(queue_pkts),
+            )
         return False
     if not split:
         for cmd in reorder_classes(rate_bps, max(fraction, 0.01), queue_pkts):
             run(*[dev if w == "{dev}" else w for w in cmd])
-    run("tc", "filter", "add", "dev", dev, "parent", "5:", "pref", str(REORDER_PREF), "bpf", "bytecode",
-        bpf_loss_program(fraction), "flowid", REORDER_CLASS)
+    run(
+        "tc",
+        "filter",
+        "add",
+        "dev",
+        dev,
+        "parent",
+        "5:",
+        "pref",
+        str(REORDER_PREF),
+        "bpf",
+        "bytecode",
+        bpf_loss_program(fraction),
+        "flowid",
+        REORDER_CLASS,
+    )
     return True
 
 

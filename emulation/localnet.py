@@ -53,7 +53,9 @@ def _wait_ready(addr: str, proc: subprocess.Popen, timeout: float, log: Path) ->
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise LocalNetError(f"simple_switch_grpc for {addr} exited with {proc.returncode}: {log.read_text()[-400:]}")
+            raise LocalNetError(
+                f"simple_switch_grpc for {addr} exited with {proc.returncode}: {log.read_text()[-400:]}"
+            )
         with grpc.insecure_channel(addr) as ch:
             try:
                 grpc.channel_ready_future(ch).result(timeout=0.5)
@@ -64,7 +66,9 @@ def _wait_ready(addr: str, proc: subprocess.Popen, timeout: float, log: Path) ->
 
 
 @contextlib.contextmanager
-def bmv2_switches(topo: Topology, workdir: Path, timeout: float = 30.0) -> Iterator[tuple[Topology, dict[str, subprocess.Popen]]]:
+def bmv2_switches(
+    topo: Topology, workdir: Path, timeout: float = 30.0
+) -> Iterator[tuple[Topology, dict[str, subprocess.Popen]]]:
     """Start simple_switch_grpc --no-p4 (no interfaces) per switch on 127.0.0.1; stopped by PID."""
     exe = shutil.which("simple_switch_grpc")
     if exe is None:
@@ -107,12 +111,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m emulation.localne
     from controller.topospec import load_topology
     from softswitch.runtime import heap
 
-    ap = argparse.ArgumentParser(prog=prog, description="Start an embedded switch (P4Runtime on 127.0.0.1, no ports) for every switch of a topology and write the topology JSON with their addresses.")
+    ap = argparse.ArgumentParser(
+        prog=prog,
+        description="Start an embedded switch (P4Runtime on 127.0.0.1, no ports) for every switch of a topology and write the topology JSON with their addresses.",
+    )
     ap.add_argument("topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON")
-    ap.add_argument("out", type=Path, help="where to write the topology JSON with grpc_addr filled in (written once all listen)")
+    ap.add_argument(
+        "out", type=Path, help="where to write the topology JSON with grpc_addr filled in (written once all listen)"
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with embedded_switches(load_topology(args.topology)) as (topo, running):

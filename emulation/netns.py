@@ -44,8 +44,25 @@ class NetnsLab:
 
     def veth(self, ns_a: str, name_a: str, ns_b: str, name_b: str, *, mtu: int = 1500) -> None:
         """A veth pair straight into two namespaces (names only need be unique within each)."""
-        sh("ip", "link", "add", name_a, "netns", ns_a, "mtu", str(mtu), "type", "veth",
-           "peer", "name", name_b, "netns", ns_b, "mtu", str(mtu))
+        sh(
+            "ip",
+            "link",
+            "add",
+            name_a,
+            "netns",
+            ns_a,
+            "mtu",
+            str(mtu),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            name_b,
+            "netns",
+            ns_b,
+            "mtu",
+            str(mtu),
+        )
         for ns, name in ((ns_a, name_a), (ns_b, name_b)):
             self.run(ns, "ip", "link", "set", name, "up")
             # No IPv6 chatter (router solicitations, DAD) on links that only carry our traffic.

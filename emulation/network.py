@@ -36,11 +36,20 @@ logging.setLoggerClass(logging.Logger)
 
 from controller.topology import Topology, link_key
 from emulation import cleanup
-from emulation.nodes import BACKENDS, IFACE_PREFIX, SWITCH_CLASSES, P4Switch, default_backend, port_iface, stop_process, wait_ready
-from emulation.shaping import LinkShape
-from emulation.topo import ModelTopo
 from emulation.commands import NetnsError, sh
 from emulation.impairments import add_random_loss, set_bpf_dup, set_bpf_loss, set_reorder, tc_counts
+from emulation.nodes import (
+    BACKENDS,
+    IFACE_PREFIX,
+    SWITCH_CLASSES,
+    P4Switch,
+    default_backend,
+    port_iface,
+    stop_process,
+    wait_ready,
+)
+from emulation.shaping import LinkShape
+from emulation.topo import ModelTopo
 
 LOG = logging.getLogger(__name__)
 
@@ -98,8 +107,10 @@ class EmulatedNetwork:
             why = netem_missing()
             if why and self.config.shape.delay_ms:
                 if self.config.backend != "embedded":
-                    raise NetworkError(f"link delay needs tc's netem qdisc, which this kernel lacks ({why}), or the "
-                                       "embedded switch's delay stage: run with --switch embedded, or without --delay")
+                    raise NetworkError(
+                        f"link delay needs tc's netem qdisc, which this kernel lacks ({why}), or the "
+                        "embedded switch's delay stage: run with --switch embedded, or without --delay"
+                    )
                 # Without netem, the embedded switches hold frames for the links' delay (softswitch.delayline).
                 self._switch_delay = True
             # Without netem, loss comes from a tc BPF filter on both ends of every link instead.
@@ -126,8 +137,16 @@ class EmulatedNetwork:
         setLogLevel(os.environ.get("P4INA_MININET_LOG", "critical"))
         tag = self.tag
         topo = ModelTopo(self.model, cls, opts, lambda sw, dev, port: port_iface(tag, sw, dev, port))
-        self.net = Mininet(topo=topo, host=QuietHost, link=Link, controller=None, build=False,
-                           autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        self.net = Mininet(
+            topo=topo,
+            host=QuietHost,
+            link=Link,
+            controller=None,
+            build=False,
+            autoSetMacs=False,
+            autoStaticArp=False,
+            waitConnected=False,
+        )
         try:
             self.net.build()
         finally:  # whatever was made before a failure is recorded, so a crash leaves nothing unknown
@@ -185,16 +204,31 @@ class EmulatedNetwork:
                 if netem:
                     parent = ["parent", "5:1", "handle", "10:"] if shaping is not None else ["root", "handle", "10:"]
                     verb = "replace" if shaping is not None else "add"
-                    run("tc", "qdisc", verb, "dev", intf.name, *parent, "netem", *netem,
-                        "limit", str(shape.max_queue or 1000))
-        LOG.info("links shaped: %s Mbit/s (HTB, one-frame burst)%s", shape.bw_mbps or "unlimited",
-                 f", netem {' '.join(netem)}" if netem else "")
+                    run(
+                        "tc",
+                        "qdisc",
+                        verb,
+                        "dev",
+                        intf.name,
+                        *parent,
+                        "netem",
+                        *netem,
+                        "limit",
+                        str(shape.max_queue or 1000),
+                    )
+        LOG.info(
+            "links shaped: %s Mbit/s (HTB, one-frame burst)%s",
+            shape.bw_mbps or "unlimited",
+            f", netem {' '.join(netem)}" if netem else "",
+        )
 
     def shaping_report(self) -> dict[str, Any]:
         """What tc says one link is shaped to (as applied, read back), for the results' config."""
         shaping = self.config.shape.shaping()
-        out: dict[str, Any] = {"rate_bps": shaping.rate_bps if shaping else None,
-                               "burst_bytes": shaping.burst_bytes if shaping else None}
+        out: dict[str, Any] = {
+            "rate_bps": shaping.rate_bps if shaping else None,
+            "burst_bytes": shaping.burst_bytes if shaping else None,
+        }
         if shaping and self._link_names:
             from emulation.shaping import read_class_config
 
@@ -245,8 +279,11 @@ class EmulatedNetwork:
                 if run is sh:
                     self._loss_sinks.append(sink)
                 add_random_loss(run, intf.name, fraction, sink=sink)
-        LOG.info("%.2f%% random loss on both ends of %d links (tc BPF filter; this kernel has no netem)",
-                 fraction * 100, len(self.net.links))
+        LOG.info(
+            "%.2f%% random loss on both ends of %d links (tc BPF filter; this kernel has no netem)",
+            fraction * 100,
+            len(self.net.links),
+        )
 
     def set_loss(self, fraction: float) -> None:
         """Random loss on both ends of every link from now on (0: none), while traffic flows (a loss sweep).
@@ -282,8 +319,10 @@ class EmulatedNetwork:
         assert self.net is not None
         shaping = self.config.shape.shaping()
         if shaping is None:
-            raise NetworkError("duplication and reordering need shaped links (a bandwidth): the held-back packets "
-                               "wait in a second HTB class of each link")
+            raise NetworkError(
+                "duplication and reordering need shaped links (a bandwidth): the held-back packets "
+                "wait in a second HTB class of each link"
+            )
         for name, value in (("duplication", dup), ("reorder", reorder)):
             if not 0.0 <= value < 1.0:
                 raise NetworkError(f"{name} fraction {value}: need 0 <= fraction < 1")
@@ -294,8 +333,12 @@ class EmulatedNetwork:
             set_bpf_dup(run, dev, dup)
             split = set_reorder(run, dev, reorder, shaping.rate_bps, shaping.queue_pkts, split=self._reorder_split)
         self._reorder_split = split  # 0 puts every link's HTB class back as it was
-        LOG.info("%.2f%% duplicated, %.2f%% held back on both ends of %d links", dup * 100, reorder * 100,
-                 len(self.net.links))
+        LOG.info(
+            "%.2f%% duplicated, %.2f%% held back on both ends of %d links",
+            dup * 100,
+            reorder * 100,
+            len(self.net.links),
+        )
 
     def dup_reorder_counts(self) -> dict[str, int]:
         """Packets copied and held back on all link ends so far (tc's counters; zero before set_dup_reorder)."""
@@ -370,8 +413,11 @@ class EmulatedNetwork:
         for h in self.model.hosts:
             node = self.net.get(h.name)
             intf = node.defaultIntf().name
-            entries = [f"ip neigh replace {o.ip} lladdr {o.mac} dev {intf} nud permanent"
-                       for o in self.model.hosts if o.name != h.name]
+            entries = [
+                f"ip neigh replace {o.ip} lladdr {o.mac} dev {intf} nud permanent"
+                for o in self.model.hosts
+                if o.name != h.name
+            ]
             if entries:
                 out = node.cmd(" && ".join(entries) + " && echo ok")
                 if "ok" not in out:
@@ -398,7 +444,9 @@ class EmulatedNetwork:
                 cleanup.clean_record(self.record, report)  # anything still alive in our namespaces
                 cleanup.delete_interfaces({self.tag}, set(), report)
             if report.processes or report.interfaces:
-                LOG.warning("teardown removed %d leftover process(es) and interfaces %s", report.processes, report.interfaces)
+                LOG.warning(
+                    "teardown removed %d leftover process(es) and interfaces %s", report.processes, report.interfaces
+                )
 
     def _stop_switches(self, grace_s: float = 5.0) -> None:
         """SIGTERM every switch process at once, then wait (and SIGKILL the stubborn), by PID."""
@@ -464,10 +512,16 @@ def netem_missing() -> str | None:
     ns = f"p4ina-netem-{os.getpid()}"
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-        subprocess.run(["ip", "-n", ns, "link", "add", "p4ina-probe0", "type", "veth", "peer", "name", "p4ina-probe1"],
-                       check=True, capture_output=True)
-        done = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "p4ina-probe0", "root", "netem",
-                               "delay", "1ms"], capture_output=True, text=True)
+        subprocess.run(
+            ["ip", "-n", ns, "link", "add", "p4ina-probe0", "type", "veth", "peer", "name", "p4ina-probe1"],
+            check=True,
+            capture_output=True,
+        )
+        done = subprocess.run(
+            ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "p4ina-probe0", "root", "netem", "delay", "1ms"],
+            capture_output=True,
+            text=True,
+        )
         return None if done.returncode == 0 else (done.stderr.strip() or f"tc exited with {done.returncode}")
     except subprocess.CalledProcessError as ex:
         return f"cannot probe: {ex.stderr.decode(errors='replace').strip() if ex.stderr else ex}"

@@ -127,8 +127,16 @@ class P4Switch(Switch):
 
     backend = ""
 
-    def __init__(self, name: str, device_id: int = 1, run_dir: str = "/tmp", tag: str = "00",
-                 log_level: str = "warn", delay_ms: float = 0.0, **params: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        device_id: int = 1,
+        run_dir: str = "/tmp",
+        tag: str = "00",
+        log_level: str = "warn",
+        delay_ms: float = 0.0,
+        **params: Any,
+    ) -> None:
         self.device_id = device_id
         self.delay_ms = delay_ms  # links' propagation delay, held in the switch (softswitch.runtime.delayline)
         self.run_dir = Path(run_dir)
@@ -150,13 +158,14 @@ class P4Switch(Switch):
     def command(self) -> list[str]:
         raise NotImplementedError
 
-    def start(self, controllers: list[Any]) -> None:  # noqa: ARG002 (P4Runtime, not OpenFlow)
+    def start(self, controllers: list[Any]) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cmd = self.command()
         LOG.debug("%s: %s", self.name, " ".join(cmd))
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)  # Ctrl-C reaches the runner, which stops us in order
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )  # Ctrl-C reaches the runner, which stops us in order
 
     def is_ready(self) -> bool:
         return self.grpc_port is not None and port_listening(self.grpc_port)
@@ -224,9 +233,23 @@ class EmbeddedSwitch(P4Switch):
     def command(self) -> list[str]:
         self.ready_file.unlink(missing_ok=True)
         engine = ["--engine", self.engine] if self.engine else []
-        return [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id),
-                *_port_args(self), *_delay_args(self), "--grpc-server-addr", "127.0.0.1:0",
-                "--ready-file", str(self.ready_file), "--log-level", self.log_level, *engine, "--no-p4"]
+        return [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "--device-id",
+            str(self.device_id),
+            *_port_args(self),
+            *_delay_args(self),
+            "--grpc-server-addr",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(self.ready_file),
+            "--log-level",
+            self.log_level,
+            *engine,
+            "--no-p4",
+        ]
 
     def is_ready(self) -> bool:
         if self.grpc_port is None:
@@ -250,8 +273,19 @@ class Bmv2Switch(P4Switch):
         self.grpc_port = free_tcp_port()
         # a BMv2 built with Thrift listens on 9090 unless told otherwise, which twenty switches cannot share
         thrift = ["--thrift-port", str(free_tcp_port())] if _bmv2_has_thrift(binary) else []
-        return [binary, "--device-id", str(self.device_id), *_port_args(self), *thrift,
-                "--log-level", self.log_level, "--no-p4", "--", "--grpc-server-addr", self.grpc_addr]
+        return [
+            binary,
+            "--device-id",
+            str(self.device_id),
+            *_port_args(self),
+            *thrift,
+            "--log-level",
+            self.log_level,
+            "--no-p4",
+            "--",
+            "--grpc-server-addr",
+            self.grpc_addr,
+        ]
 
 
 @functools.cache
@@ -276,7 +310,9 @@ def wait_ready(switches: list[P4Switch], timeout_s: float = 120.0, poll_s: float
             break
         if time.monotonic() - t0 > timeout_s:
             names = ", ".join(s.name for s in pending)
-            raise SwitchStartError(f"switches {names} did not open their gRPC port within {timeout_s:.0f} s; "
-                                   f"last log of {pending[0].name}:\n{pending[0].log_tail()}")
+            raise SwitchStartError(
+                f"switches {names} did not open their gRPC port within {timeout_s:.0f} s; "
+                f"last log of {pending[0].name}:\n{pending[0].log_tail()}"
+            )
         time.sleep(poll_s)
     return time.monotonic() - t0

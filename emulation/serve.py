@@ -25,17 +25,22 @@ LOG = logging.getLogger("emulation.serve")
 
 
 def main(argv: list[str] | None = None, prog: str = "p4ina serve") -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topology", default="fat-tree:4", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON")
     ap.add_argument("--switch", choices=BACKENDS, default=None, help="switch back end (default: embedded)")
     ap.add_argument("--bw", type=float, default=0.0, help="link rate in Mbit/s (0: unshaped)")
-    ap.add_argument("--topology-out", type=Path, default=Path("state/topology.json"),
-                    help="where to write the topology with gRPC addresses (default state/topology.json)")
+    ap.add_argument(
+        "--topology-out",
+        type=Path,
+        default=Path("state/topology.json"),
+        help="where to write the topology with gRPC addresses (default state/topology.json)",
+    )
     ap.add_argument("--run-dir", type=Path, default=Path("state/serve"), help="switch logs")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -47,13 +52,16 @@ def main(argv: list[str] | None = None, prog: str = "p4ina serve") -> int:
         args.topology_out.parent.mkdir(parents=True, exist_ok=True)
         net.topology.save(args.topology_out)
         hosts = ",".join(h.name for h in net.topology.hosts[:4])
-        print(f"network up: {len(net.topology.switches)} switches ({config.backend}), {len(net.topology.hosts)} hosts; "
-              f"topology with gRPC addresses in {args.topology_out}\n"
-              f"  p4ina pipeline push --topology {args.topology_out}\n"
-              f"  p4ina routes install\n"
-              f"  p4ina job install --job 7 --hosts {hosts} --quantize int8\n"
-              f"  p4ina job show --job 7; p4ina counters --job 7; p4ina verify\n"
-              f"Ctrl-C stops the network.", flush=True)
+        print(
+            f"network up: {len(net.topology.switches)} switches ({config.backend}), {len(net.topology.hosts)} hosts; "
+            f"topology with gRPC addresses in {args.topology_out}\n"
+            f"  p4ina pipeline push --topology {args.topology_out}\n"
+            f"  p4ina routes install\n"
+            f"  p4ina job install --job 7 --hosts {hosts} --quantize int8\n"
+            f"  p4ina job show --job 7; p4ina counters --job 7; p4ina verify\n"
+            f"Ctrl-C stops the network.",
+            flush=True,
+        )
         stop.wait()
     print("network stopped", flush=True)
     return 0

@@ -70,7 +70,9 @@ class Shaping:
         if not 0 < self.rate_bps <= 100e9:
             raise ShapingError(f"rate {self.rate_bps} bit/s outside (0, 100 Gbit/s]")
         if self.burst_bytes < FRAME_BYTES:
-            raise ShapingError(f"burst {self.burst_bytes} B is smaller than one frame ({FRAME_BYTES} B): HTB would stall")
+            raise ShapingError(
+                f"burst {self.burst_bytes} B is smaller than one frame ({FRAME_BYTES} B): HTB would stall"
+            )
         if self.queue_pkts < 1:
             raise ShapingError(f"queue of {self.queue_pkts} packets")
 
@@ -85,9 +87,42 @@ class Shaping:
         burst = str(self.burst_bytes)
         return [
             ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "5:", "htb", "default", "1"],
-            ["tc", "class", "add", "dev", dev, "parent", "5:", "classid", "5:1", "htb", "rate", rate, "ceil", rate,
-             "burst", burst, "cburst", burst, "quantum", str(FRAME_BYTES)],
-            ["tc", "qdisc", "add", "dev", dev, "parent", "5:1", "handle", "10:", "pfifo", "limit", str(self.queue_pkts)],
+            [
+                "tc",
+                "class",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                "5:",
+                "classid",
+                "5:1",
+                "htb",
+                "rate",
+                rate,
+                "ceil",
+                rate,
+                "burst",
+                burst,
+                "cburst",
+                burst,
+                "quantum",
+                str(FRAME_BYTES),
+            ],
+            [
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                "5:1",
+                "handle",
+                "10:",
+                "pfifo",
+                "limit",
+                str(self.queue_pkts),
+            ],
         ]
 
     def apply(self, run: Callable[..., object], dev: str) -> None:

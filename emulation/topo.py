@@ -7,7 +7,6 @@ planner) reads `controller.topology.Topology`; this module only transcribes it.
 from __future__ import annotations
 
 import logging
-
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +28,13 @@ class ModelTopo(Topo):
     itself (emulation.shaping), since Mininet's TCLink gives HTB a burst worth 120 ms at 1 Mbit/s.
     """
 
-    def build(self, model: Topology, switch_cls: type, switch_opts: dict[str, Any],  # type: ignore[override]
-              iface: Callable[[str, int, int], str]) -> None:
+    def build(
+        self,
+        model: Topology,
+        switch_cls: type,
+        switch_opts: dict[str, Any],  # type: ignore[override]
+        iface: Callable[[str, int, int], str],
+    ) -> None:
         for sw in model.switches:
             self.addSwitch(sw.name, cls=switch_cls, device_id=sw.device_id, **switch_opts)
         for h in model.hosts:
@@ -41,5 +45,11 @@ class ModelTopo(Topo):
             self.addLink(h.name, h.switch, port1=0, port2=h.port, intfName2=iface(h.switch, dev, h.port))
         for ln in model.links:
             a, b = model.switch(ln.a), model.switch(ln.b)
-            self.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port, intfName1=iface(a.name, a.device_id, ln.a_port),
-                         intfName2=iface(b.name, b.device_id, ln.b_port))
+            self.addLink(
+                ln.a,
+                ln.b,
+                port1=ln.a_port,
+                port2=ln.b_port,
+                intfName1=iface(a.name, a.device_id, ln.a_port),
+                intfName2=iface(b.name, b.device_id, ln.b_port),
+            )

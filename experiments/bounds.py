@@ -48,8 +48,11 @@ BOUND_SLACK = 1.15  # measured / bound at most this: the bound explains the meas
 CPU_BUSY = 0.6  # a switch process or host agent busy this share of the time ...
 MACHINE_BUSY = 0.85  # ... or all cores together: the point measured the CPUs
 
-ELEM_OF_LANES = {"int32": AGG.elem_types["ELEM_INT32"], "int16": AGG.elem_types["ELEM_INT16"],
-                 "int8": AGG.elem_types["ELEM_INT8"]}
+ELEM_OF_LANES = {
+    "int32": AGG.elem_types["ELEM_INT32"],
+    "int16": AGG.elem_types["ELEM_INT16"],
+    "int8": AGG.elem_types["ELEM_INT8"],
+}
 
 
 def wire_time(nbytes: int, rate_bps: float, credit_bytes: int = 0) -> float:
@@ -77,8 +80,9 @@ def tree_height(plan: JobPlan) -> int:
     return 1 + max(depth(sp.switch) for sp in plan.switches if any(c.node in members for c in sp.children))
 
 
-def inc_path(method: Method, *, elements: int, height: int, slots: int, delay_s: float,
-             exponent_rounds: bool = True) -> float:
+def inc_path(
+    method: Method, *, elements: int, height: int, slots: int, delay_s: float, exponent_rounds: bool = True
+) -> float:
     """The busiest slot's rounds (its exponent round, unless speculated, then its data rounds), each up `height`
     links and back down."""
     chunks = max(1, -(-elements // AGG.num_lanes))
@@ -97,8 +101,9 @@ def ring_path(method: Method, *, elements: int, hops: Sequence[int], delay_s: fl
     return max(chains) * delay_s
 
 
-def hier_path(method: Method, *, elements: int, member_hops: Sequence[int], ring_hops: Sequence[int],
-              delay_s: float) -> float:
+def hier_path(
+    method: Method, *, elements: int, member_hops: Sequence[int], ring_hops: Sequence[int], delay_s: float
+) -> float:
     """A chunk from a member up to its leader, k ring hops, down to a member: the longest such chain.
 
     member_hops[g] = links between leader g and its farthest member (0 for a group of one); ring_hops[g]
@@ -139,9 +144,18 @@ def tree_path(method: Method, *, elements: int, depths: Sequence[int], delay_s: 
     return 2 * max(depths) * delay_s
 
 
-def path_bound(method: Method, *, elements: int, rate_bps: float | None, delay_s: float, plan: JobPlan | None = None,
-               slots: int = 0, topo: Topology | None = None, ring_order: Sequence[str] = (),
-               exponent_rounds: bool = True) -> float:
+def path_bound(
+    method: Method,
+    *,
+    elements: int,
+    rate_bps: float | None,
+    delay_s: float,
+    plan: JobPlan | None = None,
+    slots: int = 0,
+    topo: Topology | None = None,
+    ring_order: Sequence[str] = (),
+    exponent_rounds: bool = True,
+) -> float:
     """T_path of one all-reduce; NaN when the links have no delay (then nothing but software is on the path).
 
     ring_order: the job's hosts in topology order (hosts.ring.topology_order), which is the ring's
@@ -152,8 +166,14 @@ def path_bound(method: Method, *, elements: int, rate_bps: float | None, delay_s
     if method.in_network:
         if plan is None:
             raise ValueError(f"{method.name}: the path bound needs the job's tree")
-        return inc_path(method, elements=elements, height=tree_height(plan), slots=slots, delay_s=delay_s,
-                        exponent_rounds=exponent_rounds)
+        return inc_path(
+            method,
+            elements=elements,
+            height=tree_height(plan),
+            slots=slots,
+            delay_s=delay_s,
+            exponent_rounds=exponent_rounds,
+        )
     if topo is None or not ring_order:
         raise ValueError(f"{method.name}: the path bound needs the topology and the ring's order")
     dist = switch_distances(topo)
@@ -179,8 +199,15 @@ def path_bound(method: Method, *, elements: int, rate_bps: float | None, delay_s
     raise ValueError(f"{method.name}: no path bound for host methods of family {method.family!r}")
 
 
-def classify(latency_s: float, t_wire_s: float, t_path_s: float, *, switch_busy: float = math.nan,
-             agents_busy: float = math.nan, cores_busy: float = math.nan) -> str:
+def classify(
+    latency_s: float,
+    t_wire_s: float,
+    t_path_s: float,
+    *,
+    switch_busy: float = math.nan,
+    agents_busy: float = math.nan,
+    cores_busy: float = math.nan,
+) -> str:
     """'link', 'latency', 'cpu' or 'unexplained' (see the module docstring)."""
     if not math.isnan(t_wire_s) and t_wire_s > 0 and latency_s <= BOUND_SLACK * t_wire_s:
         return "link"
@@ -235,6 +262,7 @@ def tensor_copies(method: Method, hosts: int, group_size: int = 1) -> float:
 
 def bandwidth_speedup(method: Method, baseline: Method, hosts: int, group_size: int = 1) -> float:
     """Large-message speed-up the wire predicts: bytes per element times the copies on the busiest link."""
+
     def cost(m: Method) -> float:
         up, _down = wire_bytes_per_element(m)
         return up * tensor_copies(m, hosts, group_size)

@@ -49,8 +49,9 @@ def method_list(text: str) -> tuple[str, ...]:
     names = tuple(m.strip() for m in text.split(",") if m.strip())
     unknown = [m for m in names if m not in METHODS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown method(s) {', '.join(unknown) or '(none given)'}: "
-                                         f"choose from {','.join(METHODS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown method(s) {', '.join(unknown) or '(none given)'}: choose from {','.join(METHODS)}"
+        )
     return names
 
 
@@ -59,9 +60,13 @@ def add_fabric_options(ap: argparse.ArgumentParser, *, bw_default: float | None,
     topo = ap.add_mutually_exclusive_group()
     topo.add_argument("--k", type=int, help="fat-tree arity (default 4: 16 hosts, 20 switches)")
     topo.add_argument("--topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON (instead of --k)")
-    ap.add_argument("--switch", choices=(*BACKENDS, "auto"), default="embedded",
-                    help=f"switch back end (default embedded, so runs compare across machines; auto = bmv2 when "
-                         f"simple_switch_grpc is installed, here {default_backend()})")
+    ap.add_argument(
+        "--switch",
+        choices=(*BACKENDS, "auto"),
+        default="embedded",
+        help=f"switch back end (default embedded, so runs compare across machines; auto = bmv2 when "
+        f"simple_switch_grpc is installed, here {default_backend()})",
+    )
     ap.add_argument("--bw", type=float, default=bw_default, help=bw_help)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("results"), help="parent of the results folder (default results/)")
@@ -79,8 +84,11 @@ def backend_of(args: argparse.Namespace) -> str:
 
 
 def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
 def needs_root(prog: str) -> bool:

@@ -54,12 +54,22 @@ PRESETS: dict[str, Preset] = {
     # 23-29 ms of start and exponent round against 130-194 ms for int8 and int16), so at 1K no point and at 16K
     # not every point is link-bound (results/2026-12-05_120956_..._sweep: 38 of 63, all 21 at 128K). Small
     # all-reduces are the latency preset's question, asked with a delay that dominates those costs.
-    "bandwidth": Preset("large all-reduces where the links' rate sets the pace", DEFAULT_HOST_COUNTS, (131072,),
-                        ALL_METHODS, DEFAULT_BW_MBPS),
+    "bandwidth": Preset(
+        "large all-reduces where the links' rate sets the pace",
+        DEFAULT_HOST_COUNTS,
+        (131072,),
+        ALL_METHODS,
+        DEFAULT_BW_MBPS,
+    ),
     # The bandwidth preset with small sizes as well (about 9 minutes): the calibration input of `p4ina simulate
     # --calibrate` (tests/simulation/data/emulation-k4), where the small points fit the model's per-packet costs.
-    "sweep": Preset("the bandwidth preset at 1K, 16K and 128K elements (the simulator's calibration input)",
-                    DEFAULT_HOST_COUNTS, DEFAULT_SIZES, ALL_METHODS, DEFAULT_BW_MBPS),
+    "sweep": Preset(
+        "the bandwidth preset at 1K, 16K and 128K elements (the simulator's calibration input)",
+        DEFAULT_HOST_COUNTS,
+        DEFAULT_SIZES,
+        ALL_METHODS,
+        DEFAULT_BW_MBPS,
+    ),
     # small all-reduces over links whose propagation delay dwarfs a software hop and a frame's serialization
     # (87 us for a full int32 frame at 100 Mbit/s, paid again at every store-and-forward hop, which T_path does
     # not count): the O(log N) methods against the ring's 2(N-1) steps. The delay: after the barrier's release
@@ -71,8 +81,9 @@ PRESETS: dict[str, Preset] = {
     # link 1.13-1.16x: the agents' start and finish on 2 cores, about 30 ms, not the path. At 100 ms per link
     # (a 600 ms path) those 30 ms are about 5%; one size (1K: 4 chunks, the issue's point) keeps the preset
     # under 5 minutes.
-    "latency": Preset("small all-reduces where each hop's delay sets the pace", (16,), (1024,), ALL_METHODS,
-                      100.0, delay_ms=100.0),
+    "latency": Preset(
+        "small all-reduces where each hop's delay sets the pace", (16,), (1024,), ALL_METHODS, 100.0, delay_ms=100.0
+    ),
 }
 
 
@@ -100,7 +111,9 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         if not self.host_counts or any(n < 2 for n in self.host_counts):
-            raise ConfigError(f"host counts {self.host_counts}: each must be >= 2 (an all-reduce of one host is a copy)")
+            raise ConfigError(
+                f"host counts {self.host_counts}: each must be >= 2 (an all-reduce of one host is a copy)"
+            )
         if not self.sizes or any(s < 1 for s in self.sizes):
             raise ConfigError(f"sizes {self.sizes}: each must be >= 1 element")
         bad = [m for m in self.methods if m not in METHODS]

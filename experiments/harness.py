@@ -36,10 +36,10 @@ from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, Controller
 from controller.planner import JobPlan
 from controller.state import State
 from controller.topology import Topology
-from experiments import bounds
-from experiments.config import ConfigError, ExperimentConfig, Sample
 from emulation.network import EmulatedNetwork, NetworkConfig
 from emulation.nodes import BMV2_BINARY, proc_cpu_seconds, reap
+from experiments import bounds
+from experiments.config import ConfigError, ExperimentConfig, Sample
 from hosts import clock
 from hosts.coordination import CoordinatorServer
 from hosts.methods import METHODS, Method
@@ -105,7 +105,9 @@ class Snapshot:
     links: dict[str, tuple[int, int]]
     switch_cpu: dict[str, float]
     agent_cpu: dict[int, float]
-    machine: tuple[int, int, int, int]  # busy, total, kernel (system, irq, softirq) and irq + softirq jiffies of all cores
+    machine: tuple[
+        int, int, int, int
+    ]  # busy, total, kernel (system, irq, softirq) and irq + softirq jiffies of all cores
     ours: float  # CPU seconds of our switch and agent processes and of this runner
     frames: dict[str, tuple[int, int]] = field(default_factory=dict)  # as links, in frames
 
@@ -156,8 +158,7 @@ class Step:
     def exact(self) -> bool:
         ok = [r for r in self.reports.values() if "error" not in r]
         checker = self.reports.get(0, {})
-        return (len(ok) == self.n and len({r["digest"] for r in ok}) == 1
-                and checker.get("max_abs_error") == 0.0)
+        return len(ok) == self.n and len({r["digest"] for r in ok}) == 1 and checker.get("max_abs_error") == 0.0
 
     @property
     def latency_s(self) -> float:
@@ -170,7 +171,6 @@ class Step:
         return max((float(r["t_done"]) for r in self.reports.values() if "t_done" in r), default=float("nan"))
 
 
-
 class StepFailed(RuntimeError):
     """A step ended without every agent's report; the agents may be stuck, so this host count stops."""
 
@@ -178,7 +178,9 @@ class StepFailed(RuntimeError):
 class Runner:
     """One experiment on one running network and controller."""
 
-    def __init__(self, config: ExperimentConfig, net: EmulatedNetwork, ctl: Controller, log_dir: Path, sock_dir: Path) -> None:
+    def __init__(
+        self, config: ExperimentConfig, net: EmulatedNetwork, ctl: Controller, log_dir: Path, sock_dir: Path
+    ) -> None:
         self.config = config
         self.net = net
         self.ctl = ctl
@@ -205,8 +207,15 @@ class Runner:
         switch_cpu = self.net.switch_cpu_seconds()
         agent_cpu = {p.pid: c for _h, p in self._agents if (c := proc_cpu_seconds(p.pid)) is not None}
         runner = proc_cpu_seconds(os.getpid()) or 0.0  # the coordinator's barriers and these snapshots
-        return Snapshot(clock.now(), self.net.link_bytes(), switch_cpu, agent_cpu, machine_jiffies(),
-                        sum(switch_cpu.values()) + sum(agent_cpu.values()) + runner, self.net.link_frames())
+        return Snapshot(
+            clock.now(),
+            self.net.link_bytes(),
+            switch_cpu,
+            agent_cpu,
+            machine_jiffies(),
+            sum(switch_cpu.values()) + sum(agent_cpu.values()) + runner,
+            self.net.link_frames(),
+        )
 
     def _on_release(self, tag: str) -> None:
         snap = self.snapshot()
@@ -226,8 +235,13 @@ class Runner:
                     best, where = nbytes, name
             if peer in members:
                 up, down = max(up, rx1 - rx0), max(down, tx1 - tx0)
-        out.update(wire_bytes=best, wire_link=where, host_up_bytes=up, host_down_bytes=down,
-                   t_wire_s=bounds.wire_time(best, self.rate_bps, self.credit_bytes))
+        out.update(
+            wire_bytes=best,
+            wire_link=where,
+            host_up_bytes=up,
+            host_down_bytes=down,
+            t_wire_s=bounds.wire_time(best, self.rate_bps, self.credit_bytes),
+        )
         dt = max(after.t - before.t, 1e-9)
         busy = {k: (after.switch_cpu[k] - before.switch_cpu.get(k, after.switch_cpu[k])) / dt for k in after.switch_cpu}
         if busy:
@@ -278,11 +292,29 @@ class Runner:
                 continue
             plan = self.ctl.install_job(JOB_IDS[name], hosts, m.quantize, slots=self.config.slots, contrib=m.lanes)
             spec = plan.spec
-            out[name] = (plan, {"job_id": plan.job_id, "slots": spec.slots, "contrib_type": spec.contrib_type,
-                                "result_type": spec.result_type, "shift": spec.shift, "timeout_s": self.tmo["inc"],
-                                "install": self.step, "error_lsb": plan.error_lsb, "q_limit": plan.q_limit})
-            LOG.info("job %d (%s) on %d hosts: root %s, %d switches, shift %d", plan.job_id, name, len(hosts),
-                     plan.root, len(plan.switches), spec.shift)
+            out[name] = (
+                plan,
+                {
+                    "job_id": plan.job_id,
+                    "slots": spec.slots,
+                    "contrib_type": spec.contrib_type,
+                    "result_type": spec.result_type,
+                    "shift": spec.shift,
+                    "timeout_s": self.tmo["inc"],
+                    "install": self.step,
+                    "error_lsb": plan.error_lsb,
+                    "q_limit": plan.q_limit,
+                },
+            )
+            LOG.info(
+                "job %d (%s) on %d hosts: root %s, %d switches, shift %d",
+                plan.job_id,
+                name,
+                len(hosts),
+                plan.root,
+                len(plan.switches),
+                spec.shift,
+            )
         return out
 
     def remove_jobs(self) -> None:
@@ -293,8 +325,9 @@ class Runner:
     def agents(self, hosts: tuple[str, ...], tag: str) -> Iterator[CoordinatorServer]:
         """One agent per host, driven by a coordinator on a Unix socket; all stopped (by PID) on the way out."""
         sock = self.sock_dir / f"{tag}.sock"
-        server = CoordinatorServer(f"unix:{sock}", len(hosts), timeout_s=600, on_release=self._on_release,
-                                   decide=self.decide, ask=self.ask)
+        server = CoordinatorServer(
+            f"unix:{sock}", len(hosts), timeout_s=600, on_release=self._on_release, decide=self.decide, ask=self.ask
+        )
         server._server.handle_error = lambda _r, _a: LOG.debug("coordinator connection error", exc_info=True)  # noqa: SLF001
         server.start()
         peers = ",".join(self.model.host(h).ip for h in hosts)
@@ -302,8 +335,24 @@ class Runner:
         self._agents = []
         try:
             for rank, h in enumerate(hosts):
-                cmd = [sys.executable, "-m", "hosts", "agent", "--rank", str(rank), "--workers", str(len(hosts)),
-                       "--coord", f"unix:{sock}", "--iface", self.net.host_iface(h), "--peers", peers, "--groups", groups]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "hosts",
+                    "agent",
+                    "--rank",
+                    str(rank),
+                    "--workers",
+                    str(len(hosts)),
+                    "--coord",
+                    f"unix:{sock}",
+                    "--iface",
+                    self.net.host_iface(h),
+                    "--peers",
+                    peers,
+                    "--groups",
+                    groups,
+                ]
                 self._agents.append((h, self.net.popen(h, cmd, log=self.log_dir / f"agent-{tag}-{h}.log")))
             yield server
         finally:
@@ -332,16 +381,31 @@ class Runner:
         wire = size * 4 * 2 * 8 / self.rate_bps if self.rate_bps else 0.0
         return self.config.step_timeout_s + 20 * wire
 
-    def run_step(self, server: CoordinatorServer, m: Method, hosts: tuple[str, ...], size: int, rep: int, order: int,
-                 job: dict[str, Any] | None, t_path: tuple[float, float]) -> list[Sample]:
+    def run_step(
+        self,
+        server: CoordinatorServer,
+        m: Method,
+        hosts: tuple[str, ...],
+        size: int,
+        rep: int,
+        order: int,
+        job: dict[str, Any] | None,
+        t_path: tuple[float, float],
+    ) -> list[Sample]:
         """One repetition on every host. t_path: the path bound with the exponent rounds and without them
         (an in-network worker that speculated its exponents, hosts.inc_worker)."""
         cfg = self.config
         self.step += 1
         step = self.step
-        cmd: dict[str, Any] = {"method": m.name, "size": size, "iteration": rep, "input": cfg.input_kind, "seed": cfg.seed,
-                               "checker": 0, "ring": {"window": cfg.ring_window,
-                                                      "timeout_s": self.tmo.get(m.family, self.tmo["ring"])}}
+        cmd: dict[str, Any] = {
+            "method": m.name,
+            "size": size,
+            "iteration": rep,
+            "input": cfg.input_kind,
+            "seed": cfg.seed,
+            "checker": 0,
+            "ring": {"window": cfg.ring_window, "timeout_s": self.tmo.get(m.family, self.tmo["ring"])},
+        }
         if job is not None:
             cmd["job"] = job
         server.post(step, cmd)
@@ -352,8 +416,18 @@ class Runner:
         rep_cols = self._figures(before, after, set(hosts)) if before is not None else {}
         rows = []
         for rank in range(n):
-            s = Sample(method=m.name, hosts=n, elements=size, rep=rep, warmup=rep < cfg.warmup, order=order, step=step,
-                       rank=rank, t_path_s=t_path[0], **rep_cols)
+            s = Sample(
+                method=m.name,
+                hosts=n,
+                elements=size,
+                rep=rep,
+                warmup=rep < cfg.warmup,
+                order=order,
+                step=step,
+                rank=rank,
+                t_path_s=t_path[0],
+                **rep_cols,
+            )
             r = reports.get(rank)
             if r is None:
                 s.error = "no report (agent died or the step timed out)"
@@ -366,8 +440,12 @@ class Runner:
             rows.append(s)
         if len(reports) < n:
             dead = [h for h, p in self._agents if p.poll() is not None]
-            raise StepFailed(f"{m.name}, {n} hosts, {size} elements, rep {rep}: {len(reports)} of {n} agents reported"
-                             + (f"; agents on {', '.join(dead)} exited" if dead else "") + f"; logs in {self.log_dir}", rows)
+            raise StepFailed(
+                f"{m.name}, {n} hosts, {size} elements, rep {rep}: {len(reports)} of {n} agents reported"
+                + (f"; agents on {', '.join(dead)} exited" if dead else "")
+                + f"; logs in {self.log_dir}",
+                rows,
+            )
         return rows
 
 
@@ -410,8 +488,10 @@ def push_pipeline(ctl: Controller, attempts: int = 2) -> None:
 def check_program() -> None:
     missing = [p for p in (DEFAULT_BMV2_JSON, DEFAULT_P4INFO) if not p.exists()]
     if missing:
-        raise ExperimentError(f"{', '.join(map(str, missing))} missing: the compiled P4 program is committed in p4/build; "
-                              "restore it (git checkout p4/build) or rebuild it with `make p4` (needs p4c)")
+        raise ExperimentError(
+            f"{', '.join(map(str, missing))} missing: the compiled P4 program is committed in p4/build; "
+            "restore it (git checkout p4/build) or rebuild it with `make p4` (needs p4c)"
+        )
 
 
 def results_dir(config: ExperimentConfig, when: datetime | None = None) -> Path:
@@ -421,6 +501,7 @@ def results_dir(config: ExperimentConfig, when: datetime | None = None) -> Path:
 
 def environment(config: ExperimentConfig) -> dict[str, Any]:
     """Everything needed to tell two runs apart: software versions, back end, program hash, machine."""
+
     def version(pkg: str) -> str | None:
         try:
             return metadata.version(pkg)
@@ -458,8 +539,14 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
     manifest = REPO / "p4" / "build" / "manifest.json"
     cpu_model = None
     try:
-        cpu_model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                          if ln.startswith("model name")), None)
+        cpu_model = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
+            None,
+        )
     except OSError:
         pass
     status = git("status", "--porcelain")
@@ -470,19 +557,25 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "cpu_model": cpu_model,
-        "packages": {p: version(p) for p in ("p4ina", "numpy", "grpcio", "p4runtime", "protobuf", "scapy", "matplotlib")},
+        "packages": {
+            p: version(p) for p in ("p4ina", "numpy", "grpcio", "p4runtime", "protobuf", "scapy", "matplotlib")
+        },
         "mininet": mn_version,
         "git_commit": git("rev-parse", "HEAD"),
         "git_dirty": bool(status) if status is not None else None,
         "backend": backend,
-        "program": {"bmv2_json_sha256": sha(DEFAULT_BMV2_JSON), "p4info_sha256": sha(DEFAULT_P4INFO),
-                    "manifest": json.loads(manifest.read_text()) if manifest.exists() else None},
+        "program": {
+            "bmv2_json_sha256": sha(DEFAULT_BMV2_JSON),
+            "p4info_sha256": sha(DEFAULT_P4INFO),
+            "manifest": json.loads(manifest.read_text()) if manifest.exists() else None,
+        },
     }
 
 
 @contextmanager
-def emulated_fabric(config: ExperimentConfig, model: Topology, out: Path, log_dir: Path, result: Any,
-                    t0: float) -> Iterator[tuple[EmulatedNetwork, Controller, Path]]:
+def emulated_fabric(
+    config: ExperimentConfig, model: Topology, out: Path, log_dir: Path, result: Any, t0: float
+) -> Iterator[tuple[EmulatedNetwork, Controller, Path]]:
     """The network up, the program pushed, routes installed; yields (net, controller, socket dir); all torn down after.
 
     Shared by every experiment on the fabric (this sweep, experiments.train.run's training). `result` gets

@@ -45,8 +45,14 @@ LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 RING_BASE_PORT = 16712  # one UDP port per host method, from here up
 # port offset of each host method (family, wire): ring-bf16 and ring keep the ports they always had
-HOST_METHOD_PORTS = {("ring", "bfloat16"): 0, ("ring", "float32"): 1, ("hier", "float32"): 2, ("tree", "float32"): 3,
-                     ("hier", "bfloat16"): 4, ("tree", "bfloat16"): 5}
+HOST_METHOD_PORTS = {
+    ("ring", "bfloat16"): 0,
+    ("ring", "float32"): 1,
+    ("hier", "float32"): 2,
+    ("tree", "float32"): 3,
+    ("hier", "bfloat16"): 4,
+    ("tree", "bfloat16"): 5,
+}
 
 
 class StepError(RuntimeError):
@@ -72,14 +78,17 @@ class AgentConfig:
     coord: str
     iface: str | None = None  # the in-network worker's interface (None: no in-network methods)
     peers: tuple[str, ...] = ()  # every rank's IPv4 address, or "ip:port" (host methods use port, port + 1, ...)
-    groups: tuple[str, ...] | None = None  # edge switch of every rank: rings and trees keep groups together, hier's groups
+    groups: tuple[str, ...] | None = (
+        None  # edge switch of every rank: rings and trees keep groups together, hier's groups
+    )
 
 
 class Agent:
     """transport/endpoint: the in-network worker's, if not the interface's own (tests pass a model switch's)."""
 
-    def __init__(self, cfg: AgentConfig, client: CoordinatorClient, transport: Any = None,
-                 endpoint: Endpoint | None = None) -> None:
+    def __init__(
+        self, cfg: AgentConfig, client: CoordinatorClient, transport: Any = None, endpoint: Endpoint | None = None
+    ) -> None:
         self.cfg = cfg
         self.client = client
         self._workers: dict[tuple[Any, ...], Any] = {}
@@ -139,13 +148,25 @@ class Agent:
             for old in [k for k in self._workers if k[0] == "inc" and k[1] == job["job_id"]]:
                 del self._workers[old]
             assert self._endpoint is not None
-            self._workers[key] = IncWorker(IncJob(
-                job_id=job["job_id"], rank=self.cfg.rank, n_workers=self.cfg.workers, slot_count=job["slots"],
-                contrib_type=job["contrib_type"], result_type=job["result_type"], shift=job["shift"],
-                timeout_s=job["timeout_s"], min_timeout_s=job.get("min_timeout_s", job["timeout_s"]),
-                first_epoch=job.get("first_epoch", 1), failure_timeout_s=job.get("failure_timeout_s"),
-                error_lsb=job.get("error_lsb"), max_lane=job.get("q_limit"),
-            ), self._transport, self._endpoint)
+            self._workers[key] = IncWorker(
+                IncJob(
+                    job_id=job["job_id"],
+                    rank=self.cfg.rank,
+                    n_workers=self.cfg.workers,
+                    slot_count=job["slots"],
+                    contrib_type=job["contrib_type"],
+                    result_type=job["result_type"],
+                    shift=job["shift"],
+                    timeout_s=job["timeout_s"],
+                    min_timeout_s=job.get("min_timeout_s", job["timeout_s"]),
+                    first_epoch=job.get("first_epoch", 1),
+                    failure_timeout_s=job.get("failure_timeout_s"),
+                    error_lsb=job.get("error_lsb"),
+                    max_lane=job.get("q_limit"),
+                ),
+                self._transport,
+                self._endpoint,
+            )
         worker = self._workers[key]
         # early retransmission may change between steps of one install (the faults experiment's bit-flip phase
         # turns it off so that a lost frame holds its round open for the flipper)
@@ -204,8 +225,14 @@ class Agent:
             result = worker.allreduce(x, call=step)
         stats = worker.last_stats
         report: dict[str, Any] = {
-            "step": step, "method": m.name, "rank": self.cfg.rank, "size": size, "iteration": iteration,
-            "t_release": released, **stats.to_dict(), "digest": result_digest(result),
+            "step": step,
+            "method": m.name,
+            "rank": self.cfg.rank,
+            "size": size,
+            "iteration": iteration,
+            "t_release": released,
+            **stats.to_dict(),
+            "digest": result_digest(result),
         }
         report["latency_s"] = stats.t_done - released  # from the common start, on the shared clock
         if failovers:
@@ -233,15 +260,23 @@ class Agent:
         done = self._finished
         try:
             if done is None or done["step"] != step:
-                raise StepError(f"called back to step {step}, but the last in-network step this agent finished "
-                                f"was {done['step'] if done else 'none'}")
+                raise StepError(
+                    f"called back to step {step}, but the last in-network step this agent finished "
+                    f"was {done['step'] if done else 'none'}"
+                )
             cmd, worker, report = done["cmd"], done["worker"], dict(done["report"])
-            x = workload.make_input(cmd.get("input", "normal"), int(cmd["size"]), self.cfg.rank,
-                                    int(cmd.get("seed", 0)), int(cmd["iteration"]))
+            x = workload.make_input(
+                cmd.get("input", "normal"),
+                int(cmd["size"]),
+                self.cfg.rank,
+                int(cmd.get("seed", 0)),
+                int(cmd["iteration"]),
+            )
         except Exception as ex:  # the others wait at the barrier for this rank: tell them, then report
             with contextlib.suppress(Exception):
-                self.client.decided_exchange(str(call["tag"]), {"rank": self.cfg.rank, "rejoined": True,
-                                                                "error": f"{type(ex).__name__}: {ex}"})
+                self.client.decided_exchange(
+                    str(call["tag"]), {"rank": self.cfg.rank, "rejoined": True, "error": f"{type(ex).__name__}: {ex}"}
+                )
             raise
         failovers: list[dict[str, Any]] = []
         result, worker = self._inc_allreduce(worker, x, cmd, step, failovers, rejoin=(worker.last_partial, attempt))
@@ -249,8 +284,15 @@ class Agent:
         report["rejoined"] = report.get("rejoined", 0) + 1
         # what it sent and received includes the redo (its result, and the time it held it, are the first call's)
         counts = worker.last_stats.to_dict() if getattr(worker, "last_partial", None) is not None else {}
-        for key in ("packets_sent", "retransmissions", "fast_retransmissions", "packets_received", "duplicates",
-                    "bytes_sent", "corrupt"):
+        for key in (
+            "packets_sent",
+            "retransmissions",
+            "fast_retransmissions",
+            "packets_received",
+            "duplicates",
+            "bytes_sent",
+            "corrupt",
+        ):
             if key in counts:
                 report[key] = counts[key]
         fallback = failovers[-1].get("fallback")  # the kept report had none: only in-network steps are kept
@@ -258,15 +300,24 @@ class Agent:
             report["fallback"] = fallback
             report["rejoin_note"] = "the others fell back to the host ring; this rank keeps the in-network sum"
         elif result_digest(result) != report["digest"]:
-            report["error"] = (f"step {step}: the chunks redone after rejoining differ from the result this rank "
-                               f"returned before the failure (digest {result_digest(result)} != {report['digest']})")
-        self._finished = {**done, "worker": worker, "report": report} \
-            if getattr(worker, "last_partial", None) is not None else None
+            report["error"] = (
+                f"step {step}: the chunks redone after rejoining differ from the result this rank "
+                f"returned before the failure (digest {result_digest(result)} != {report['digest']})"
+            )
+        self._finished = (
+            {**done, "worker": worker, "report": report} if getattr(worker, "last_partial", None) is not None else None
+        )
         return report
 
-    def _inc_allreduce(self, worker: Any, x: np.ndarray, cmd: dict[str, Any], step: int,
-                       failovers: list[dict[str, Any]],
-                       rejoin: tuple[Any, int] | None = None) -> tuple[np.ndarray, Any]:
+    def _inc_allreduce(
+        self,
+        worker: Any,
+        x: np.ndarray,
+        cmd: dict[str, Any],
+        step: int,
+        failovers: list[dict[str, Any]],
+        rejoin: tuple[Any, int] | None = None,
+    ) -> tuple[np.ndarray, Any]:
         """The in-network all-reduce, surviving switch failures: on SwitchFailureSuspected every rank reports
         which chunks it lacks at a barrier the runner answers (hosts.coordination's decide hook) with the job
         re-planned around the failed switch (then the chunks someone lacks are redone on it), the host ring
@@ -278,12 +329,18 @@ class Agent:
         partial, redo = None, None
         first = 0 if rejoin is None else rejoin[1]
         # what goes to the barrier without streaming first: a finished rank called back (nothing missing)
-        pending: Any = None if rejoin is None else SwitchFailureSuspected(
-            f"step {step}: called back after finishing it (others lack chunks)", rejoin[0], 0.0, clock.now())
+        pending: Any = (
+            None
+            if rejoin is None
+            else SwitchFailureSuspected(
+                f"step {step}: called back after finishing it (others lack chunks)", rejoin[0], 0.0, clock.now()
+            )
+        )
 
         def alive(stalled_s: float, missing: int, chunks: int) -> bool:
-            answer = self.client.ask("stall", {"job_id": cmd["job"]["job_id"], "stalled_s": stalled_s,
-                                               "missing": missing, "chunks": chunks})
+            answer = self.client.ask(
+                "stall", {"job_id": cmd["job"]["job_id"], "stalled_s": stalled_s, "missing": missing, "chunks": chunks}
+            )
             return isinstance(answer, dict) and answer.get("alive") is True
 
         while True:
@@ -300,21 +357,38 @@ class Agent:
             partial = ex.partial
             n = len(partial.done)
             called = rejoin is not None and not failovers
-            mine = {"rank": self.cfg.rank, "job_id": cmd["job"]["job_id"], "missing": pack_mask(partial.missing),
-                    "chunks": n, "detected_at": None if called else ex.detected_at, "stalled_s": ex.stalled_s,
-                    "why": str(ex), "rejoined": called}
+            mine = {
+                "rank": self.cfg.rank,
+                "job_id": cmd["job"]["job_id"],
+                "missing": pack_mask(partial.missing),
+                "chunks": n,
+                "detected_at": None if called else ex.detected_at,
+                "stalled_s": ex.stalled_s,
+                "why": str(ex),
+                "rejoined": called,
+            }
             LOG.warning("step %d: %s; reporting to the coordinator", step, ex)
             attempt = first + len(failovers)
-            values, released, decision = self._serviced(lambda: self.client.decided_exchange(
-                f"failover-{step}-{attempt}", mine, call_in={"step": step, "attempt": attempt}))
+            values, released, decision = self._serviced(
+                lambda: self.client.decided_exchange(
+                    f"failover-{step}-{attempt}", mine, call_in={"step": step, "attempt": attempt}
+                )
+            )
             refused = [v for v in values if isinstance(v, dict) and "error" in v]
             if refused:
-                raise SwitchFailureError(f"{ex}; rank {refused[0].get('rank')} could not rejoin the fail-over: "
-                                         f"{refused[0]['error']}") from ex
+                raise SwitchFailureError(
+                    f"{ex}; rank {refused[0].get('rank')} could not rejoin the fail-over: {refused[0]['error']}"
+                ) from ex
             redo = np.logical_or.reduce([unpack_mask(v["missing"], n) for v in values])
-            event: dict[str, Any] = {"detected_at": mine["detected_at"], "stalled_s": ex.stalled_s,
-                                     "decided_at": released, "missing": int(partial.missing.sum()),
-                                     "redo": int(redo.sum()), "chunks": n, "rejoined": called}
+            event: dict[str, Any] = {
+                "detected_at": mine["detected_at"],
+                "stalled_s": ex.stalled_s,
+                "decided_at": released,
+                "missing": int(partial.missing.sum()),
+                "redo": int(redo.sum()),
+                "chunks": n,
+                "rejoined": called,
+            }
             failovers.append(event)
             if not isinstance(decision, dict) or "error" in decision:
                 why = decision.get("error") if isinstance(decision, dict) else "nobody answered the failure report"
@@ -329,8 +403,9 @@ class Agent:
             worker = self._inc_worker(cmd)  # the same worker on a false alarm (same install), else a new one
             worker.realign()  # every rank from the same shadow copies (a rejoined one had advanced its own)
 
-    def _check(self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int,
-               worker: Any) -> dict[str, Any]:
+    def _check(
+        self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int, worker: Any
+    ) -> dict[str, Any]:
         """Against numpy's float64 sum of every rank's input for this iteration (not timed)."""
         t0 = clock.now()
         reference, magnitude = workload.reference_sum(kind, size, self.cfg.workers, seed, iteration)
@@ -355,7 +430,9 @@ class Agent:
         if int(cmd.get("first", at + 1)) != at + 1:
             raise StepError(f"run {run}: segment starts at step {cmd['first']}, this replica is at {at}")
         if replica is None:
-            replica = self._replicas[run] = Replica(TrainConfig.from_dict(cmd["train"]), self.cfg.rank, self.cfg.workers)
+            replica = self._replicas[run] = Replica(
+                TrainConfig.from_dict(cmd["train"]), self.cfg.rank, self.cfg.workers
+            )
 
         def allreduce(grad: np.ndarray) -> tuple[np.ndarray, Any]:
             # host methods number their calls; the agent's measurement steps pass the runner's step, training
@@ -370,13 +447,28 @@ class Agent:
 
         last = bool(cmd.get("last"))
         try:
-            records, snaps, end = run_segment(replica, count, allreduce, barrier, f"train-{run}",
-                                              snapshots=cmd.get("checker") == self.cfg.rank, end_barrier=last)
+            records, snaps, end = run_segment(
+                replica,
+                count,
+                allreduce,
+                barrier,
+                f"train-{run}",
+                snapshots=cmd.get("checker") == self.cfg.rank,
+                end_barrier=last,
+            )
         finally:
             if last:
                 self._replicas.pop(run, None)
-        return {"step": int(cmd["step"]), "op": "train", "method": m.name, "rank": self.cfg.rank, "run": run,
-                "records": records, "snapshots": snaps, "t_end_release": end}
+        return {
+            "step": int(cmd["step"]),
+            "op": "train",
+            "method": m.name,
+            "rank": self.cfg.rank,
+            "run": run,
+            "records": records,
+            "snapshots": snaps,
+            "t_end_release": end,
+        }
 
     def serve(self) -> int:
         """Take steps until the runner says stop; returns the number of steps run."""
@@ -400,8 +492,12 @@ class Agent:
                 report = self.run_train(cmd) if cmd.get("op") == "train" else self.run_step(cmd)
             except Exception as ex:  # the step failed here; the runner decides what happens next
                 LOG.exception("step %d (%s) failed", last, cmd.get("method"))
-                report = {"step": last, "rank": self.cfg.rank, "method": cmd.get("method"),
-                          "error": f"{type(ex).__name__}: {ex}"}
+                report = {
+                    "step": last,
+                    "rank": self.cfg.rank,
+                    "method": cmd.get("method"),
+                    "error": f"{type(ex).__name__}: {ex}",
+                }
             self.client.step_report(last, report)
             done += 1
 

@@ -14,7 +14,8 @@ from scapy.fields import BitEnumField, BitField, Field, FlagsField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from wireformat import AGG, Field as WireField
+from wireformat import AGG
+from wireformat import Field as WireField
 
 ELEM_NAMES = {code: name.removeprefix("ELEM_").lower() for name, code in AGG.elem_types.items()}
 OP_NAMES = {code: name.removeprefix("OP_").lower() for name, code in AGG.ops.items()}
@@ -82,7 +83,7 @@ class LanesField(Field[list[int], bytes]):
             return s, []
         n = min(self.num_lanes, len(s) // width)
         code = {4: "i", 2: "h", 1: "b"}[width]
-        return s[n * width:], list(struct.unpack(f">{n}{code}", s[: n * width]))
+        return s[n * width :], list(struct.unpack(f">{n}{code}", s[: n * width]))
 
     def i2len(self, pkt: Packet, x: list[int] | None) -> int:
         width = self._width(pkt) or 0

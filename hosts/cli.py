@@ -36,8 +36,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iterations", type=int, default=1)
     p.add_argument("--input", default="normal", help="input kind (hosts.workload.KINDS)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=None,
-                   help="initial retransmission timeout, seconds (then adapted to measured round trips)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="initial retransmission timeout, seconds (then adapted to measured round trips)",
+    )
     p.add_argument("--min-timeout", type=float, default=None, help="floor of the adapted timeout, seconds")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -64,8 +68,12 @@ def build_parser(prog: str = "p4ina host") -> argparse.ArgumentParser:
     inc.add_argument("--shift", type=int, default=0, help="the job's data-plane right shift")
     inc.add_argument("--first-epoch", type=int, default=1)
     inc.add_argument("--max-retries", type=int, default=100)
-    inc.add_argument("--recv-mode", choices=("packet", "udp"), default="packet",
-                     help="take results from AF_PACKET (default; independent of the host's IP stack) or a UDP socket")
+    inc.add_argument(
+        "--recv-mode",
+        choices=("packet", "udp"),
+        default="packet",
+        help="take results from AF_PACKET (default; independent of the host's IP stack) or a UDP socket",
+    )
     ring = sub.add_parser("ring", help="ring all-reduce baseline over UDP")
     _common(ring)
     ring.add_argument("--peers", required=True, help="comma-separated IPv4 addresses of ranks 0..n-1")
@@ -134,9 +142,15 @@ def run_inc(args: argparse.Namespace) -> dict[str, Any]:
     group = _group(args)
     me = interface_endpoint(args.iface)
     job = IncJob(
-        job_id=args.job_id, rank=args.rank, n_workers=args.workers, slot_count=args.slot_count,
-        result_type=ELEM_BY_NAME[args.result_type], contrib_type=ELEM_BY_NAME[args.contrib_type],
-        shift=args.shift, first_epoch=args.first_epoch, max_retries=args.max_retries,
+        job_id=args.job_id,
+        rank=args.rank,
+        n_workers=args.workers,
+        slot_count=args.slot_count,
+        result_type=ELEM_BY_NAME[args.result_type],
+        contrib_type=ELEM_BY_NAME[args.contrib_type],
+        shift=args.shift,
+        first_epoch=args.first_epoch,
+        max_retries=args.max_retries,
         **_timeouts(args),
     )
     runs: list[dict[str, Any]] = []
@@ -151,7 +165,9 @@ def run_inc(args: argparse.Namespace) -> dict[str, Any]:
                 assert worker.last_stats is not None and worker.last_plan is not None
                 reference, _ = workload.reference_sum(args.input, args.size, args.workers, args.seed, i)
                 run = worker.last_stats.to_dict()
-                run.update(workload.accuracy(result, reference, workload.inc_bound(reference, worker.last_plan)).to_dict())
+                run.update(
+                    workload.accuracy(result, reference, workload.inc_bound(reference, worker.last_plan)).to_dict()
+                )
                 run["digest"] = result_digest(result)
                 runs.append(run)
     except Exception as ex:
@@ -185,7 +201,9 @@ def run_ring(args: argparse.Namespace) -> dict[str, Any]:
             assert ring.last_stats is not None
             reference, magnitude = workload.reference_sum(args.input, args.size, args.workers, args.seed, i)
             run = ring.last_stats.to_dict()
-            run.update(workload.accuracy(result, reference, workload.ring_bound(magnitude, args.workers, args.wire)).to_dict())
+            run.update(
+                workload.accuracy(result, reference, workload.ring_bound(magnitude, args.workers, args.wire)).to_dict()
+            )
             run["digest"] = result_digest(result)
             runs.append(run)
         ring.barrier("ring-done")  # nobody leaves while a neighbour may still need an acknowledgement
@@ -207,7 +225,9 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
 
     peers = tuple(ip.strip() for ip in args.peers.split(",")) if args.peers else ()
     groups = tuple(args.groups.split(",")) if args.groups else None
-    cfg = AgentConfig(rank=args.rank, workers=args.workers, coord=args.coord, iface=args.iface, peers=peers, groups=groups)
+    cfg = AgentConfig(
+        rank=args.rank, workers=args.workers, coord=args.coord, iface=args.iface, peers=peers, groups=groups
+    )
     client = CoordinatorClient(args.coord, args.rank, args.workers)
     agent = Agent(cfg, client)
     try:
@@ -240,8 +260,11 @@ def _fail_report(group: Any, args: argparse.Namespace, ex: Exception) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "p4ina host") -> int:
     args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if args.cmd == "coordinator":
         out = run_coordinator(args)
         print(json.dumps(out) if args.json else json.dumps(out, indent=2))
@@ -257,7 +280,9 @@ def main(argv: list[str] | None = None, prog: str = "p4ina host") -> int:
         print(json.dumps(report))
     else:
         lat = ", ".join(f"{t * 1e3:.2f}" for t in report["latency_s"])
-        print(f"{args.cmd} rank {args.rank}: latency ms [{lat}], sent {report['packets_sent']} packets "
-              f"({report['retransmissions']} retransmitted), max error {report['max_abs_error']:.3g} "
-              f"(ratio to bound {report['max_error_ratio']:.3g}), digest {report['digest']}")
+        print(
+            f"{args.cmd} rank {args.rank}: latency ms [{lat}], sent {report['packets_sent']} packets "
+            f"({report['retransmissions']} retransmitted), max error {report['max_abs_error']:.3g} "
+            f"(ratio to bound {report['max_error_ratio']:.3g}), digest {report['digest']}"
+        )
     return 0

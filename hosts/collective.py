@@ -118,8 +118,9 @@ class HostCollective:
         try:
             if self.cfg.size == 1:
                 now = clock.now()
-                self.last_stats = AllreduceStats(self.method, acc.size, now - t_start, 0, 0, 0, 0, 0,
-                                                 t_start=t_start, t_done=now)
+                self.last_stats = AllreduceStats(
+                    self.method, acc.size, now - t_start, 0, 0, 0, 0, 0, t_start=t_start, t_done=now
+                )
             else:
                 ex = self._run(acc, call)
                 self.last_stats = self._stats(ex, acc.size, t_start)
@@ -134,7 +135,14 @@ class HostCollective:
     def _stats(self, ex: Exchange, elements: int, t_start: float) -> AllreduceStats:
         done = ex.t_done if ex.t_done is not None else clock.now()
         return AllreduceStats(
-            method=self.method, elements=elements, latency_s=done - t_start, packets_sent=ex.sent,
-            retransmissions=ex.retransmissions, packets_received=ex.packets_received, duplicates=ex.duplicates,
-            bytes_sent=ex.bytes_sent, t_start=t_start, t_done=done,
+            method=self.method,
+            elements=elements,
+            latency_s=done - t_start,
+            packets_sent=ex.sent,
+            retransmissions=ex.retransmissions,
+            packets_received=ex.packets_received,
+            duplicates=ex.duplicates,
+            bytes_sent=ex.bytes_sent,
+            t_start=t_start,
+            t_done=done,
         )

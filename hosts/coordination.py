@@ -77,8 +77,12 @@ def same_size(values: Sequence[Sequence[Any]], tag: str) -> bool:
 
 # -- in one process ---------------------------------------------------------------------------
 class _LocalHub:
-    def __init__(self, size: int, on_release: Callable[[str], None] | None = None,
-                 decide: Callable[[str, list[Any]], Any] | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        on_release: Callable[[str], None] | None = None,
+        decide: Callable[[str, list[Any]], Any] | None = None,
+    ) -> None:
         self.size = size
         self.decide = decide  # called by the last arrival with every rank's value; its answer goes to all
         self.decisions: dict[str, Any] = {}
@@ -168,10 +172,15 @@ class CoordinatorServer:
     its link and CPU counters there, so they bracket exactly the all-reduce that follows).
     """
 
-    def __init__(self, address: str, size: int, timeout_s: float = 300.0,
-                 on_release: Callable[[str], None] | None = None,
-                 decide: Callable[[str, list[Any]], Any] | None = None,
-                 ask: Callable[[str, int, Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        size: int,
+        timeout_s: float = 300.0,
+        on_release: Callable[[str], None] | None = None,
+        decide: Callable[[str, list[Any]], Any] | None = None,
+        ask: Callable[[str, int, Any], Any] | None = None,
+    ) -> None:
         self.size = size
         self.timeout_s = timeout_s
         self.ask = ask  # one rank's question, answered at once (no barrier): e.g. "is my job's tree alive?"
@@ -234,8 +243,9 @@ class CoordinatorServer:
                 answer = {"error": f"{type(ex).__name__}: {ex}"}
             return {"answer": answer}
         if msg["op"] == "next":
-            return {"command": self._next_command(int(msg.get("after", -1)), float(msg.get("wait", self.timeout_s)),
-                                                  rank)}
+            return {
+                "command": self._next_command(int(msg.get("after", -1)), float(msg.get("wait", self.timeout_s)), rank)
+            }
         if msg["op"] == "step_report":
             step = int(msg["step"])
             with self._commands_cond:
@@ -306,7 +316,9 @@ class CoordinatorServer:
         with self._commands_cond:
             self._call_ins.pop(tag, None)
 
-    def step_reports(self, step: int, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> dict[int, dict[str, Any]]:
+    def step_reports(
+        self, step: int, timeout_s: float, alive: Callable[[], bool] = lambda: True
+    ) -> dict[int, dict[str, Any]]:
         """Every rank's report of `step`; fewer if the timeout passes or `alive()` turns False."""
         deadline = clock.now() + timeout_s
         with self._commands_cond:
@@ -370,8 +382,9 @@ class CoordinatorClient:
         reply = self._call({"op": "exchange", "tag": tag, "value": value})
         return list(reply["values"]), float(reply["released"])
 
-    def decided_exchange(self, tag: str, value: Any,
-                         call_in: dict[str, int] | None = None) -> tuple[list[Any], float, Any]:
+    def decided_exchange(
+        self, tag: str, value: Any, call_in: dict[str, int] | None = None
+    ) -> tuple[list[Any], float, Any]:
         """timed_exchange(), and what the server's `decide` hook answered (the runner's verdict, e.g. a new job).
 
         call_in {"step": S, "attempt": k}: ranks that already finished step S and have not come to this barrier

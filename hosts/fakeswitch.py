@@ -66,8 +66,15 @@ class FakeSwitch:
         self.drop = drop
         self.queues: list[queue.Queue[bytes]] = [queue.Queue() for _ in range(n_workers)]
         self.cells = [_Cell() for _ in range(2 * slot_count)]
-        self.counters = {"contributions": 0, "retransmissions": 0, "completions": 0, "overflows": 0, "drops": 0,
-                         "results_sent": 0, "corrupt": 0}
+        self.counters = {
+            "contributions": 0,
+            "retransmissions": 0,
+            "completions": 0,
+            "overflows": 0,
+            "drops": 0,
+            "results_sent": 0,
+            "corrupt": 0,
+        }
         self._lock = threading.Lock()
 
     def receive(self, rank: int, frame: bytes | memoryview) -> None:
@@ -97,8 +104,11 @@ class FakeSwitch:
             return self._drop("length mismatch")
         if h["slot"] >= self.slot_count:
             return self._drop("bad slot")
-        lanes = (np.zeros(AGG.num_lanes, dtype=np.int64) if no_lanes else
-                 np.frombuffer(data, dtype=LANE_DTYPE[width], offset=PREFIX_LEN + HEADER_LEN).astype(np.int64))
+        lanes = (
+            np.zeros(AGG.num_lanes, dtype=np.int64)
+            if no_lanes
+            else np.frombuffer(data, dtype=LANE_DTYPE[width], offset=PREFIX_LEN + HEADER_LEN).astype(np.int64)
+        )
         s, v, bit = h["slot"], h["shadow"], 1 << rank
         cell = self.cells[2 * s + v]
         diff = (h["epoch"] - cell.epoch) % 256
@@ -153,9 +163,19 @@ class FakeSwitch:
         clamped = bool(width) and ((narrowed < lo).any() or (narrowed > hi).any())
         flags = FLAG_OVERFLOW if (cell.overflow or clamped) else 0
         fields = dict(
-            version=AGG.version, op=OP_RESULT, flags=flags, elem_type=elem, shift=self.shift,
-            job_id=self.job_id, shadow=shadow, slot=slot, contributor=0, exponent=cell.exponent,
-            epoch=cell.epoch, offset=offset, next_exponent=cell.next_exponent,
+            version=AGG.version,
+            op=OP_RESULT,
+            flags=flags,
+            elem_type=elem,
+            shift=self.shift,
+            job_id=self.job_id,
+            shadow=shadow,
+            slot=slot,
+            contributor=0,
+            exponent=cell.exponent,
+            epoch=cell.epoch,
+            offset=offset,
+            next_exponent=cell.next_exponent,
         )
         if self.drop and self.drop("down", rank, fields):
             return
@@ -200,8 +220,10 @@ class SocketPairTransport:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self._theirs.settimeout(0.05)
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._up, name=f"pair-up-{name}", daemon=True),
-                         threading.Thread(target=self._down, name=f"pair-down-{name}", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._up, name=f"pair-up-{name}", daemon=True),
+            threading.Thread(target=self._down, name=f"pair-down-{name}", daemon=True),
+        ]
         for t in self._threads:
             t.start()
 
@@ -276,7 +298,11 @@ class FakePortSwitch:
             while not q.empty():
                 payload = q.get_nowait()
                 mac, ip = self.hosts[rank + 1]
-                frame = (Ether(src=AGG_MAC, dst=mac) / IP(src=AGG_IP, dst=ip, id=0)
-                         / UDP(sport=AGG.udp_port, dport=AGG.udp_port, chksum=0) / Raw(payload))
+                frame = (
+                    Ether(src=AGG_MAC, dst=mac)
+                    / IP(src=AGG_IP, dst=ip, id=0)
+                    / UDP(sport=AGG.udp_port, dport=AGG.udp_port, chksum=0)
+                    / Raw(payload)
+                )
                 out.append((rank + 1, bytes(frame)))
         return out

@@ -54,6 +54,7 @@ from hosts.collective import HostCollective
 from hosts.coordination import Group
 from hosts.reliable import MAX_TAG, CollectiveConfig, Exchange
 from hosts.ring import RingSchedule, segment_bounds
+
 # A piece's tags, per leader: up + s (member -> leader, segment s), ring + step (2 x leaders - 2 steps of the
 # leaders' ring, from ring = leaders), down + s (leader -> member, from 3 x leaders).
 TAGS_PER_LEADER = 4
@@ -81,8 +82,11 @@ def hier_layout(groups: Sequence[Hashable]) -> HierLayout:
             index[g] = len(ranks)
             ranks.append([])
         ranks[index[g]].append(r)
-    return HierLayout(group_of=tuple(index[g] for g in groups), leaders=tuple(rs[0] for rs in ranks),
-                      members=tuple(tuple(rs[1:]) for rs in ranks))
+    return HierLayout(
+        group_of=tuple(index[g] for g in groups),
+        leaders=tuple(rs[0] for rs in ranks),
+        members=tuple(tuple(rs[1:]) for rs in ranks),
+    )
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,10 @@ class HierConfig(CollectiveConfig):
             most = (MAX_TAG + 1) // TAGS_PER_LEADER
             raise ValueError(f"{len(set(self.groups))} groups: the 16-bit tags hold at most {most}")
         if self.piece_chunks < 0 or self.member_window < 0:
-            raise ValueError(f"piece_chunks and member_window must be >= 0 (0: one piece; no limit), got "
-                             f"{self.piece_chunks} and {self.member_window}")
+            raise ValueError(
+                f"piece_chunks and member_window must be >= 0 (0: one piece; no limit), got "
+                f"{self.piece_chunks} and {self.member_window}"
+            )
 
     @property
     def layout(self) -> HierLayout:
@@ -140,8 +146,12 @@ class HierAllreduce(HostCollective):
             count = -(-elements // (n_ring * per * self.cfg.piece_chunks))
         count = max(1, min(count, (MAX_TAG + 1) // width))
         bounds = segment_bounds(elements, count)
-        return [Piece(int(bounds[i]), RingSchedule(int(bounds[i + 1] - bounds[i]), n_ring, self.group_index, per),
-                      i * width) for i in range(count)]
+        return [
+            Piece(
+                int(bounds[i]), RingSchedule(int(bounds[i + 1] - bounds[i]), n_ring, self.group_index, per), i * width
+            )
+            for i in range(count)
+        ]
 
     def _run(self, acc: np.ndarray, call: int) -> Exchange:
         pieces = self._pieces(acc.size)
@@ -156,8 +166,13 @@ class HierAllreduce(HostCollective):
         # Chunk by chunk, piece by piece, segments in the order the leader's ring consumes them: its own segment
         # (step 0) first, then the segment each reduce-scatter step adds to, so every step can start early.
         order = [(self.group_index - t) % n_ring for t in range(n_ring)]
-        uploads = [(piece, s, c) for piece in pieces for c in range(max(piece.sched.chunks(s) for s in order))
-                   for s in order if c < piece.sched.chunks(s)]
+        uploads = [
+            (piece, s, c)
+            for piece in pieces
+            for c in range(max(piece.sched.chunks(s) for s in order))
+            for s in order
+            if c < piece.sched.chunks(s)
+        ]
         # At least one chunk per leader: members send the chunks of a row (piece, chunk) in different orders,
         # and a result needs every group's copy, so a window smaller than a row could leave each member waiting
         # on a chunk another has not sent. With a full row allowed, the member furthest behind can always send.

@@ -44,16 +44,26 @@ import dataclasses
 import heapq
 import logging
 import os
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from hosts import clock, native_stream
 from hosts import quantization as qz
-from hosts.packets import (ELEM_NONE, FLAG_OVERFLOW, FLAG_RETRANSMIT, HEADER_LEN, LAYOUT, OP_RESULT, ContributionFrames,
-                           Endpoint, ResultDecoder, checks_out)
+from hosts.packets import (
+    ELEM_NONE,
+    FLAG_OVERFLOW,
+    FLAG_RETRANSMIT,
+    HEADER_LEN,
+    LAYOUT,
+    OP_RESULT,
+    ContributionFrames,
+    Endpoint,
+    ResultDecoder,
+    checks_out,
+)
 from hosts.rto import RtoEstimator
 from hosts.stats import AllreduceStats
 from wireformat import AGG
@@ -200,16 +210,22 @@ class IncJob:
             raise ValueError(f"early_window must be >= 0 (0: off), got {self.early_window}")
         # The same check as `p4ina job install`: refuse what cannot represent the sum, naming the numbers.
         qz.check_job(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
-        formula = qz.q_limit(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
+        formula = qz.q_limit(
+            self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift
+        )
         if self.max_lane is not None and not 1 <= self.max_lane <= formula:
-            raise qz.QuantizationError(f"max_lane {self.max_lane} outside 1..{formula}, the most {self.n_workers} "
-                                       "workers may contribute without overflowing")
+            raise qz.QuantizationError(
+                f"max_lane {self.max_lane} outside 1..{formula}, the most {self.n_workers} "
+                "workers may contribute without overflowing"
+            )
 
     @property
     def q_limit(self) -> int:
         if self.max_lane is not None:
             return self.max_lane
-        return qz.q_limit(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
+        return qz.q_limit(
+            self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift
+        )
 
 
 class IncWorker:
@@ -235,7 +251,9 @@ class IncWorker:
             max_s = max(min(max_s, job.failure_timeout_s / job.failure_timeouts), job.timeout_s, job.min_timeout_s)
         # 2^(e/steps) of every exponent the header can carry, looked up per round (qz.scale's own values)
         exponents = np.arange(qz.EXPONENT_MIN, qz.EXPONENT_MAX + 1)
-        self._scale_table = np.ascontiguousarray(qz.scale(exponents, job.contrib_type), dtype=np.float64)  # also the C loop's table
+        self._scale_table = np.ascontiguousarray(
+            qz.scale(exponents, job.contrib_type), dtype=np.float64
+        )  # also the C loop's table
         self._scales: dict[int, float] = dict(zip(exponents.tolist(), self._scale_table.tolist()))
         self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s), max_s=max_s)
         # The agreed exponents of the last all-reduce that completed normally (None: none, or a failure since):
@@ -273,12 +291,22 @@ class IncWorker:
         blocks = self._blocks(x)
         n = len(blocks)
         guess = None
-        if self.job.speculate and self._last_exps is not None and len(self._last_exps) == n \
-                and speculates(n, self.job.slot_count, self.job.contrib_type):
+        if (
+            self.job.speculate
+            and self._last_exps is not None
+            and len(self._last_exps) == n
+            and speculates(n, self.job.slot_count, self.job.contrib_type)
+        ):
             guess = np.maximum(self._last_exps - SPEC_GUARD[self.job.contrib_type], qz.EXPONENT_MIN)
         self._last_exps = None  # set again only if this call completes
-        sums, exps, stats = self._run(blocks, t_start, np.ones(n, dtype=bool), np.zeros((n, AGG.num_lanes), np.int64),
-                                      np.zeros(n, np.int64), guess)
+        sums, exps, stats = self._run(
+            blocks,
+            t_start,
+            np.ones(n, dtype=bool),
+            np.zeros((n, AGG.num_lanes), np.int64),
+            np.zeros(n, np.int64),
+            guess,
+        )
         out = self._finish(x, sums, exps, stats, t_start, guess)
         self._last_exps = self._agreed
         return out
@@ -301,12 +329,15 @@ class IncWorker:
         sums, exps, stats = self._run(blocks, t_start, redo, sums, exps, partial.guess)
         before = partial.stats
         merged = dataclasses.replace(
-            stats, packets_sent=stats.packets_sent + before.packets_sent,
+            stats,
+            packets_sent=stats.packets_sent + before.packets_sent,
             retransmissions=stats.retransmissions + before.retransmissions,
             fast_retransmissions=stats.fast_retransmissions + before.fast_retransmissions,
             packets_received=stats.packets_received + before.packets_received,
-            duplicates=stats.duplicates + before.duplicates, bytes_sent=stats.bytes_sent + before.bytes_sent,
-            corrupt=stats.corrupt + before.corrupt)
+            duplicates=stats.duplicates + before.duplicates,
+            bytes_sent=stats.bytes_sent + before.bytes_sent,
+            corrupt=stats.corrupt + before.corrupt,
+        )
         return self._finish(x, sums, exps, merged, before.t_start or t_start, partial.guess)
 
     @staticmethod
@@ -317,26 +348,55 @@ class IncWorker:
         padded[: flat.size] = flat
         return padded.reshape(n_chunks, AGG.num_lanes)
 
-    def _run(self, blocks: np.ndarray, t_start: float, todo: np.ndarray, sums: np.ndarray,
-             exps: np.ndarray, guess: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
+    def _run(
+        self,
+        blocks: np.ndarray,
+        t_start: float,
+        todo: np.ndarray,
+        sums: np.ndarray,
+        exps: np.ndarray,
+        guess: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
         """Stream the chunks in `todo` (one epoch) and put their sums and exponents into sums/exps.
 
         guess: speculated exponents of every chunk (those in `todo` are used), or None for exponent rounds."""
         job = self.job
         sub = blocks[todo]
         if not len(sub):  # every chunk arrived everywhere before the failure: nothing to stream
-            return sums, exps, AllreduceStats(method="inc", elements=0, latency_s=0.0, packets_sent=0, retransmissions=0,
-                                              packets_received=0, duplicates=0, bytes_sent=0, t_start=t_start)
+            return (
+                sums,
+                exps,
+                AllreduceStats(
+                    method="inc",
+                    elements=0,
+                    latency_s=0.0,
+                    packets_sent=0,
+                    retransmissions=0,
+                    packets_received=0,
+                    duplicates=0,
+                    bytes_sent=0,
+                    t_start=t_start,
+                ),
+            )
         proposals = qz.block_exponents(qz.block_max_abs(sub.ravel()), job.q_limit, job.contrib_type)  # NaN/inf first
         epoch = self.epoch
         self.calls += 1
-        frames = ContributionFrames(self.endpoint, proposals, job_id=job.job_id, rank=job.rank, epoch=epoch,
-                                    elem_type=job.contrib_type, slot_count=job.slot_count, speculative=guess is not None)
+        frames = ContributionFrames(
+            self.endpoint,
+            proposals,
+            job_id=job.job_id,
+            rank=job.rank,
+            epoch=epoch,
+            elem_type=job.contrib_type,
+            slot_count=job.slot_count,
+            speculative=guess is not None,
+        )
         index = np.flatnonzero(todo)
         t_framed = clock.now()
         try:
-            sub_sums, sub_exps, stats = self._stream(frames, sub, proposals, epoch, t_start,
-                                                     None if guess is None else guess[todo])
+            sub_sums, sub_exps, stats = self._stream(
+                frames, sub, proposals, epoch, t_start, None if guess is None else guess[todo]
+            )
         except SwitchFailureSuspected as ex:
             done = ~todo.copy()
             done[index] = ex.partial.done
@@ -349,25 +409,50 @@ class IncWorker:
         parts["quantize"] = parts.get("quantize", 0.0) + (t_framed - t_start)
         return sums, exps, dataclasses.replace(stats, parts=parts)
 
-    def _finish(self, x: np.ndarray, sums: np.ndarray, exps: np.ndarray, stats: AllreduceStats,
-                t_start: float, guess: np.ndarray | None = None) -> np.ndarray:
+    def _finish(
+        self,
+        x: np.ndarray,
+        sums: np.ndarray,
+        exps: np.ndarray,
+        stats: AllreduceStats,
+        t_start: float,
+        guess: np.ndarray | None = None,
+    ) -> np.ndarray:
         job = self.job
         size = x.size
         t0 = clock.now()
-        result = qz.dequantize(sums, exps[:, None], job.shift, job.contrib_type).ravel()[:size].astype(
-            np.float32).reshape(x.shape)
+        result = (
+            qz.dequantize(sums, exps[:, None], job.shift, job.contrib_type)
+            .ravel()[:size]
+            .astype(np.float32)
+            .reshape(x.shape)
+        )
         t_done = clock.now()
         parts = dict(stats.parts)
         parts["dequantize"] = t_done - t0
-        self.last_stats = dataclasses.replace(stats, elements=int(size), latency_s=t_done - t_start, t_start=t_start,
-                                              t_done=t_done, parts=parts)
-        self.last_plan = qz.FixedPoint(np.repeat(exps, AGG.num_lanes)[:size].reshape(x.shape), job.n_workers,
-                                       job.contrib_type, job.result_type, job.shift, job.error_lsb)
+        self.last_stats = dataclasses.replace(
+            stats, elements=int(size), latency_s=t_done - t_start, t_start=t_start, t_done=t_done, parts=parts
+        )
+        self.last_plan = qz.FixedPoint(
+            np.repeat(exps, AGG.num_lanes)[:size].reshape(x.shape),
+            job.n_workers,
+            job.contrib_type,
+            job.result_type,
+            job.shift,
+            job.error_lsb,
+        )
         self.last_partial = Partial(np.ones(len(exps), dtype=bool), sums, exps, self.last_stats, guess)
         return result
 
-    def _stream(self, frames: ContributionFrames, blocks: np.ndarray, proposals: np.ndarray, epoch: int,
-                t_start: float, guess: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
+    def _stream(
+        self,
+        frames: ContributionFrames,
+        blocks: np.ndarray,
+        proposals: np.ndarray,
+        epoch: int,
+        t_start: float,
+        guess: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
         """Run every slot's rounds to the end; (int64 sums per chunk, exponent per chunk, stats).
 
         guess: the speculated exponent of each chunk (no exponent rounds), or None.
@@ -455,7 +540,8 @@ class IncWorker:
             if exponent > proposals[chunk] and not speculated:
                 raise ProtocolError(
                     f"job {job.job_id} rank {job.rank}: chunk {chunk} agreed exponent {exponent} is above this "
-                    f"worker's proposal {int(proposals[chunk])}: the switches must return the minimum")
+                    f"worker's proposal {int(proposals[chunk])}: the switches must return the minimum"
+                )
             t0 = clock.now()
             s = scales.get(exponent)
             if s is None:  # outside the header's range (no switch sends one): computed, and refused below
@@ -490,16 +576,32 @@ class IncWorker:
         alarms = 0  # stalls explained away by a live tree since the last result
 
         def stalled(now: float, alive: bool = False) -> SwitchFailureSuspected:
-            stats = AllreduceStats(method="inc", elements=int(blocks.size), latency_s=now - t_start, packets_sent=sent,
-                                   retransmissions=retrans, fast_retransmissions=fast, packets_received=received,
-                                   duplicates=duplicates,
-                                   bytes_sent=sent_bytes, overflows=overflows, corrupt=corrupt, t_start=t_start)
-            why = (f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost" if alive
-                   else "a switch of the job's tree is presumably down")
+            stats = AllreduceStats(
+                method="inc",
+                elements=int(blocks.size),
+                latency_s=now - t_start,
+                packets_sent=sent,
+                retransmissions=retrans,
+                fast_retransmissions=fast,
+                packets_received=received,
+                duplicates=duplicates,
+                bytes_sent=sent_bytes,
+                overflows=overflows,
+                corrupt=corrupt,
+                t_start=t_start,
+            )
+            why = (
+                f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost"
+                if alive
+                else "a switch of the job's tree is presumably down"
+            )
             return SwitchFailureSuspected(
                 f"job {job.job_id} rank {job.rank}: no result for {now - last_progress:.2f} s ({expired_since} "
                 f"retransmission timeouts, {n_chunks - done} of {n_chunks} chunks missing, epoch {epoch}): {why}",
-                Partial(got.copy(), sums, exps, stats), now - last_progress, now)
+                Partial(got.copy(), sums, exps, stats),
+                now - last_progress,
+                now,
+            )
 
         while done < n_chunks:
             now = clock.now()
@@ -510,8 +612,12 @@ class IncWorker:
                 alarms += 1
                 if alarms >= job.lost_round_alarms:
                     raise stalled(now, alive=True)
-                LOG.info("job %d rank %d: no result for %.2f s but the tree is alive; waiting on", job.job_id,
-                         job.rank, now - last_progress)
+                LOG.info(
+                    "job %d rank %d: no result for %.2f s but the tree is alive; waiting on",
+                    job.job_id,
+                    job.rank,
+                    now - last_progress,
+                )
                 last_progress, expired_since = clock.now(), 0
             while deadlines:
                 due, rid, nth, is_early = deadlines[0]
@@ -560,8 +666,11 @@ class IncWorker:
                 duplicates += 1
                 continue
             if rid >= n_chunks:  # the slot's exponent round
-                if (h["elem_type"] != ELEM_NONE or h["shadow"] != rounds[slot] % 2
-                        or h["offset"] != slot * AGG.num_lanes):
+                if (
+                    h["elem_type"] != ELEM_NONE
+                    or h["shadow"] != rounds[slot] % 2
+                    or h["offset"] != slot * AGG.num_lanes
+                ):
                     duplicates += 1
                     continue
                 if h["checksum"] != frames.salts[slot]:
@@ -570,8 +679,12 @@ class IncWorker:
                 if agreed_at is None:
                     agreed_at = clock.now()
             else:
-                if (h["elem_type"] == ELEM_NONE or h["offset"] != rid * AGG.num_lanes
-                        or h["shadow"] != rounds[slot] % 2 or h["exponent"] != exps[rid]):
+                if (
+                    h["elem_type"] == ELEM_NONE
+                    or h["offset"] != rid * AGG.num_lanes
+                    or h["shadow"] != rounds[slot] % 2
+                    or h["exponent"] != exps[rid]
+                ):
                     duplicates += 1
                     continue
                 try:
@@ -623,10 +736,20 @@ class IncWorker:
         self._next_round[:n_slots] = np.asarray(rounds[:n_slots], dtype=np.int64) + 1
         parts = {"quantize": quantize_s, "agree": ((agreed_at or t_end) - t_start) if guess is None else 0.0}
         stats = AllreduceStats(
-            method="inc", elements=int(blocks.size), latency_s=t_end - t_start, packets_sent=sent,
-            retransmissions=retrans, fast_retransmissions=fast, packets_received=received, duplicates=duplicates,
-            bytes_sent=sent_bytes, overflows=overflows, corrupt=corrupt, parts=parts,
-            exponent_rounds=0 if guess is not None else n_slots, missed_exponents=missed,
+            method="inc",
+            elements=int(blocks.size),
+            latency_s=t_end - t_start,
+            packets_sent=sent,
+            retransmissions=retrans,
+            fast_retransmissions=fast,
+            packets_received=received,
+            duplicates=duplicates,
+            bytes_sent=sent_bytes,
+            overflows=overflows,
+            corrupt=corrupt,
+            parts=parts,
+            exponent_rounds=0 if guess is not None else n_slots,
+            missed_exponents=missed,
         )
         if overflows:
             msg = f"{overflows} result(s) flagged overflow (shift {job.shift})"
@@ -635,9 +758,17 @@ class IncWorker:
             LOG.warning(msg)
         return sums, exps, stats
 
-    def _stream_native(self, lib: Any, fds: native_stream.Fds, frames: ContributionFrames, blocks: np.ndarray,
-                       proposals: np.ndarray, epoch: int, t_start: float,
-                       guess: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
+    def _stream_native(
+        self,
+        lib: Any,
+        fds: native_stream.Fds,
+        frames: ContributionFrames,
+        blocks: np.ndarray,
+        proposals: np.ndarray,
+        epoch: int,
+        t_start: float,
+        guess: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray, AllreduceStats]:
         """_stream's rounds in C (hosts/c/inc_stream.c): the same results, counters and errors."""
         job = self.job
         n_chunks, window, n_slots = len(frames), job.slot_count, frames.n_slots
@@ -654,25 +785,65 @@ class IncWorker:
         codes = set(AGG.elem_types.values())  # a code the wire format lacks has no lanes: its results are refused
         widths = [AGG.lane_bytes(c) if c in codes else 0 for c in range(native_stream.N_WIDTHS)]
         ints = dict(
-            tx_fd=fds.tx, rx_fd=fds.rx, packet_mode=int(fds.packet_mode), payload_at=fds.payload_at,
-            chunks=n_chunks, window=window, slots=n_slots, lanes=AGG.num_lanes, width=frames.width,
-            frame_len=frames.frame_len, exp_frame_len=frames.exp_frame_len, header_len=HEADER_LEN,
-            flag_retransmit=FLAG_RETRANSMIT, flag_overflow=FLAG_OVERFLOW, op_result=OP_RESULT, elem_none=ELEM_NONE,
-            job=job.job_id, epoch=epoch, result_type=job.result_type, shift=job.shift, q_max=job.q_limit,
-            lane_max=int(np.iinfo(qz.ELEM_DTYPE[job.contrib_type]).max), exp_min=qz.EXPONENT_MIN,
-            exp_max=qz.EXPONENT_MAX, speculate=int(guess is not None),
-            window_steps=SPEC_WINDOW[job.contrib_type] or 0, max_retries=job.max_retries,
-            failure=int(job.failure_timeout_s is not None), failure_timeouts=job.failure_timeouts,
-            early=int(job.early_window > 0), exp_sign=1 << (AGG.field("exponent").bits - 1),
-            has_srtt=int(rto.srtt is not None), **lay)
-        floats = dict(failure_s=job.failure_timeout_s or 0.0, early_window=job.early_window, rto=rto.rto,
-                      srtt=rto.srtt or 0.0, rttvar=rto.rttvar, calm_until=rto._calm_until, rto_min=rto.min_s,
-                      rto_max=rto.max_s)
-        arrays = dict(frames=frames.frames, exp_frames=frames.exp_frames, blocks=blocks64, maxabs=maxabs,
-                      proposals=np.ascontiguousarray(proposals, dtype=np.int64),
-                      guess=None if guess is None else np.ascontiguousarray(guess, dtype=np.int64),
-                      scales=self._scale_table, salts=np.ascontiguousarray(frames.salts, dtype=np.int64), sums=sums, exps=exps,
-                      agreed=agreed_exps, got=got, rounds=rounds)
+            tx_fd=fds.tx,
+            rx_fd=fds.rx,
+            packet_mode=int(fds.packet_mode),
+            payload_at=fds.payload_at,
+            chunks=n_chunks,
+            window=window,
+            slots=n_slots,
+            lanes=AGG.num_lanes,
+            width=frames.width,
+            frame_len=frames.frame_len,
+            exp_frame_len=frames.exp_frame_len,
+            header_len=HEADER_LEN,
+            flag_retransmit=FLAG_RETRANSMIT,
+            flag_overflow=FLAG_OVERFLOW,
+            op_result=OP_RESULT,
+            elem_none=ELEM_NONE,
+            job=job.job_id,
+            epoch=epoch,
+            result_type=job.result_type,
+            shift=job.shift,
+            q_max=job.q_limit,
+            lane_max=int(np.iinfo(qz.ELEM_DTYPE[job.contrib_type]).max),
+            exp_min=qz.EXPONENT_MIN,
+            exp_max=qz.EXPONENT_MAX,
+            speculate=int(guess is not None),
+            window_steps=SPEC_WINDOW[job.contrib_type] or 0,
+            max_retries=job.max_retries,
+            failure=int(job.failure_timeout_s is not None),
+            failure_timeouts=job.failure_timeouts,
+            early=int(job.early_window > 0),
+            exp_sign=1 << (AGG.field("exponent").bits - 1),
+            has_srtt=int(rto.srtt is not None),
+            **lay,
+        )
+        floats = dict(
+            failure_s=job.failure_timeout_s or 0.0,
+            early_window=job.early_window,
+            rto=rto.rto,
+            srtt=rto.srtt or 0.0,
+            rttvar=rto.rttvar,
+            calm_until=rto._calm_until,
+            rto_min=rto.min_s,
+            rto_max=rto.max_s,
+        )
+        arrays = dict(
+            frames=frames.frames,
+            exp_frames=frames.exp_frames,
+            blocks=blocks64,
+            maxabs=maxabs,
+            proposals=np.ascontiguousarray(proposals, dtype=np.int64),
+            guess=None if guess is None else np.ascontiguousarray(guess, dtype=np.int64),
+            scales=self._scale_table,
+            salts=np.ascontiguousarray(frames.salts, dtype=np.int64),
+            sums=sums,
+            exps=exps,
+            agreed=agreed_exps,
+            got=got,
+            rounds=rounds,
+        )
         layout = {name: LAYOUT[name] for name in native_stream.FIELDS}
 
         with native_stream.NativeStream(lib, ints, widths, layout, floats, arrays) as ns:
@@ -681,26 +852,53 @@ class IncWorker:
                 c, t = ns.stats()
                 rto.rto, rto.rttvar, rto._calm_until = t["rto"], t["rttvar"], t["calm_until"]
                 rto.srtt = t["srtt"] if c["has_srtt"] else None
-                parts = {"quantize": t["quantize_s"],
-                         "agree": ((t["agreed_at"] if t["agreed_at"] >= 0 else t_end) - t_start)
-                         if guess is None else 0.0} if final else {}
+                parts = (
+                    {
+                        "quantize": t["quantize_s"],
+                        "agree": ((t["agreed_at"] if t["agreed_at"] >= 0 else t_end) - t_start)
+                        if guess is None
+                        else 0.0,
+                    }
+                    if final
+                    else {}
+                )
                 return AllreduceStats(
-                    method="inc", elements=int(blocks.size), latency_s=t_end - t_start, packets_sent=c["sent"],
-                    retransmissions=c["retrans"], fast_retransmissions=c["fast"], packets_received=c["received"],
-                    duplicates=c["duplicates"], bytes_sent=c["bytes"], overflows=c["overflows"], corrupt=c["corrupt"],
-                    parts=parts, t_start=t_start, **(dict(exponent_rounds=0 if guess is not None else n_slots,
-                                                          missed_exponents=c["missed"]) if final else {}))
+                    method="inc",
+                    elements=int(blocks.size),
+                    latency_s=t_end - t_start,
+                    packets_sent=c["sent"],
+                    retransmissions=c["retrans"],
+                    fast_retransmissions=c["fast"],
+                    packets_received=c["received"],
+                    duplicates=c["duplicates"],
+                    bytes_sent=c["bytes"],
+                    overflows=c["overflows"],
+                    corrupt=c["corrupt"],
+                    parts=parts,
+                    t_start=t_start,
+                    **(
+                        dict(exponent_rounds=0 if guess is not None else n_slots, missed_exponents=c["missed"])
+                        if final
+                        else {}
+                    ),
+                )
 
             def stalled(now: float, alarms: int, alive: bool = False) -> SwitchFailureSuspected:
                 stats = stats_now(now, final=False)
                 c, t = ns.stats()
-                why = (f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost" if alive
-                       else "a switch of the job's tree is presumably down")
+                why = (
+                    f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost"
+                    if alive
+                    else "a switch of the job's tree is presumably down"
+                )
                 return SwitchFailureSuspected(
                     f"job {job.job_id} rank {job.rank}: no result for {now - t['last_progress']:.2f} s "
                     f"({c['expired_since']} retransmission timeouts, {n_chunks - c['done']} of {n_chunks} chunks "
                     f"missing, epoch {epoch}): {why}",
-                    Partial(got.astype(bool), sums, exps, stats), now - t["last_progress"], now)
+                    Partial(got.astype(bool), sums, exps, stats),
+                    now - t["last_progress"],
+                    now,
+                )
 
             while True:
                 code, info = ns.run()
@@ -716,8 +914,12 @@ class IncWorker:
                     alarms = ns.false_alarm()
                     if alarms >= job.lost_round_alarms:
                         raise stalled(now, alarms, alive=True)
-                    LOG.info("job %d rank %d: no result for %.2f s but the tree is alive; waiting on", job.job_id,
-                             job.rank, stalled_s)
+                    LOG.info(
+                        "job %d rank %d: no result for %.2f s but the tree is alive; waiting on",
+                        job.job_id,
+                        job.rank,
+                        stalled_s,
+                    )
                     ns.false_alarm(restart=True)
                     continue
                 if code == native_stream.RETRIES:
@@ -726,21 +928,26 @@ class IncWorker:
                     raise AllreduceTimeoutError(
                         f"job {job.job_id} rank {job.rank}: no result for slot {slot} ({what}) after "
                         f"{job.max_retries} retransmissions (epoch {epoch}); is the job installed and are all "
-                        f"{job.n_workers} workers running?")
+                        f"{job.n_workers} workers running?"
+                    )
                 if code == native_stream.ABOVE_PROPOSAL:
                     raise ProtocolError(
                         f"job {job.job_id} rank {job.rank}: chunk {info[0]} agreed exponent {info[1]} is above this "
-                        f"worker's proposal {info[2]}: the switches must return the minimum")
+                        f"worker's proposal {info[2]}: the switches must return the minimum"
+                    )
                 if code == native_stream.LANE_OVERFLOW:
-                    raise ProtocolError(f"chunk {info[0]}: exponent {info[1]} overflows "
-                                        f"{np.dtype(qz.ELEM_DTYPE[job.contrib_type])}")
+                    raise ProtocolError(
+                        f"chunk {info[0]}: exponent {info[1]} overflows {np.dtype(qz.ELEM_DTYPE[job.contrib_type])}"
+                    )
                 if code == native_stream.MISMATCH:
                     raise JobMismatchError(
                         f"job {job.job_id}: a result has elem_type {info[0]} shift {info[1]}, the worker "
                         f"was configured with {job.result_type} / {job.shift}: pass the result type and shift the "
-                        "controller installed (set_job)")
-                raise OSError(-code, f"job {job.job_id} rank {job.rank}: the stream's socket call failed: "
-                                     f"{os.strerror(-code)}")
+                        "controller installed (set_job)"
+                    )
+                raise OSError(
+                    -code, f"job {job.job_id} rank {job.rank}: the stream's socket call failed: {os.strerror(-code)}"
+                )
             t_end = clock.now()
             stats = stats_now(t_end, final=True)
         self._next_round[:n_slots] = rounds[:n_slots] + 1

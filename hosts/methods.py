@@ -53,15 +53,18 @@ class Method:
         return "none" if self.lanes == "int32" else self.lanes
 
 
-METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("inc-int32", "inc", "in-network, int32 lanes", FLOAT32_TARGET, lanes="int32"),
-    Method("inc-int16", "inc", "in-network, int16 lanes both ways", HALF_TARGET, lanes="int16"),
-    Method("inc-int8", "inc", "in-network, int8 lanes both ways", BYTE_TARGET, lanes="int8"),
-    Method("ring", "ring", "ring, float32", FLOAT32_TARGET, wire="float32"),
-    Method("ring-bf16", "ring", "ring, bfloat16 on the wire", HALF_TARGET, wire="bfloat16"),
-    Method("hier", "hier", "hierarchical (edge reduce, leader ring), float32", FLOAT32_TARGET, wire="float32"),
-    Method("tree", "tree", "double binary tree, float32", FLOAT32_TARGET, wire="float32"),
-)}
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("inc-int32", "inc", "in-network, int32 lanes", FLOAT32_TARGET, lanes="int32"),
+        Method("inc-int16", "inc", "in-network, int16 lanes both ways", HALF_TARGET, lanes="int16"),
+        Method("inc-int8", "inc", "in-network, int8 lanes both ways", BYTE_TARGET, lanes="int8"),
+        Method("ring", "ring", "ring, float32", FLOAT32_TARGET, wire="float32"),
+        Method("ring-bf16", "ring", "ring, bfloat16 on the wire", HALF_TARGET, wire="bfloat16"),
+        Method("hier", "hier", "hierarchical (edge reduce, leader ring), float32", FLOAT32_TARGET, wire="float32"),
+        Method("tree", "tree", "double binary tree, float32", FLOAT32_TARGET, wire="float32"),
+    )
+}
 
 
 class UnknownMethodError(ValueError):

@@ -31,19 +31,92 @@ SOURCE = Path(__file__).with_name("c") / "inc_stream.c"
 ENV = "P4INA_INC_STREAM"
 
 # The C file's parameter indices, in its order (enum P_*, then the four lane widths and the field layout).
-INT_PARAMS = ("tx_fd", "rx_fd", "packet_mode", "chunks", "window", "slots", "lanes", "width", "frame_len",
-              "exp_frame_len", "exponent_at", "checksum_at", "flag_at", "shadow_at", "shadow_bit", "lanes_at",
-              "header_len", "flag_retransmit", "flag_overflow", "op_result", "elem_none", "job", "epoch",
-              "result_type", "shift", "q_max", "lane_max", "exp_min", "exp_max", "speculate", "window_steps",
-              "max_retries", "failure", "failure_timeouts", "early", "exp_sign", "has_srtt", "payload_at")
+INT_PARAMS = (
+    "tx_fd",
+    "rx_fd",
+    "packet_mode",
+    "chunks",
+    "window",
+    "slots",
+    "lanes",
+    "width",
+    "frame_len",
+    "exp_frame_len",
+    "exponent_at",
+    "checksum_at",
+    "flag_at",
+    "shadow_at",
+    "shadow_bit",
+    "lanes_at",
+    "header_len",
+    "flag_retransmit",
+    "flag_overflow",
+    "op_result",
+    "elem_none",
+    "job",
+    "epoch",
+    "result_type",
+    "shift",
+    "q_max",
+    "lane_max",
+    "exp_min",
+    "exp_max",
+    "speculate",
+    "window_steps",
+    "max_retries",
+    "failure",
+    "failure_timeouts",
+    "early",
+    "exp_sign",
+    "has_srtt",
+    "payload_at",
+)
 N_WIDTHS = 4  # lane bytes by elem type code 0..3
-FIELDS = ("op", "flags", "elem_type", "shift", "job_id", "shadow", "slot", "epoch", "offset", "exponent",
-          "next_exponent", "checksum")
+FIELDS = (
+    "op",
+    "flags",
+    "elem_type",
+    "shift",
+    "job_id",
+    "shadow",
+    "slot",
+    "epoch",
+    "offset",
+    "exponent",
+    "next_exponent",
+    "checksum",
+)
 FLOAT_PARAMS = ("failure_s", "early_window", "rto", "srtt", "rttvar", "calm_until", "rto_min", "rto_max")
-ARRAYS = ("frames", "exp_frames", "blocks", "maxabs", "proposals", "guess", "scales", "salts", "sums", "exps",
-          "agreed", "got", "rounds")
-COUNTERS = ("sent", "retrans", "fast", "received", "duplicates", "overflows", "bytes", "corrupt", "missed", "done",
-            "expired_since", "alarms", "has_srtt")
+ARRAYS = (
+    "frames",
+    "exp_frames",
+    "blocks",
+    "maxabs",
+    "proposals",
+    "guess",
+    "scales",
+    "salts",
+    "sums",
+    "exps",
+    "agreed",
+    "got",
+    "rounds",
+)
+COUNTERS = (
+    "sent",
+    "retrans",
+    "fast",
+    "received",
+    "duplicates",
+    "overflows",
+    "bytes",
+    "corrupt",
+    "missed",
+    "done",
+    "expired_since",
+    "alarms",
+    "has_srtt",
+)
 TIMES = ("quantize_s", "agreed_at", "last_progress", "rto", "srtt", "rttvar", "calm_until")
 
 # what ps_run returns (negative: -errno of a socket call)
@@ -91,8 +164,11 @@ def library() -> ctypes.CDLL | None:
     lib.ps_counts(_i64(counts))
     want = (len(INT_PARAMS) + N_WIDTHS + 3 * len(FIELDS), len(FLOAT_PARAMS), len(ARRAYS), len(COUNTERS), len(TIMES))
     if tuple(counts.tolist()) != want:
-        LOG.error("the C stream loop's parameters %s do not match this loader's %s; it streams in Python",
-                  counts.tolist(), want)
+        LOG.error(
+            "the C stream loop's parameters %s do not match this loader's %s; it streams in Python",
+            counts.tolist(),
+            want,
+        )
         return None
     return lib
 
@@ -108,8 +184,15 @@ def _f64(a: np.ndarray) -> Any:
 class NativeStream:
     """One stream (one epoch of one all-reduce) in C; the arrays it writes stay owned (and referenced) here."""
 
-    def __init__(self, lib: ctypes.CDLL, ints: dict[str, int], widths: list[int], layout: dict[str, tuple[int, int, int]],
-                 floats: dict[str, float], arrays: dict[str, np.ndarray | None]) -> None:
+    def __init__(
+        self,
+        lib: ctypes.CDLL,
+        ints: dict[str, int],
+        widths: list[int],
+        layout: dict[str, tuple[int, int, int]],
+        floats: dict[str, float],
+        arrays: dict[str, np.ndarray | None],
+    ) -> None:
         self._lib = lib
         ip = [int(ints[k]) for k in INT_PARAMS] + [int(w) for w in widths]
         for name in FIELDS:

@@ -177,13 +177,36 @@ class ContributionFrames:
             nxt[: max(0, n - slot_count)] = proposals[slot_count:]
         self.salts = salts(self.offsets, job_id, epoch)
         common = dict(version=AGG.version, op=OP_CONTRIB, job_id=job_id, contributor=rank, epoch=epoch)
-        self.frames = self._rows(n, frame_prefix(src, elem_type), self.frame_len, pack_headers(
-            n, elem_type=elem_type, shadow=self.shadows, slot=self.slots, offset=self.offsets,
-            next_exponent=nxt, **common))
+        self.frames = self._rows(
+            n,
+            frame_prefix(src, elem_type),
+            self.frame_len,
+            pack_headers(
+                n,
+                elem_type=elem_type,
+                shadow=self.shadows,
+                slot=self.slots,
+                offset=self.offsets,
+                next_exponent=nxt,
+                **common,
+            ),
+        )
         s = np.arange(self.n_slots, dtype=np.int64)
-        self.exp_frames = self._rows(self.n_slots, frame_prefix(src, ELEM_NONE), self.exp_frame_len, pack_headers(
-            self.n_slots, elem_type=ELEM_NONE, shadow=0, slot=s, offset=s * AGG.num_lanes,
-            next_exponent=proposals[: self.n_slots], checksum=self.salts[: self.n_slots], **common))
+        self.exp_frames = self._rows(
+            self.n_slots,
+            frame_prefix(src, ELEM_NONE),
+            self.exp_frame_len,
+            pack_headers(
+                self.n_slots,
+                elem_type=ELEM_NONE,
+                shadow=0,
+                slot=s,
+                offset=s * AGG.num_lanes,
+                next_exponent=proposals[: self.n_slots],
+                checksum=self.salts[: self.n_slots],
+                **common,
+            ),
+        )
         self._lane_view = self.frames[:, PREFIX_LEN + HEADER_LEN :].view(LANE_DTYPE[self.width]) if self.width else None
         self._flag_at = PREFIX_LEN + _byte_of("flags")
         word, shift, _mask = LAYOUT["shadow"]
@@ -201,8 +224,14 @@ class ContributionFrames:
 
     def layout(self) -> dict[str, int]:
         """Where fill() and set_shadow() write in a frame (for the C stream loop, which writes the same bytes)."""
-        return dict(exponent_at=EXPONENT_AT, checksum_at=CHECKSUM_AT, flag_at=self._flag_at,
-                    shadow_at=self._shadow_at, shadow_bit=self._shadow_bit, lanes_at=PREFIX_LEN + HEADER_LEN)
+        return dict(
+            exponent_at=EXPONENT_AT,
+            checksum_at=CHECKSUM_AT,
+            flag_at=self._flag_at,
+            shadow_at=self._shadow_at,
+            shadow_bit=self._shadow_bit,
+            lanes_at=PREFIX_LEN + HEADER_LEN,
+        )
 
     def fill(self, chunk: int, exponent: int, lanes: np.ndarray) -> None:
         """Write the agreed exponent, the chunk's quantized lanes and their checksum into its frame."""
@@ -263,14 +292,31 @@ class ResultDecoder:
     """Reads the fields a worker needs from a result's UDP payload without Scapy."""
 
     def __init__(self) -> None:
-        self._fields = {name: LAYOUT[name] for name in ("op", "flags", "elem_type", "shift", "job_id", "shadow", "slot",
-                                                           "epoch", "offset", "exponent", "next_exponent", "checksum")}
+        self._fields = {
+            name: LAYOUT[name]
+            for name in (
+                "op",
+                "flags",
+                "elem_type",
+                "shift",
+                "job_id",
+                "shadow",
+                "slot",
+                "epoch",
+                "offset",
+                "exponent",
+                "next_exponent",
+                "checksum",
+            )
+        }
         self._exp_sign = 1 << (AGG.field("exponent").bits - 1)
 
     def header(self, payload: bytes | memoryview) -> dict[str, int]:
         if len(payload) < HEADER_LEN:
             raise ValueError(f"payload of {len(payload)} bytes is shorter than the {HEADER_LEN}-byte header")
-        words = [int.from_bytes(payload[i * 8 : i * 8 + 8], "big") for i in range(_WORDS)] if HEADER_LEN % 8 == 0 else None
+        words = (
+            [int.from_bytes(payload[i * 8 : i * 8 + 8], "big") for i in range(_WORDS)] if HEADER_LEN % 8 == 0 else None
+        )
         if words is None:
             acc = int.from_bytes(bytes(payload[:HEADER_LEN]) + bytes(_WORDS * 8 - HEADER_LEN), "big")
             words = [(acc >> (64 * (_WORDS - 1 - i))) & ((1 << 64) - 1) for i in range(_WORDS)]

@@ -223,7 +223,8 @@ def block_exponents(maxima: np.ndarray, limit: int, elem_type: int = ELEM_INT32)
         if (e < EXPONENT_MIN).any():
             worst = float(m[nz][np.argmin(e)])
             raise QuantizationError(
-                f"max|x| = {worst:g} needs exponent {int(e.min())}, below the header's minimum {EXPONENT_MIN}")
+                f"max|x| = {worst:g} needs exponent {int(e.min())}, below the header's minimum {EXPONENT_MIN}"
+            )
         out[nz] = np.minimum(e, EXPONENT_MAX)
     return out
 
@@ -257,8 +258,9 @@ def quantize(x: np.ndarray, exponent: int, elem_type: int = ELEM_INT32) -> np.nd
     return scaled.astype(dtype)
 
 
-def dequantize(lanes: np.ndarray, exponent: int | np.ndarray, shift: int = 0,
-               contrib_type: int = ELEM_INT32) -> np.ndarray:
+def dequantize(
+    lanes: np.ndarray, exponent: int | np.ndarray, shift: int = 0, contrib_type: int = ELEM_INT32
+) -> np.ndarray:
     """Decode summed lanes to float64: lane * 2^shift / scale(exponent) (the switches' shifts round to nearest)."""
     return np.ldexp(np.asarray(lanes, dtype=np.float64), shift) / scale(exponent, contrib_type)
 

@@ -147,8 +147,9 @@ class Endpoint:
         est = self._rtos.get(peer)
         if est is None:
             cfg = self.cfg
-            est = self._rtos[peer] = RtoEstimator(cfg.timeout_s, min_s=min(cfg.min_timeout_s, cfg.timeout_s),
-                                                  max_s=max(cfg.max_timeout_s, cfg.timeout_s))
+            est = self._rtos[peer] = RtoEstimator(
+                cfg.timeout_s, min_s=min(cfg.min_timeout_s, cfg.timeout_s), max_s=max(cfg.max_timeout_s, cfg.timeout_s)
+            )
         return est
 
     def fileno(self) -> int:
@@ -255,7 +256,7 @@ class Exchange:
         """Queue a whole segment as chunks 0, 1, ... (the receiver expects it with the same element count)."""
         per = self.per
         for c in range(chunk_count(values.size, per)):
-            self.send(dst, tag, c, values[c * per:(c + 1) * per])
+            self.send(dst, tag, c, values[c * per : (c + 1) * per])
 
     # -- running -----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -297,7 +298,7 @@ class Exchange:
         def flush_acks(src: int) -> None:
             entries = acks_out.pop(src)
             for i in range(0, len(entries), MAX_ACKS):
-                batch = entries[i:i + MAX_ACKS]
+                batch = entries[i : i + MAX_ACKS]
                 put(ACK_HDR.pack(ACK, len(batch), call) + np.array(batch, dtype=ACK_ENTRY).tobytes(), src)
 
         last_progress = now_fn()
@@ -366,8 +367,9 @@ class Exchange:
                         last_progress = now_fn()
                         est = rtos[src]
                         base = src << 48
-                        for tag, chunk, nth in np.frombuffer(buf, dtype=ACK_ENTRY, count=count,
-                                                             offset=ACK_HDR.size).tolist():
+                        for tag, chunk, nth in np.frombuffer(
+                            buf, dtype=ACK_ENTRY, count=count, offset=ACK_HDR.size
+                        ).tolist():
                             entry = unacked.pop(base | tag << 32 | chunk, None)
                             if entry is not None:
                                 inflight[src] -= 1

@@ -29,7 +29,9 @@ class AllreduceStats:
     duplicates: int
     bytes_sent: int
     overflows: int = 0
-    fast_retransmissions: int = 0  # of the retransmissions, those sent early (a later round answered first), not on a timeout
+    fast_retransmissions: int = (
+        0  # of the retransmissions, those sent early (a later round answered first), not on a timeout
+    )
     corrupt: int = 0  # results whose checksum did not match their lanes (dropped; the chunk was fetched again)
     exponent_rounds: int = 0  # in-network: header-only rounds that agreed the first exponents (0: speculated)
     missed_exponents: int = 0  # in-network: chunks sent again because the speculated exponent was not the agreed one

@@ -82,7 +82,9 @@ class TrainConfig:
         if not self.hidden or any(int(h) < 1 for h in self.hidden):
             raise TrainingError(f"hidden layers {self.hidden}: each needs >= 1 unit")
         if self.steps < 1 or self.batch < 1 or self.eval_every < 1:
-            raise TrainingError(f"steps ({self.steps}), batch ({self.batch}) and eval_every ({self.eval_every}) must be >= 1")
+            raise TrainingError(
+                f"steps ({self.steps}), batch ({self.batch}) and eval_every ({self.eval_every}) must be >= 1"
+            )
         if not (self.lr > 0 and 0 <= self.momentum < 1):
             raise TrainingError(f"lr {self.lr} must be > 0 and momentum {self.momentum} in [0, 1)")
         if not 0 < self.test_fraction < 1:
@@ -160,7 +162,7 @@ def batch_indices(cfg: TrainConfig, n_train: int, step: int, rank: int, workers:
     perm = _epoch_permutation(cfg.seed, epoch, n_train)
     b = cfg.shard(workers)
     start = k * cfg.batch + rank * b
-    return perm[start:start + b]
+    return perm[start : start + b]
 
 
 @lru_cache(maxsize=8)
@@ -278,8 +280,12 @@ class Evaluation:
 
 def evaluate(model: MLP, data: Dataset, theta: np.ndarray, step: int) -> Evaluation:
     """Off the clock: the runner evaluates snapshots; the training loop never does."""
-    return Evaluation(step, model.loss(theta, data.x_train, data.y_train), model.loss(theta, data.x_test, data.y_test),
-                      model.accuracy(theta, data.x_test, data.y_test))
+    return Evaluation(
+        step,
+        model.loss(theta, data.x_train, data.y_train),
+        model.loss(theta, data.x_test, data.y_test),
+        model.accuracy(theta, data.x_test, data.y_test),
+    )
 
 
 # -- one rank's replica --------------------------------------------------------------------------------
@@ -331,8 +337,15 @@ AllreduceFn = Callable[[np.ndarray], tuple[np.ndarray, Any]]  # gradient -> (flo
 BarrierFn = Callable[[str, int], float]  # (tag, tensor size) -> release instant on hosts.clock
 
 
-def run_segment(replica: Replica, count: int, allreduce: AllreduceFn, barrier: BarrierFn, tag: str,
-                snapshots: bool = False, end_barrier: bool = False) -> tuple[list[dict[str, Any]], dict[str, str], float | None]:
+def run_segment(
+    replica: Replica,
+    count: int,
+    allreduce: AllreduceFn,
+    barrier: BarrierFn,
+    tag: str,
+    snapshots: bool = False,
+    end_barrier: bool = False,
+) -> tuple[list[dict[str, Any]], dict[str, str], float | None]:
     """Take `count` steps; per step one record of times (hosts.clock) and figures.
 
     A step: gradient of this rank's slice (t_begin -> t_ready), the step's barrier (its release, common to
@@ -350,7 +363,9 @@ def run_segment(replica: Replica, count: int, allreduce: AllreduceFn, barrier: B
     records = []
     for _ in range(count):
         if replica.step >= replica.cfg.steps:
-            raise TrainingError(f"rank {replica.rank}: asked for step {replica.step + 1} of a {replica.cfg.steps}-step run")
+            raise TrainingError(
+                f"rank {replica.rank}: asked for step {replica.step + 1} of a {replica.cfg.steps}-step run"
+            )
         t_begin = clock.now()
         g = replica.gradient()
         t_ready = clock.now()
@@ -362,11 +377,23 @@ def run_segment(replica: Replica, count: int, allreduce: AllreduceFn, barrier: B
         replica.apply(summed)
         digest = replica.digest()
         t_end = clock.now()
-        records.append({"step": step, "t_begin": t_begin, "t_ready": t_ready, "t_release": released, "t_done": t_done,
-                        "t_back": t_back, "t_end": t_end, "loss": g.loss, "correct": g.correct, "digest": digest,
-                        "sum_digest": hashlib.sha256(np.ascontiguousarray(summed, dtype=np.float32).tobytes()).hexdigest()[:16],
-                        "retransmissions": int(getattr(stats, "retransmissions", 0)),
-                        "bytes_sent": int(getattr(stats, "bytes_sent", 0))})
+        records.append(
+            {
+                "step": step,
+                "t_begin": t_begin,
+                "t_ready": t_ready,
+                "t_release": released,
+                "t_done": t_done,
+                "t_back": t_back,
+                "t_end": t_end,
+                "loss": g.loss,
+                "correct": g.correct,
+                "digest": digest,
+                "sum_digest": hashlib.sha256(np.ascontiguousarray(summed, dtype=np.float32).tobytes()).hexdigest()[:16],
+                "retransmissions": int(getattr(stats, "retransmissions", 0)),
+                "bytes_sent": int(getattr(stats, "bytes_sent", 0)),
+            }
+        )
         if snapshots and step in eval_at:
             snaps[str(step)] = encode_params(replica.theta)
     end = barrier(f"{tag}-end", replica.theta.size) if end_barrier else None
@@ -412,8 +439,13 @@ class History:
         return next((s["step"] for s in self.steps if len(set(s["digests"])) > 1), None)
 
 
-def simulate(cfg: TrainConfig, workers: int, reduce: ReduceFn = exact_allreduce, method: str = "exact",
-             data: Dataset | None = None) -> History:
+def simulate(
+    cfg: TrainConfig,
+    workers: int,
+    reduce: ReduceFn = exact_allreduce,
+    method: str = "exact",
+    data: Dataset | None = None,
+) -> History:
     """Train with every rank in this process and `reduce` as the all-reduce (the reference run: exact_allreduce)."""
     data = data if data is not None else digits(cfg.test_fraction)
     replicas = [Replica(cfg, r, workers, data) for r in range(workers)]
@@ -429,9 +461,14 @@ def simulate(cfg: TrainConfig, workers: int, reduce: ReduceFn = exact_allreduce,
         with np.errstate(over="ignore", invalid="ignore"):
             for r, s in zip(replicas, sums):
                 r.apply(s)
-        history.steps.append({"step": step, "loss": float(np.mean([g.loss for g in grads])),
-                              "batch_acc": sum(g.correct for g in grads) / (shard * workers),
-                              "digests": [r.digest() for r in replicas]})
+        history.steps.append(
+            {
+                "step": step,
+                "loss": float(np.mean([g.loss for g in grads])),
+                "batch_acc": sum(g.correct for g in grads) / (shard * workers),
+                "digests": [r.digest() for r in replicas],
+            }
+        )
         if step in eval_at:
             with np.errstate(over="ignore", invalid="ignore"):
                 history.evals.append(evaluate(model, data, replicas[0].theta, step))

@@ -110,8 +110,9 @@ def double_binary_tree(n: int) -> tuple[BinaryTree, BinaryTree]:
     """Two trees over positions 0..n-1; every position is interior in at most one of them."""
     first = binary_tree(n)
     # position p takes node (p - 1) mod n of the first tree, so node i's parent j becomes position j + 1
-    shifted = tuple(NO_PARENT if first.parent[(p - 1) % n] == NO_PARENT else (first.parent[(p - 1) % n] + 1) % n
-                    for p in range(n))
+    shifted = tuple(
+        NO_PARENT if first.parent[(p - 1) % n] == NO_PARENT else (first.parent[(p - 1) % n] + 1) % n for p in range(n)
+    )
     return first, BinaryTree(shifted)
 
 
@@ -173,6 +174,6 @@ class TreeAllreduce(HostCollective):
             if parent[k] != NO_PARENT:
                 ex.expect(parent[k], 2 * k + 1, hi[k] - lo[k])
                 if not kids[k]:  # a leaf: its half goes up at once
-                    ex.send_stream(parent[k], 2 * k, acc[lo[k]:hi[k]])
+                    ex.send_stream(parent[k], 2 * k, acc[lo[k] : hi[k]])
         ex.run()
         return ex

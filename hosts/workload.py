@@ -37,7 +37,9 @@ def make_input(kind: str, size: int, rank: int, seed: int = 0, iteration: int = 
     return x.astype(np.float32)
 
 
-def reference_sum(kind: str, size: int, n_workers: int, seed: int = 0, iteration: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def reference_sum(
+    kind: str, size: int, n_workers: int, seed: int = 0, iteration: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """(float64 sum of all workers' inputs, float64 sum of their magnitudes)."""
     total = np.zeros(size)
     magnitude = np.zeros(size)
@@ -59,8 +61,13 @@ class Accuracy:
     error_bound: float  # the largest per-element bound
 
     def to_dict(self) -> dict[str, float]:
-        return {"max_abs_error": self.max_abs_error, "rel_l2_error": self.rel_l2_error, "snr_db": self.snr_db,
-                "max_error_ratio": self.max_error_ratio, "error_bound": self.error_bound}
+        return {
+            "max_abs_error": self.max_abs_error,
+            "rel_l2_error": self.rel_l2_error,
+            "snr_db": self.snr_db,
+            "max_error_ratio": self.max_error_ratio,
+            "error_bound": self.error_bound,
+        }
 
 
 def accuracy(result: np.ndarray, reference: np.ndarray, bound: np.ndarray | float) -> Accuracy:

@@ -41,7 +41,17 @@ from pathlib import Path
 
 LOG = logging.getLogger(__name__)
 
-CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fwrapv", "-fno-strict-aliasing", "-fvisibility=hidden", "-pthread", "-w")
+CFLAGS = (
+    "-std=c11",
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-fwrapv",
+    "-fno-strict-aliasing",
+    "-fvisibility=hidden",
+    "-pthread",
+    "-w",
+)
 COMPILE_TIMEOUT_S = 900.0  # p4ina.json takes about 2 s (its lanes are loops); unrolled it took 20-40 s
 MAX_SOURCE_BYTES = 256 << 20
 CACHE_MAX_BYTES = 512 << 20  # p4ina.json's entry is about 30 MB (source and library); a test program's 70 kB
@@ -96,8 +106,9 @@ def _native(cc: str) -> tuple[tuple[str, ...], str]:
     if os.environ.get("P4INA_SOFTSWITCH_NATIVE", "1") == "0":
         return (), ""
     try:
-        done = subprocess.run([cc, "-march=native", "-Q", "--help=target"], capture_output=True, text=True, timeout=30,
-                              env=_env())
+        done = subprocess.run(
+            [cc, "-march=native", "-Q", "--help=target"], capture_output=True, text=True, timeout=30, env=_env()
+        )
     except (OSError, subprocess.TimeoutExpired):
         return (), ""
     if done.returncode != 0 or not done.stdout.strip():
@@ -213,8 +224,14 @@ def _compile(tc: Toolchain, src: Path, out: Path, what: str) -> None:
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     t0 = time.monotonic()
     try:
-        done = subprocess.run([tc.cc, *tc.flags, "-o", str(tmp), str(src)], capture_output=True, text=True,
-                              timeout=COMPILE_TIMEOUT_S, env=_env(), cwd=str(src.parent))
+        done = subprocess.run(
+            [tc.cc, *tc.flags, "-o", str(tmp), str(src)],
+            capture_output=True,
+            text=True,
+            timeout=COMPILE_TIMEOUT_S,
+            env=_env(),
+            cwd=str(src.parent),
+        )
     except subprocess.TimeoutExpired as ex:
         tmp.unlink(missing_ok=True)
         raise CompileError(f"{what}: the C compiler took longer than {COMPILE_TIMEOUT_S:.0f} s") from ex
@@ -368,8 +385,13 @@ def prune(d: Path, keep: str | None = None, max_bytes: int | None = None, max_en
         total -= size
         removed.append(key)
     if removed:
-        LOG.info("C engine cache %s: removed %d least recently used entr%s (now %.1f MB)", d, len(removed),
-                 "y" if len(removed) == 1 else "ies", total / 1e6)
+        LOG.info(
+            "C engine cache %s: removed %d least recently used entr%s (now %.1f MB)",
+            d,
+            len(removed),
+            "y" if len(removed) == 1 else "ies",
+            total / 1e6,
+        )
     return removed
 
 

@@ -24,39 +24,63 @@ class Verb:
 
 VERBS: dict[str, Verb] = {
     # experiments: questions asked of an emulated fabric (need root: Mininet)
-    "emulate": Verb("experiments.allreduce.cli", "all-reduce latency of every method per host count and size (make emulate)",
-                    "experiments"),
-    "train": Verb("experiments.train.cli", "data-parallel training through the fabric, every method against an exact run",
-                  "experiments"),
-    "faults": Verb("experiments.faults.cli", "switch and link failures, loss, duplication, isolation, bit flips "
-                   "(make emulate-faults)", "experiments"),
+    "emulate": Verb(
+        "experiments.allreduce.cli",
+        "all-reduce latency of every method per host count and size (make emulate)",
+        "experiments",
+    ),
+    "train": Verb(
+        "experiments.train.cli",
+        "data-parallel training through the fabric, every method against an exact run",
+        "experiments",
+    ),
+    "faults": Verb(
+        "experiments.faults.cli",
+        "switch and link failures, loss, duplication, isolation, bit flips (make emulate-faults)",
+        "experiments",
+    ),
     # the model at cluster scale
     "simulate": Verb("simulation.cli", "the methods at 16 to 100,000 GPUs on SimGrid (make simulate)", "model"),
     # the emulated network and its parts
-    "serve": Verb("emulation.serve", "start an emulated network and keep it up for the verbs below (needs root)", "network"),
+    "serve": Verb(
+        "emulation.serve", "start an emulated network and keep it up for the verbs below (needs root)", "network"
+    ),
     "clean": Verb("emulation.cleanup", "remove what a crashed emulation left behind (make clean-net)", "network"),
-    "switch": Verb("softswitch.cli", "the embedded switch, with simple_switch_grpc's command line (also p4ina-switch)",
-                   "network"),
-    "host": Verb("hosts.cli", "host-side code in a namespace: an agent, an in-network worker, a ring, a coordinator",
-                 "network"),
+    "switch": Verb(
+        "softswitch.cli", "the embedded switch, with simple_switch_grpc's command line (also p4ina-switch)", "network"
+    ),
+    "host": Verb(
+        "hosts.cli", "host-side code in a namespace: an agent, an in-network worker, a ring, a coordinator", "network"
+    ),
     # the controller, on a served network (or any P4Runtime switches named in a topology JSON)
     "topo": Verb("controller.cli", "the topology", "controller", passes_name=True),
     "pipeline": Verb("controller.cli", "the P4 program on the switches", "controller", passes_name=True),
     "routes": Verb("controller.cli", "IPv4 forwarding", "controller", passes_name=True),
     "job": Verb("controller.cli", "aggregation jobs: install, remove, list, show", "controller", passes_name=True),
-    "counters": Verb("controller.cli", "per-job counters from every switch of a job's tree", "controller",
-                     passes_name=True),
-    "verify": Verb("controller.cli", "read the switches back and compare with the state", "controller", passes_name=True),
-    "reconcile": Verb("controller.cli", "after a controller restart: compare and adopt what the switches hold",
-                      "controller", passes_name=True),
+    "counters": Verb(
+        "controller.cli", "per-job counters from every switch of a job's tree", "controller", passes_name=True
+    ),
+    "verify": Verb(
+        "controller.cli", "read the switches back and compare with the state", "controller", passes_name=True
+    ),
+    "reconcile": Verb(
+        "controller.cli",
+        "after a controller restart: compare and adopt what the switches hold",
+        "controller",
+        passes_name=True,
+    ),
     "shell": Verb("controller.cli", "p4runtime-shell on one switch", "controller", passes_name=True),
     # the project's own measurements
     "bench": Verb("bench.cli", "benchmarks of the code's speed, written to results/bench.json (make bench)", "project"),
 }
 
-GROUPS = {"experiments": "experiments on an emulated fabric", "model": "the model at cluster scale",
-          "network": "the emulated network and its parts", "controller": "the controller (P4Runtime)",
-          "project": "the project"}
+GROUPS = {
+    "experiments": "experiments on an emulated fabric",
+    "model": "the model at cluster scale",
+    "network": "the emulated network and its parts",
+    "controller": "the controller (P4Runtime)",
+    "project": "the project",
+}
 
 
 def version() -> str:
@@ -67,9 +91,13 @@ def version() -> str:
 
 
 def usage() -> str:
-    lines = ["usage: p4ina VERB [options]   (p4ina VERB --help for each verb's own options)", "",
-             "p4ina: P4 in-network aggregation on BMv2 and an embedded switch, Mininet experiments and a model at "
-             "cluster scale.", ""]
+    lines = [
+        "usage: p4ina VERB [options]   (p4ina VERB --help for each verb's own options)",
+        "",
+        "p4ina: P4 in-network aggregation on BMv2 and an embedded switch, Mininet experiments and a model at "
+        "cluster scale.",
+        "",
+    ]
     for group, title in GROUPS.items():
         lines.append(f"{title}:")
         lines += [f"  {name:<10} {v.help}" for name, v in VERBS.items() if v.group == group]

@@ -56,8 +56,18 @@ def compiler_version() -> str:
 def compile_to(out_dir: Path) -> tuple[Path, Path, str]:
     """Run p4c; returns (json, p4info, stderr). Paths are relative to the repo so outputs are reproducible."""
     json_path, p4info_path = out_dir / JSON_OUT.name, out_dir / P4INFO_OUT.name
-    cmd = [COMPILER, "--arch", "v1model", "--std", "p4-16", "-o", str(json_path),
-           "--p4runtime-files", str(p4info_path), MAIN.relative_to(ROOT).as_posix()]
+    cmd = [
+        COMPILER,
+        "--arch",
+        "v1model",
+        "--std",
+        "p4-16",
+        "-o",
+        str(json_path),
+        "--p4runtime-files",
+        str(p4info_path),
+        MAIN.relative_to(ROOT).as_posix(),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"p4c failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
@@ -89,7 +99,9 @@ def build() -> None:
 
 def problems() -> list[str]:
     """Why the committed outputs do not match the sources (empty when they do)."""
-    out = [f"p4/generated/{name} differs from wireformat/agg_header.toml (run `make p4`)" for name in p4gen.stale_files()]
+    out = [
+        f"p4/generated/{name} differs from wireformat/agg_header.toml (run `make p4`)" for name in p4gen.stale_files()
+    ]
     if not MANIFEST.exists():
         return out + ["p4/build/manifest.json is missing (run `make p4`)"]
     manifest = json.loads(MANIFEST.read_text())

@@ -61,19 +61,32 @@ class Anchor:
         return max(abs(e["inc-int32 4096 B"]), abs(e["speed-up 4096 B"]))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topology": TOPOLOGY, "hosts": HOSTS, "published_s": {str(k): v for k, v in PUBLISHED.items()},
-                "model_s": {str(k): v for k, v in self.model.items()}, "fitted": self.fitted, "errors": self.errors(),
-                "max_rel_error": self.max_rel_error, "predicted_rel_error": self.predicted_rel_error}
+        return {
+            "topology": TOPOLOGY,
+            "hosts": HOSTS,
+            "published_s": {str(k): v for k, v in PUBLISHED.items()},
+            "model_s": {str(k): v for k, v in self.model.items()},
+            "fitted": self.fitted,
+            "errors": self.errors(),
+            "max_rel_error": self.max_rel_error,
+            "predicted_rel_error": self.predicted_rel_error,
+        }
 
     def text(self) -> str:
-        lines = [f"SHARP anchor: {HOSTS} hosts, {TOPOLOGY}, preset {self.preset.name}",
-                 "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
-                 f"{'size':>6} {'host-based us':>14} {'(published)':>11} {'SHARP us':>9} {'(published)':>11} {'speed-up':>9} {'(published)':>11}"]
+        lines = [
+            f"SHARP anchor: {HOSTS} hosts, {TOPOLOGY}, preset {self.preset.name}",
+            "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
+            f"{'size':>6} {'host-based us':>14} {'(published)':>11} {'SHARP us':>9} {'(published)':>11} {'speed-up':>9} {'(published)':>11}",
+        ]
         for size, pub in PUBLISHED.items():
             m = self.model[size]
-            lines.append(f"{size:>6} {m['rd'] * 1e6:>14.2f} {pub['rd'] * 1e6:>11.2f} {m['inc-int32'] * 1e6:>9.2f} "
-                         f"{pub['inc-int32'] * 1e6:>11.2f} {m['rd'] / m['inc-int32']:>8.2f}x {pub['rd'] / pub['inc-int32']:>10.2f}x")
-        lines.append(f"max |error| {self.max_rel_error * 100:.1f}%; not fitted (SHARP 4096 B, its speed-up): {self.predicted_rel_error * 100:.1f}%")
+            lines.append(
+                f"{size:>6} {m['rd'] * 1e6:>14.2f} {pub['rd'] * 1e6:>11.2f} {m['inc-int32'] * 1e6:>9.2f} "
+                f"{pub['inc-int32'] * 1e6:>11.2f} {m['rd'] / m['inc-int32']:>8.2f}x {pub['rd'] / pub['inc-int32']:>10.2f}x"
+            )
+        lines.append(
+            f"max |error| {self.max_rel_error * 100:.1f}%; not fitted (SHARP 4096 B, its speed-up): {self.predicted_rel_error * 100:.1f}%"
+        )
         return "\n".join(lines)
 
 
@@ -92,7 +105,9 @@ def sharp_anchor(preset: Preset = NDR, fit: bool = True, engine: Engine | None =
     SHARP sums floats in the switch, so it needs no exponent agreement: the in-network method runs without
     p4ina's exponent rounds here (`exponent_rounds=False`), one round trip a slot as SHARP has."""
     preset = preset.with_(exponent_rounds=False)
-    ev = Evaluation(Scenario(topology=TOPOLOGY, gpus=HOSTS, methods=("rd", "inc-int32"), sizes=tuple(PUBLISHED)), preset, engine)
+    ev = Evaluation(
+        Scenario(topology=TOPOLOGY, gpus=HOSTS, methods=("rd", "inc-int32"), sizes=tuple(PUBLISHED)), preset, engine
+    )
     ev.build()
     ev.solve()
     values: Mapping[str, float] = {k: getattr(preset, k) for k in FITTED}

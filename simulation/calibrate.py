@@ -89,7 +89,9 @@ class Point:
     median_s: float
     bound: str = ""  # what the emulation says bounded it: link, latency, cpu, unexplained ("" when not said)
     t_wire_s: float = math.nan  # the busiest link's bytes over its rate, as the emulation measured them
-    start_s: float = 0.0  # the last worker's wake-up after the barrier's release (raw.csv; else parts_s.start), as measured
+    start_s: float = (
+        0.0  # the last worker's wake-up after the barrier's release (raw.csv; else parts_s.start), as measured
+    )
     skew_s: float = 0.0  # the agents' start skew: the last wake-up after the release minus the median one (raw.csv)
     speculated: bool = False  # in-network: most repetitions guessed their exponents (no exponent rounds)
 
@@ -153,9 +155,13 @@ def _summary_points(summary: Mapping[str, Any]) -> dict[tuple[str, int, int], di
         if med > 0 and e.get("ok", True):
             start = _float((e.get("parts_s") or {}).get("start"))
             reps = int(e.get("reps") or 0)
-            out[key] = {"median": med, "bound": str(e.get("bound") or ""), "t_wire": _float(e.get("t_wire_s")),
-                        "start": start if start >= 0 else 0.0,
-                        "speculated": reps > 0 and 2 * int(e.get("speculated_reps") or 0) > reps}
+            out[key] = {
+                "median": med,
+                "bound": str(e.get("bound") or ""),
+                "t_wire": _float(e.get("t_wire_s")),
+                "start": start if start >= 0 else 0.0,
+                "speculated": reps > 0 and 2 * int(e.get("speculated_reps") or 0) > reps,
+            }
     return out
 
 
@@ -207,8 +213,12 @@ def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[
             tw = _float(row.get("t_wire_s"))
             if tw > 0:
                 wire.setdefault(key, []).append(tw)
-            if (key[0].startswith("inc-") and row.get("packets_sent") and row.get("retransmissions", "0") in ("0", "")
-                    and not _truthy(row.get("speculated", "0"))):
+            if (
+                key[0].startswith("inc-")
+                and row.get("packets_sent")
+                and row.get("retransmissions", "0") in ("0", "")
+                and not _truthy(row.get("speculated", "0"))
+            ):
                 per = int(row["packets_sent"])
                 if "rank" not in row:  # one row per repetition: packets of all workers together
                     per //= max(1, key[1])
@@ -228,10 +238,17 @@ def _raw_points(raw: Path, slots: int) -> tuple[dict[tuple[str, int, int], dict[
                 ups = wake[rep]
                 start.setdefault(rep[:3], []).append(max(ups))
                 skew.setdefault(rep[:3], []).append(max(ups) - statistics.median(ups))
-    out = {k: {"median": statistics.median(v), "bound": "", "t_wire": statistics.median(wire[k]) if k in wire else math.nan,
-               "start": statistics.median(start[k]) if k in start else None,  # None: no wake-ups in these rows
-               "skew": statistics.median(skew[k]) if k in skew else 0.0,
-               "speculated": 2 * sum(guessed.get(k, [])) > len(guessed.get(k, []))} for k, v in per_point.items()}
+    out = {
+        k: {
+            "median": statistics.median(v),
+            "bound": "",
+            "t_wire": statistics.median(wire[k]) if k in wire else math.nan,
+            "start": statistics.median(start[k]) if k in start else None,  # None: no wake-ups in these rows
+            "skew": statistics.median(skew[k]) if k in skew else 0.0,
+            "speculated": 2 * sum(guessed.get(k, [])) > len(guessed.get(k, [])),
+        }
+        for k, v in per_point.items()
+    }
     lanes = statistics.mode(lanes_seen) if lanes_seen else None
     return out, lanes
 
@@ -272,26 +289,56 @@ def read_results(folder: Path | str) -> Results:
         if method not in METHOD_MAP:
             skipped[method] = "the simulator has no model of this method"
             continue
-        points.append(Point(method, hosts, elements, e["median"], e["bound"], e["t_wire"], e.get("start") or 0.0,
-                            e.get("skew", 0.0), bool(e.get("speculated", False))))
+        points.append(
+            Point(
+                method,
+                hosts,
+                elements,
+                e["median"],
+                e["bound"],
+                e["t_wire"],
+                e.get("start") or 0.0,
+                e.get("skew", 0.0),
+                bool(e.get("speculated", False)),
+            )
+        )
     topo_json = _json(folder / "topology.json") or None
-    res = Results(folder, str(cfg.get("topology", "fat-tree:4")), topo_json, float(shape.get("bw_mbps") or 0.0),
-                  float(shape.get("delay_ms") or 0.0), slots, float(env.get("cpus") or 2), points, skipped, lanes)
+    res = Results(
+        folder,
+        str(cfg.get("topology", "fat-tree:4")),
+        topo_json,
+        float(shape.get("bw_mbps") or 0.0),
+        float(shape.get("delay_ms") or 0.0),
+        slots,
+        float(env.get("cpus") or 2),
+        points,
+        skipped,
+        lanes,
+    )
     if res.bw_mbps <= 0:
-        raise CalibrationError(f"{folder}: links were unshaped (bw 0); the model needs the link rate the emulation ran at")
+        raise CalibrationError(
+            f"{folder}: links were unshaped (bw 0); the model needs the link rate the emulation ran at"
+        )
     if lanes and lanes != AGG.num_lanes:
-        res.notes.append(f"the results were made with {lanes} lanes per packet, this tree's wire format has {AGG.num_lanes}: "
-                         "re-run the emulation or check out the matching commit")
+        res.notes.append(
+            f"the results were made with {lanes} lanes per packet, this tree's wire format has {AGG.num_lanes}: "
+            "re-run the emulation or check out the matching commit"
+        )
     loaded = [n for n in summary.get("notes") or [] if "other programs" in str(n)]
     res.notes += [f"the emulation's own note: {n}" for n in loaded]
     return res
 
 
 def base_preset(res: Results) -> Preset:
-    return EMULATION.with_(name="emulation-calibrated", nic_bw=mbit(res.bw_mbps), fabric_bw=mbit(res.bw_mbps),
-                           cable_latency=res.delay_ms / 1e3, inc_slots=min(res.slots, EMULATION.switch_slots),
-                           emulator_cores=res.cpus,
-                           description=f"fitted to {res.folder.name}: {res.topology}, {res.bw_mbps:g} Mbit/s links")
+    return EMULATION.with_(
+        name="emulation-calibrated",
+        nic_bw=mbit(res.bw_mbps),
+        fabric_bw=mbit(res.bw_mbps),
+        cable_latency=res.delay_ms / 1e3,
+        inc_slots=min(res.slots, EMULATION.switch_slots),
+        emulator_cores=res.cpus,
+        description=f"fitted to {res.folder.name}: {res.topology}, {res.bw_mbps:g} Mbit/s links",
+    )
 
 
 def with_params(p: Preset, values: Mapping[str, float]) -> Preset:
@@ -331,7 +378,9 @@ class Model:
         for hosts in sorted({pt.hosts for pt in res.points}):
             methods = tuple(sorted({METHOD_MAP[pt.method] for pt in res.points if pt.hosts == hosts}))
             sizes = tuple(sorted({pt.elements * 4 for pt in res.points if pt.hosts == hosts}))
-            ev = Evaluation(Scenario(topology=spec, gpus=hosts, methods=methods, sizes=sizes, preset="emulation"), self.base, engine)
+            ev = Evaluation(
+                Scenario(topology=spec, gpus=hosts, methods=methods, sizes=sizes, preset="emulation"), self.base, engine
+            )
             ev.build()
             ev.solve()
             self.evals[hosts] = ev
@@ -352,7 +401,9 @@ class Model:
         return out
 
 
-def _nelder_mead(f: Callable[[list[float]], float], x0: list[float], steps: list[float], iters: int = 400) -> list[float]:
+def _nelder_mead(
+    f: Callable[[list[float]], float], x0: list[float], steps: list[float], iters: int = 400
+) -> list[float]:
     """Minimise f from x0 (a plain Nelder-Mead: reflection, expansion, contraction, shrink)."""
     pts = [x0] + [[x + (s if i == j else 0.0) for j, x in enumerate(x0)] for i, s in enumerate(steps)]
     vals = [f(p) for p in pts]
@@ -387,7 +438,9 @@ class Calibration:
     preset: Preset
     fitted: dict[str, float]
     table: list[dict[str, Any]]
-    held_out: list[dict[str, Any]] = field(default_factory=list)  # check(): folders predicted with these costs, not fitted
+    held_out: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # check(): folders predicted with these costs, not fitted
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -412,28 +465,42 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         first = self.results[0]
-        return {"folder": str(first.folder), "folders": [str(r.folder) for r in self.results], "topology": first.topology,
-                "fitted": self.fitted, "max_rel_error": self.max_rel_error, "by_bound": self.by_bound(),
-                "skipped_methods": self.skipped,
-                "notes": [n for r in self.results for n in r.notes],
-                "lanes_in_results": first.lanes, "lanes_in_model": AGG.num_lanes,
-                "table": self.table, "held_out": self.held_out,
-                "held_out_max_rel_error": self.held_out_max_rel_error if self.held_out else None,  # JSON has no NaN
-                "preset": self.preset.to_dict()}
+        return {
+            "folder": str(first.folder),
+            "folders": [str(r.folder) for r in self.results],
+            "topology": first.topology,
+            "fitted": self.fitted,
+            "max_rel_error": self.max_rel_error,
+            "by_bound": self.by_bound(),
+            "skipped_methods": self.skipped,
+            "notes": [n for r in self.results for n in r.notes],
+            "lanes_in_results": first.lanes,
+            "lanes_in_model": AGG.num_lanes,
+            "table": self.table,
+            "held_out": self.held_out,
+            "held_out_max_rel_error": self.held_out_max_rel_error if self.held_out else None,  # JSON has no NaN
+            "preset": self.preset.to_dict(),
+        }
 
     def text(self) -> str:
         lines = [f"calibration against {r.folder} ({r.topology}, {r.links})" for r in self.results]
-        lines += ["fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
-                  f"{'method':<10} {'hosts':>5} {'elements':>9} {'links':>18} {'bound':>11} {'emulation ms':>13} {'model ms':>10} {'error':>8}"]
+        lines += [
+            "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
+            f"{'method':<10} {'hosts':>5} {'elements':>9} {'links':>18} {'bound':>11} {'emulation ms':>13} {'model ms':>10} {'error':>8}",
+        ]
         lines += [_row_text(r) for r in self.table]
         lines.append(f"max |error| {self.max_rel_error * 100:.1f}% over {len(self.table)} points")
         for bound, e in self.by_bound().items():
-            lines.append(f"  {bound}-bound (the emulation's label): {e['points']} points, max |error| "
-                         f"{e['max_rel_error'] * 100:.1f}%, median {e['median_rel_error'] * 100:.1f}%")
+            lines.append(
+                f"  {bound}-bound (the emulation's label): {e['points']} points, max |error| "
+                f"{e['max_rel_error'] * 100:.1f}%, median {e['median_rel_error'] * 100:.1f}%"
+            )
         if self.held_out:
             lines.append("held out (predicted with the fitted costs, not fitted to):")
             lines += [f"{r['folder']}: " + _row_text(r) for r in self.held_out]
-            lines.append(f"held out: max |error| {self.held_out_max_rel_error * 100:.1f}% over {len(self.held_out)} points")
+            lines.append(
+                f"held out: max |error| {self.held_out_max_rel_error * 100:.1f}% over {len(self.held_out)} points"
+            )
         for m, why in self.skipped.items():
             lines.append(f"skipped {m}: {why}")
         lines += [f"note: {n}" for r in self.results for n in r.notes]
@@ -441,14 +508,29 @@ class Calibration:
 
 
 def _row_text(r: Mapping[str, Any]) -> str:
-    return (f"{r['method']:<10} {r['hosts']:>5} {r['elements']:>9} {r['links']:>18} {r['bound'] or '-':>11} "
-            f"{r['measured_s'] * 1e3:>13.1f} {r['predicted_s'] * 1e3:>10.1f} {r['rel_error'] * 100:>+7.1f}%")
+    return (
+        f"{r['method']:<10} {r['hosts']:>5} {r['elements']:>9} {r['links']:>18} {r['bound'] or '-':>11} "
+        f"{r['measured_s'] * 1e3:>13.1f} {r['predicted_s'] * 1e3:>10.1f} {r['rel_error'] * 100:>+7.1f}%"
+    )
 
 
 def _table(pairs: Sequence[tuple[Results, Point]], predicted: Sequence[float]) -> list[dict[str, Any]]:
-    return [{"folder": r.folder.name, "method": pt.method, "hosts": pt.hosts, "elements": pt.elements, "links": r.links,
-             "bound": pt.bound, "measured_s": pt.median_s, "predicted_s": p, "rel_error": (p - pt.median_s) / pt.median_s,
-             "wake_up_s": pt.start_s, "skew_s": pt.skew_s} for (r, pt), p in zip(pairs, predicted)]
+    return [
+        {
+            "folder": r.folder.name,
+            "method": pt.method,
+            "hosts": pt.hosts,
+            "elements": pt.elements,
+            "links": r.links,
+            "bound": pt.bound,
+            "measured_s": pt.median_s,
+            "predicted_s": p,
+            "rel_error": (p - pt.median_s) / pt.median_s,
+            "wake_up_s": pt.start_s,
+            "skew_s": pt.skew_s,
+        }
+        for (r, pt), p in zip(pairs, predicted)
+    ]
 
 
 def _read_all(folders: Path | str | Sequence[Path | str]) -> list[Results]:
@@ -490,12 +572,15 @@ def result_folders(path: Path | str) -> list[Path]:
         return [path]
     subs = sorted(p for p in path.iterdir() if p.is_dir() and any((p / m).exists() for m in marks))
     if not subs:
-        raise CalibrationError(f"{path}: neither a results folder (config.json, summary.json, raw.csv) nor a folder of them")
+        raise CalibrationError(
+            f"{path}: neither a results folder (config.json, summary.json, raw.csv) nor a folder of them"
+        )
     return subs
 
 
-def fit(folders: Path | str | Sequence[Path | str], params: Sequence[str] = tuple(FIT),
-        engine: Engine | None = None) -> Calibration:
+def fit(
+    folders: Path | str | Sequence[Path | str], params: Sequence[str] = tuple(FIT), engine: Engine | None = None
+) -> Calibration:
     """Fit `params` (a subset of FIT) to the medians of one or more results folders with one set of costs (each
     folder keeps its own links: rate, delay); the others keep the emulation preset's values. The preset returned
     simulates the links of the largest folder without a link delay (the bandwidth runs, which the emulation

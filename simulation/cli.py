@@ -53,6 +53,7 @@ def _list(conv: Any) -> Any:
             return tuple(conv(x) for x in text.split(",") if x.strip())
         except ValueError as ex:
             raise argparse.ArgumentTypeError(f"{text!r}: {ex}") from ex
+
     return parse
 
 
@@ -68,38 +69,97 @@ def _override(text: str) -> tuple[str, float]:
 
 def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calibrate", type=Path, nargs="+", metavar="RESULTS_DIR",
-                    help="fit per-packet costs to emulation results folders (or a folder of them, e.g. make emulate's "
-                    "bandwidth and latency runs), one set of costs for all, and print the error table")
-    ap.add_argument("--check", type=Path, nargs="+", metavar="RESULTS_DIR",
-                    help="with --calibrate: results folders to predict with the fitted costs without fitting to them "
-                    "(out of sample), e.g. a later run of the same preset")
-    ap.add_argument("--sweep", choices=("default", "quick"), help="a predefined sweep (default when no --topology is given)")
-    ap.add_argument("--topology", type=_list(str), help="topologies, comma-separated: fat-tree:K, leaf-spine:LxSxH, a JSON, "
-                    "fattree[:radix=R,tiers=T,oversub=O], rail[:...], dragonfly+[:radix=R]")
-    ap.add_argument("--gpus", type=_list(int), help="GPUs per job, comma-separated (default: all hosts of a controller topology)")
-    ap.add_argument("--sizes", type=_list(parse_bytes), default=(64 << 10, 1 << 20, 256 << 20), help="all-reduce sizes in bytes (K/M/G), default 64K,1M,256M")
-    ap.add_argument("--methods", type=_list(str), default=("ring", "hier-rail", "tree", "inc-int32", "hier-inc", "adaptive"),
-                    help=f"methods, comma-separated, from {', '.join(METHODS)}")
-    ap.add_argument("--preset", default=None, help=f"{', '.join(PRESETS)}, or a preset JSON (e.g. a calibration.json); default h100 for the scale "
-                    "topologies, emulation for the controller's")
-    ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", type=_override,
-                    help="replace a preset parameter, e.g. --set switch_latency=1.3e-6 (repeatable; see simulation/params.py)")
-    ap.add_argument("--jobs", type=int, default=1, help="jobs sharing the cluster, all all-reducing at once (default 1)")
-    ap.add_argument("--cluster-gpus", type=int, help="size the fabric for this many GPUs (default: jobs x GPUs per job)")
-    ap.add_argument("--placement", type=_list(str), default=("contiguous",), help=f"placements, comma-separated: {', '.join(POLICIES)}")
-    ap.add_argument("--background", type=_list(float), default=(0.0,), help="background load per GPU as a share of its NIC rate, comma-separated")
-    ap.add_argument("--fail", action="append", default=[], help="switch:NAME, link:A-B, tree-root or tree-link (repeatable)")
+    ap.add_argument(
+        "--calibrate",
+        type=Path,
+        nargs="+",
+        metavar="RESULTS_DIR",
+        help="fit per-packet costs to emulation results folders (or a folder of them, e.g. make emulate's "
+        "bandwidth and latency runs), one set of costs for all, and print the error table",
+    )
+    ap.add_argument(
+        "--check",
+        type=Path,
+        nargs="+",
+        metavar="RESULTS_DIR",
+        help="with --calibrate: results folders to predict with the fitted costs without fitting to them "
+        "(out of sample), e.g. a later run of the same preset",
+    )
+    ap.add_argument(
+        "--sweep", choices=("default", "quick"), help="a predefined sweep (default when no --topology is given)"
+    )
+    ap.add_argument(
+        "--topology",
+        type=_list(str),
+        help="topologies, comma-separated: fat-tree:K, leaf-spine:LxSxH, a JSON, "
+        "fattree[:radix=R,tiers=T,oversub=O], rail[:...], dragonfly+[:radix=R]",
+    )
+    ap.add_argument(
+        "--gpus", type=_list(int), help="GPUs per job, comma-separated (default: all hosts of a controller topology)"
+    )
+    ap.add_argument(
+        "--sizes",
+        type=_list(parse_bytes),
+        default=(64 << 10, 1 << 20, 256 << 20),
+        help="all-reduce sizes in bytes (K/M/G), default 64K,1M,256M",
+    )
+    ap.add_argument(
+        "--methods",
+        type=_list(str),
+        default=("ring", "hier-rail", "tree", "inc-int32", "hier-inc", "adaptive"),
+        help=f"methods, comma-separated, from {', '.join(METHODS)}",
+    )
+    ap.add_argument(
+        "--preset",
+        default=None,
+        help=f"{', '.join(PRESETS)}, or a preset JSON (e.g. a calibration.json); default h100 for the scale "
+        "topologies, emulation for the controller's",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        type=_override,
+        help="replace a preset parameter, e.g. --set switch_latency=1.3e-6 (repeatable; see simulation/params.py)",
+    )
+    ap.add_argument(
+        "--jobs", type=int, default=1, help="jobs sharing the cluster, all all-reducing at once (default 1)"
+    )
+    ap.add_argument(
+        "--cluster-gpus", type=int, help="size the fabric for this many GPUs (default: jobs x GPUs per job)"
+    )
+    ap.add_argument(
+        "--placement",
+        type=_list(str),
+        default=("contiguous",),
+        help=f"placements, comma-separated: {', '.join(POLICIES)}",
+    )
+    ap.add_argument(
+        "--background",
+        type=_list(float),
+        default=(0.0,),
+        help="background load per GPU as a share of its NIC rate, comma-separated",
+    )
+    ap.add_argument(
+        "--fail", action="append", default=[], help="switch:NAME, link:A-B, tree-root or tree-link (repeatable)"
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--emulation-results", type=Path, help="the emulation results folder to calibrate and validate against "
-                    "(default: the fixture in tests/simulation/data)")
+    ap.add_argument(
+        "--emulation-results",
+        type=Path,
+        help="the emulation results folder to calibrate and validate against "
+        "(default: the fixture in tests/simulation/data)",
+    )
     ap.add_argument("--no-validate", action="store_true", help="skip the four validations")
     ap.add_argument("--validate-only", action="store_true", help="only the validations")
     ap.add_argument("--workers", "-j", type=int, default=None, help="parallel processes (default: cores, at most 2)")
     ap.add_argument("--out", type=Path, default=Path("results"), help="parent of the results folder (default results/)")
     ap.add_argument("--name", default="", help="extra label for the results folder")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ap.add_argument("--json", action="store_true", help="print summary.json's validation and findings instead of the table")
+    ap.add_argument(
+        "--json", action="store_true", help="print summary.json's validation and findings instead of the table"
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return ap
 
@@ -109,10 +169,26 @@ def _scenarios(args: argparse.Namespace) -> list[Scenario]:
         return sweep.quick_sweep() if args.sweep == "quick" else sweep.default_sweep()
     out = []
     for topo, n, pl, bg in product(args.topology, args.gpus or (None,), args.placement, args.background):
-        preset = args.preset or ("emulation" if topo.split(":")[0] in ("fat-tree", "leaf-spine") or topo.endswith(".json") else "h100")
-        out.append(Scenario(topology=topo, gpus=n, jobs=args.jobs, cluster_gpus=args.cluster_gpus, placement=pl, background=bg,
-                            fail=tuple(args.fail), preset=preset, overrides=tuple(args.set), methods=tuple(args.methods), sizes=tuple(args.sizes),
-                            seed=args.seed, label="custom"))
+        preset = args.preset or (
+            "emulation" if topo.split(":")[0] in ("fat-tree", "leaf-spine") or topo.endswith(".json") else "h100"
+        )
+        out.append(
+            Scenario(
+                topology=topo,
+                gpus=n,
+                jobs=args.jobs,
+                cluster_gpus=args.cluster_gpus,
+                placement=pl,
+                background=bg,
+                fail=tuple(args.fail),
+                preset=preset,
+                overrides=tuple(args.set),
+                methods=tuple(args.methods),
+                sizes=tuple(args.sizes),
+                seed=args.seed,
+                label="custom",
+            )
+        )
     return out
 
 
@@ -125,7 +201,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     (out / "calibration.json").write_text(json.dumps(calib.to_dict(), indent=1) + "\n")
     (out / "calibration.txt").write_text(calib.text() + "\n")
     print(json.dumps(calib.to_dict(), indent=1) if args.json else calib.text())
-    print(f"\nwritten to {out} (use --preset {out / 'calibration.json'} to simulate with the fitted costs)", file=sys.stderr)
+    print(
+        f"\nwritten to {out} (use --preset {out / 'calibration.json'} to simulate with the fitted costs)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -153,7 +232,9 @@ def run(args: argparse.Namespace) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"preset": calib.preset.to_dict()}, indent=1) + "\n")
             # the emulation scenarios use the fitted costs
-            scenarios = [s.__class__(**{**s.to_dict(), "preset": str(path)}) if s.label == "emulation" else s for s in scenarios]
+            scenarios = [
+                s.__class__(**{**s.to_dict(), "preset": str(path)}) if s.label == "emulation" else s for s in scenarios
+            ]
     bar = None
     if scenarios and not args.no_progress:
         from tqdm import tqdm
@@ -169,31 +250,49 @@ def run(args: argparse.Namespace) -> int:
     if bar is not None:
         bar.close()
     duration = time.perf_counter() - t0
-    config = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "scenarios": [s.to_dict() for s in scenarios],
-              "presets": {s.preset: get_preset(s.preset).to_dict() for s in scenarios}}
+    config = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "scenarios": [s.to_dict() for s in scenarios],
+        "presets": {s.preset: get_preset(s.preset).to_dict() for s in scenarios},
+    }
     write_folder(out, outcomes, config, validation, duration, calibration)
     summary = json.loads((out / "summary.json").read_text())
     if args.json:
-        print(json.dumps({"validation": {k: v for k, v in summary["validation"].items() if k != "details"},
-                          "max_gpus": summary["max_gpus"], "findings": summary["findings"]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "validation": {k: v for k, v in summary["validation"].items() if k != "details"},
+                    "max_gpus": summary["max_gpus"],
+                    "findings": summary["findings"],
+                },
+                indent=1,
+            )
+        )
     else:
         print((out / "table.txt").read_text())
         v = summary["validation"]
         if v:
+
             def pct(x: Any) -> str:
                 return "-" if x is None else f"{x * 100:.1f}%"
-            print(f"validation: emulation {pct(v.get('emulation_max_rel_error'))} (limit 15%; runs held out of the fit "
-                  f"{pct(v.get('emulation_held_out_max_rel_error'))}), closed forms "
-                  f"{pct(v.get('closed_form_max_rel_error'))} (2%), SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
-                  f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)")
-    print(f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {', '.join(human_bytes(s) for s in args.sizes) if args.topology else 'per study'})")
+
+            print(
+                f"validation: emulation {pct(v.get('emulation_max_rel_error'))} (limit 15%; runs held out of the fit "
+                f"{pct(v.get('emulation_held_out_max_rel_error'))}), closed forms "
+                f"{pct(v.get('closed_form_max_rel_error'))} (2%), SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
+                f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)"
+            )
+    print(
+        f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {', '.join(human_bytes(s) for s in args.sizes) if args.topology else 'per study'})"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None, prog: str = "p4ina simulate") -> int:
     args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if not args.verbose:
         logging.getLogger("simulation").setLevel(logging.INFO)
     try:

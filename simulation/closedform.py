@@ -68,13 +68,21 @@ def checks(preset: Preset = NDR, engine: Engine | None = None) -> list[Check]:
     edges = [1] * (n - n // 4) + [3] * (n // 4 - n // 16) + [5] * (n // 16)
     alpha = p.step_overhead + sum(_edge_latency(p, s) for s in edges) / n
     t = _model(Scenario(topology="fattree:radix=8", gpus=n, methods=("ring",), sizes=(size,)), p, engine)
-    out.append(Check(f"ring, {n} GPUs on a 3-tier fat-tree, {size >> 20} MiB", t, 2 * (n - 1) * (alpha + size / (n * b_eff))))
+    out.append(
+        Check(f"ring, {n} GPUs on a 3-tier fat-tree, {size >> 20} MiB", t, 2 * (n - 1) * (alpha + size / (n * b_eff)))
+    )
     # double binary tree, unpipelined, on one switch
     n = 32
     k = int(math.log2(n))
     alpha = p.step_overhead + _edge_latency(p, 1)
     t = _model(Scenario(topology="fattree:radix=64", gpus=n, methods=("tree",), sizes=(size,)), p, engine)
-    out.append(Check(f"double binary tree, {n} GPUs, {size >> 20} MiB", t, 2 * k * alpha + (2 * k - 1) * 2 * p.wire_bytes(size / 2) / p.nic_bw))
+    out.append(
+        Check(
+            f"double binary tree, {n} GPUs, {size >> 20} MiB",
+            t,
+            2 * k * alpha + (2 * k - 1) * 2 * p.wire_bytes(size / 2) / p.nic_bw,
+        )
+    )
     # in-network on a 3-tier fat-tree: up GPU-leaf-spine-core (3 switches entered), down core-spine-leaf-GPU (2)
     n, size = 64, 1 << 22
     packets = math.ceil(size / 4 / agg_elements())
@@ -83,6 +91,11 @@ def checks(preset: Preset = NDR, engine: Engine | None = None) -> list[Check]:
     up = 3 * (p.cable_latency + p.switch_latency)
     down = 3 * p.cable_latency + 2 * p.switch_latency
     t = _model(Scenario(topology="fattree:radix=8", gpus=n, methods=("inc-int32",), sizes=(size,)), p, engine)
-    out.append(Check(f"in-network, {n} GPUs on a 3-tier fat-tree, {size >> 20} MiB", t,
-                     p.step_overhead + up + down + f_dn / p.nic_bw + (slots * EXPONENT_FRAME + packets * f_up) / p.nic_bw))
+    out.append(
+        Check(
+            f"in-network, {n} GPUs on a 3-tier fat-tree, {size >> 20} MiB",
+            t,
+            p.step_overhead + up + down + f_dn / p.nic_bw + (slots * EXPONENT_FRAME + packets * f_up) / p.nic_bw,
+        )
+    )
     return out

@@ -137,7 +137,7 @@ def symmetric_classes(red: Reduced) -> tuple[np.ndarray, np.ndarray]:
     links = red.links.tolist()
     for i in range(n):
         a = find(links[off[i]])
-        for x in links[off[i] + 1:off[i + 1]]:
+        for x in links[off[i] + 1 : off[i + 1]]:
             b = find(x)
             if a != b:
                 parent[b] = a
@@ -152,7 +152,7 @@ def symmetric_classes(red: Reduced) -> tuple[np.ndarray, np.ndarray]:
         names: dict[int, int] = {}
         shape = []
         for i in flows:
-            path = links[off[i]:off[i + 1]]
+            path = links[off[i] : off[i + 1]]
             shape.append((tuple(names.setdefault(x, len(names)) for x in path), caps[i]))
         key = (tuple(shape), tuple(bw[x] for x in sorted(names, key=names.__getitem__)))
         first = seen.setdefault(key, flows)
@@ -170,12 +170,23 @@ def _representatives(red: Reduced) -> tuple[Reduced, np.ndarray]:
     row[keep] = np.arange(len(keep))
     lengths = np.diff(red.offsets)[keep]
     starts = red.offsets[keep]
-    flat = np.concatenate([red.links[a:a + m] for a, m in zip(starts.tolist(), lengths.tolist())]) if len(keep) else red.links[:0]
+    flat = (
+        np.concatenate([red.links[a : a + m] for a, m in zip(starts.tolist(), lengths.tolist())])
+        if len(keep)
+        else red.links[:0]
+    )
     used = np.unique(flat)
     compact = np.full(len(red.link_ids), -1, dtype=np.int64)
     compact[used] = np.arange(len(used))
-    sub = Reduced(red.rates, red.todo[keep], np.concatenate([[0], np.cumsum(lengths)]), compact[flat], red.caps[keep],
-                  red.link_bw[used], red.link_ids[used])
+    sub = Reduced(
+        red.rates,
+        red.todo[keep],
+        np.concatenate([[0], np.cumsum(lengths)]),
+        compact[flat],
+        red.caps[keep],
+        red.link_bw[used],
+        red.link_ids[used],
+    )
     return sub, row[rep]
 
 
@@ -201,14 +212,27 @@ def _run_worker(batch: list[Reduced], tmp: Path, tag: str) -> list[np.ndarray]:
     src, dst = tmp / f"{tag}.in.npz", tmp / f"{tag}.out.npz"
     np.savez(src, **arrays)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "simulation.sgworker", str(src), str(dst)], capture_output=True, text=True,
-                          preexec_fn=_raise_stack, timeout=WORKER_TIMEOUT_S, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "simulation.sgworker", str(src), str(dst)],
+        capture_output=True,
+        text=True,
+        preexec_fn=_raise_stack,
+        timeout=WORKER_TIMEOUT_S,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     if proc.returncode or not dst.exists():
         tail = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if "->" not in ln][-6:]
-        raise EngineError(f"SimGrid process for {sum(len(r.todo) for r in batch)} flows failed (exit {proc.returncode}): "
-                          + " | ".join(tail))
-    LOG.debug("SimGrid: %d flow sets, %d flows, %d links in %.2f s", len(batch), sum(len(r.todo) for r in batch), len(ids),
-              time.perf_counter() - t0)
+        raise EngineError(
+            f"SimGrid process for {sum(len(r.todo) for r in batch)} flows failed (exit {proc.returncode}): "
+            + " | ".join(tail)
+        )
+    LOG.debug(
+        "SimGrid: %d flow sets, %d flows, %d links in %.2f s",
+        len(batch),
+        sum(len(r.todo) for r in batch),
+        len(ids),
+        time.perf_counter() - t0,
+    )
     with np.load(dst) as out:
         return [out[f"rate{k}"] for k in range(len(batch))]
 
@@ -277,7 +301,9 @@ class Engine:
             batches.append(cur)
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="p4ina-sim-") as tmp, ThreadPoolExecutor(self.jobs) as pool:
-            futures = [pool.submit(_run_worker, [pending[i][1] for i in b], Path(tmp), f"b{j}") for j, b in enumerate(batches)]
+            futures = [
+                pool.submit(_run_worker, [pending[i][1] for i in b], Path(tmp), f"b{j}") for j, b in enumerate(batches)
+            ]
             for b, fut in zip(batches, futures):
                 for i, rate in zip(b, fut.result()):
                     fs, red, key, todo, row = pending[i]

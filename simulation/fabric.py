@@ -89,25 +89,59 @@ class FabricBuilder:
             else:
                 self._edges[key] = [bw, lat]
 
-    def build(self, name: str, kind: str, params: dict[str, Any], server: Sequence[int], local: Sequence[int],
-              topo_rank: Sequence[int] | None = None, gpu_names: Sequence[str] | None = None) -> Fabric:
+    def build(
+        self,
+        name: str,
+        kind: str,
+        params: dict[str, Any],
+        server: Sequence[int],
+        local: Sequence[int],
+        topo_rank: Sequence[int] | None = None,
+        gpu_names: Sequence[str] | None = None,
+    ) -> Fabric:
         keys = np.array(list(self._edges.keys()), dtype=np.int64).reshape(-1, 2)
         vals = np.array(list(self._edges.values()), dtype=np.float64).reshape(-1, 2)
-        return Fabric(name=name, kind=kind, params=dict(params), n_gpus=self.n_gpus, tiers=np.array(self.tiers, dtype=np.int8),
-                      switch_names=list(self.names), link_src=keys[:, 0].copy(), link_dst=keys[:, 1].copy(),
-                      link_bw=vals[:, 0].copy(), link_lat=vals[:, 1].copy(), server=np.asarray(server, dtype=np.int64),
-                      local=np.asarray(local, dtype=np.int64),
-                      topo_rank=None if topo_rank is None else np.asarray(topo_rank, dtype=np.int64),
-                      gpu_names=None if gpu_names is None else list(gpu_names), nvswitch=dict(self._nvswitch))
+        return Fabric(
+            name=name,
+            kind=kind,
+            params=dict(params),
+            n_gpus=self.n_gpus,
+            tiers=np.array(self.tiers, dtype=np.int8),
+            switch_names=list(self.names),
+            link_src=keys[:, 0].copy(),
+            link_dst=keys[:, 1].copy(),
+            link_bw=vals[:, 0].copy(),
+            link_lat=vals[:, 1].copy(),
+            server=np.asarray(server, dtype=np.int64),
+            local=np.asarray(local, dtype=np.int64),
+            topo_rank=None if topo_rank is None else np.asarray(topo_rank, dtype=np.int64),
+            gpu_names=None if gpu_names is None else list(gpu_names),
+            nvswitch=dict(self._nvswitch),
+        )
 
 
 class Fabric:
     """Nodes, directed links and a router; `fail()` returns a copy with links or switches down."""
 
-    def __init__(self, *, name: str, kind: str, params: dict[str, Any], n_gpus: int, tiers: np.ndarray,
-                 switch_names: list[str], link_src: np.ndarray, link_dst: np.ndarray, link_bw: np.ndarray,
-                 link_lat: np.ndarray, server: np.ndarray, local: np.ndarray, topo_rank: np.ndarray | None,
-                 gpu_names: list[str] | None, nvswitch: dict[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        kind: str,
+        params: dict[str, Any],
+        n_gpus: int,
+        tiers: np.ndarray,
+        switch_names: list[str],
+        link_src: np.ndarray,
+        link_dst: np.ndarray,
+        link_bw: np.ndarray,
+        link_lat: np.ndarray,
+        server: np.ndarray,
+        local: np.ndarray,
+        topo_rank: np.ndarray | None,
+        gpu_names: list[str] | None,
+        nvswitch: dict[int, int] | None = None,
+    ) -> None:
         self.name, self.kind, self.params = name, kind, params
         self.n_gpus = n_gpus
         self.tiers = tiers
@@ -122,7 +156,9 @@ class Fabric:
         self.gpu_names = gpu_names
         self.failed_links: frozenset[int] = frozenset()
         self.failed_nodes: frozenset[int] = frozenset()
-        self._lid: dict[int, int] = {int(s) * self.n_nodes + int(d): i for i, (s, d) in enumerate(zip(link_src.tolist(), link_dst.tolist()))}
+        self._lid: dict[int, int] = {
+            int(s) * self.n_nodes + int(d): i for i, (s, d) in enumerate(zip(link_src.tolist(), link_dst.tolist()))
+        }
         self._nbrs: list[list[int]] | None = None
         self._by_name: dict[str, int] | None = None
         self.router: Router = NullRouter()
@@ -170,7 +206,12 @@ class Fabric:
 
     def link_ok(self, a: int, b: int) -> bool:
         lid = self._lid.get(a * self.n_nodes + b)
-        return lid is not None and lid not in self.failed_links and b not in self.failed_nodes and a not in self.failed_nodes
+        return (
+            lid is not None
+            and lid not in self.failed_links
+            and b not in self.failed_nodes
+            and a not in self.failed_nodes
+        )
 
     def links_of(self, path: Sequence[int]) -> list[int]:
         lid, n = self._lid, self.n_nodes
@@ -218,9 +259,17 @@ class Fabric:
 
     def describe(self) -> dict[str, Any]:
         tiers = {int(t): int((self.tiers == t).sum()) for t in np.unique(self.tiers) if t >= 0}
-        return {"name": self.name, "kind": self.kind, "params": self.params, "gpus": self.n_gpus,
-                "servers": self.n_servers, "switches_per_tier": tiers, "links": int(len(self.link_src)),
-                "failed_links": len(self.failed_links) // 2, "failed_switches": len(self.failed_nodes)}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "params": self.params,
+            "gpus": self.n_gpus,
+            "servers": self.n_servers,
+            "switches_per_tier": tiers,
+            "links": int(len(self.link_src)),
+            "failed_links": len(self.failed_links) // 2,
+            "failed_switches": len(self.failed_nodes),
+        }
 
 
 class Router:
@@ -250,8 +299,15 @@ class ClosRouter(Router):
     `div[t]`: product of the up-degrees below tier t, for destination-based up-link choice (D-mod-k).
     """
 
-    def __init__(self, fabric: Fabric, lo: Sequence[int], hi: Sequence[int], ups: list[list[int]],
-                 downs: list[list[int]], mode: str) -> None:
+    def __init__(
+        self,
+        fabric: Fabric,
+        lo: Sequence[int],
+        hi: Sequence[int],
+        ups: list[list[int]],
+        downs: list[list[int]],
+        mode: str,
+    ) -> None:
         self.fabric, self.lo, self.hi, self.ups, self.downs, self.mode = fabric, list(lo), list(hi), ups, downs, mode
         self.down_lo = [[self.lo[c] for c in ch] for ch in downs]
         tiers = fabric.tiers
@@ -345,8 +401,14 @@ class DragonflyPlusRouter(Router):
     `group[leaf or spine]`, `spines[group]`, `gates[(ga, gb)]` = [(spine in ga, spine in gb), ...] global links.
     """
 
-    def __init__(self, fabric: Fabric, group: dict[int, int], spines: list[list[int]],
-                 gates: dict[tuple[int, int], list[tuple[int, int]]], mode: str) -> None:
+    def __init__(
+        self,
+        fabric: Fabric,
+        group: dict[int, int],
+        spines: list[list[int]],
+        gates: dict[tuple[int, int], list[tuple[int, int]]],
+        mode: str,
+    ) -> None:
         self.fabric, self.group, self.spines, self.gates, self.mode = fabric, group, spines, gates, mode
 
     def for_fabric(self, fabric: Fabric) -> DragonflyPlusRouter:
@@ -371,8 +433,13 @@ class DragonflyPlusRouter(Router):
         if gs == gd:
             sp = self._pick(self.spines[gs], src, dst, salt, lambda s: f.link_ok(ls, s) and f.link_ok(s, ld))
             return [src, ls, sp, ld, dst]
-        a, b = self._pick(self.gates[(gs, gd)], src, dst, salt,
-                          lambda g: f.link_ok(ls, g[0]) and f.link_ok(g[0], g[1]) and f.link_ok(g[1], ld))
+        a, b = self._pick(
+            self.gates[(gs, gd)],
+            src,
+            dst,
+            salt,
+            lambda g: f.link_ok(ls, g[0]) and f.link_ok(g[0], g[1]) and f.link_ok(g[1], ld),
+        )
         return [src, ls, a, b, ld, dst]
 
 

@@ -53,8 +53,13 @@ class _Platform:
     def spec(self, algo: dict[str, Any]) -> dict[str, Any]:
         f = self.ev.fabric
         ids = sorted(self.links, key=self.links.__getitem__)
-        return {"links": [[float(f.link_bw[i]), float(f.link_lat[i])] for i in ids], "hosts": sorted(self.hosts),
-                "routes": [[a, b, r] for (a, b), r in self.routes.items()], "alpha": self.alpha, "algo": algo}
+        return {
+            "links": [[float(f.link_bw[i]), float(f.link_lat[i])] for i in ids],
+            "hosts": sorted(self.hosts),
+            "routes": [[a, b, r] for (a, b), r in self.routes.items()],
+            "alpha": self.alpha,
+            "algo": algo,
+        }
 
 
 def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
@@ -82,7 +87,9 @@ def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
         half = size / 2
         chunk = min(float(p.pipeline_chunk), half)
         chunks = math.ceil(half / chunk)
-        return plat.spec({"name": "tree", "ranks": topo, "trees": [t1, t2], "chunks": chunks, "bytes": p.wire_bytes(chunk)})
+        return plat.spec(
+            {"name": "tree", "ranks": topo, "trees": [t1, t2], "chunks": chunks, "bytes": p.wire_bytes(chunk)}
+        )
     if method.startswith("inc-"):
         tree = next(t for t in ev.trees["inc"] if t.job == job.index)
         plat = _Platform(ev, p.step_overhead)
@@ -91,10 +98,21 @@ def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
             plat.route(par, c, adjacent=True)
         packets = math.ceil(size / 4 / agg_elements())
         frames = IncFrames.of(LANES[method], len(tree.gpus), tree.balanced)
-        spec = plat.spec({"name": "inc", "root": tree.root, "parent": [[c, q] for c, q in tree.parent.items()],
-                          "gpus": list(tree.gpus), "packets": packets, "up": frames.host_up, "up_switch": frames.switch_up,
-                          "down": frames.down, "exponent": frames.exponent, "exp_rounds": p.exponent_slots(packets, tree.window, frames.lanes),
-                          "window": tree.window})
+        spec = plat.spec(
+            {
+                "name": "inc",
+                "root": tree.root,
+                "parent": [[c, q] for c, q in tree.parent.items()],
+                "gpus": list(tree.gpus),
+                "packets": packets,
+                "up": frames.host_up,
+                "up_switch": frames.switch_up,
+                "down": frames.down,
+                "exponent": frames.exponent,
+                "exp_rounds": p.exponent_slots(packets, tree.window, frames.lanes),
+                "window": tree.window,
+            }
+        )
         # a switch adds its aggregation latency to every packet it sends on (up from an inner switch, down from any)
         spec["extra_latency"] = {str(sw): p.switch_agg_latency for sw in tree.children}
         return spec
@@ -109,8 +127,13 @@ def run_spec(spec: dict[str, Any], timeout: float = 900.0) -> float:
     with tempfile.TemporaryDirectory(prefix="p4ina-full-") as tmp:
         src, dst = Path(tmp) / "in.json", Path(tmp) / "out.json"
         src.write_text(json.dumps(spec))
-        proc = subprocess.run([sys.executable, "-m", "simulation.fullsim", str(src), str(dst)], capture_output=True, text=True,
-                              preexec_fn=_raise_stack, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "simulation.fullsim", str(src), str(dst)],
+            capture_output=True,
+            text=True,
+            preexec_fn=_raise_stack,
+            timeout=timeout,
+        )
         if proc.returncode or not dst.exists():
             tail = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if "->" not in ln][-6:]
             raise EngineError(f"full simulation failed (exit {proc.returncode}): " + " | ".join(tail))
@@ -140,10 +163,21 @@ def _main(src: str, dst: str) -> int:
     spec = json.loads(Path(src).read_text())
     import simgrid as sg
 
-    engine = sg.Engine(["p4ina-full", "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0",
-                        "--log=root.thres:critical", "--log=xbt_cfg.thres:critical"])
+    engine = sg.Engine(
+        [
+            "p4ina-full",
+            "--cfg=network/model:CM02",
+            "--cfg=network/crosstraffic:0",
+            "--cfg=network/TCP-gamma:0",
+            "--log=root.thres:critical",
+            "--log=xbt_cfg.thres:critical",
+        ]
+    )
     zone = sg.NetZone.create_full_zone("fabric")
-    links = [sg.LinkInRoute(zone.create_link(f"l{i}", bw).set_latency(0.0).seal()) for i, (bw, _lat) in enumerate(spec["links"])]
+    links = [
+        sg.LinkInRoute(zone.create_link(f"l{i}", bw).set_latency(0.0).seal())
+        for i, (bw, _lat) in enumerate(spec["links"])
+    ]
     lat = [l for _bw, l in spec["links"]]
     hosts = {n: zone.create_host(f"n{n}", 1.0).seal() for n in spec["hosts"]}
     algo = spec["algo"]
@@ -264,8 +298,18 @@ def _main(src: str, dst: str) -> int:
             kids.setdefault(q, []).append(c)
             edge(c, q)
             edge(q, c)
-        packets, up_b, dn_b, window, root = algo["packets"], int(algo["up"]), int(algo["down"]), algo["window"], algo["root"]
-        up_s, exp_b, n_exp = int(algo.get("up_switch", up_b)), int(algo.get("exponent", 0)), int(algo.get("exp_rounds", 0))
+        packets, up_b, dn_b, window, root = (
+            algo["packets"],
+            int(algo["up"]),
+            int(algo["down"]),
+            algo["window"],
+            algo["root"],
+        )
+        up_s, exp_b, n_exp = (
+            int(algo.get("up_switch", up_b)),
+            int(algo.get("exponent", 0)),
+            int(algo.get("exp_rounds", 0)),
+        )
         total = packets + n_exp  # packet k < n_exp: slot k's exponent round; then the data packets
         expected[0] = len(algo["gpus"])
 

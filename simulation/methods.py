@@ -64,7 +64,9 @@ TREE_FLOWS_PER_HOST = 4  # a double-binary-tree rank sends (and receives) on up 
 
 def flow_port(flowset: str) -> int:
     """The UDP port the emulation's host method behind a flow set uses (hosts.agent): the ECMP hash's salt."""
-    family, wire = ("ring", "bfloat16") if flowset == "ring-bf16" else (flowset.split("-")[0].rstrip("0123456789"), "float32")
+    family, wire = (
+        ("ring", "bfloat16") if flowset == "ring-bf16" else (flowset.split("-")[0].rstrip("0123456789"), "float32")
+    )
     offset = HOST_METHOD_PORTS.get((family if family in ("ring", "hier", "tree") else "ring", wire), 0)
     return RING_BASE_PORT + offset
 
@@ -116,7 +118,9 @@ class Phase:
     nvlink: bool = False
     reduce: bool = False
     segments: tuple[int, ...] | None = None  # ring: sizes of the rings laid end to end in `flows` (None: one ring)
-    levels: tuple[tuple[str, tuple[int, int], str, tuple[int, int]], ...] = ()  # tree: (up set, span, down set, span), deepest first
+    levels: tuple[
+        tuple[str, tuple[int, int], str, tuple[int, int]], ...
+    ] = ()  # tree: (up set, span, down set, span), deepest first
     down: tuple[int, int] | None = None  # inc: the down flows (flows = the up flows)
     tree: AggTree | None = None
     # pipe: stages that run at once, chunk by chunk: (flow set, span, share of S per step, steps, nvlink, reduce),
@@ -201,8 +205,9 @@ def groups_of(fabric: Fabric, ranks: Sequence[int]) -> list[list[int]]:
 
 
 # -- methods -> phases -----------------------------------------------------------------------------------------
-def plan_method(method: str, fabric: Fabric, job: Job, tables: dict[str, FlowTable],
-                trees: dict[str, list[AggTree]] | None = None) -> Plan:
+def plan_method(
+    method: str, fabric: Fabric, job: Job, tables: dict[str, FlowTable], trees: dict[str, list[AggTree]] | None = None
+) -> Plan:
     """The phases of `method` for `job`, its flows registered in `tables` (shared by jobs and methods)."""
     method = canonical(method)
 
@@ -229,9 +234,27 @@ def plan_method(method: str, fabric: Fabric, job: Job, tables: dict[str, FlowTab
         if gather:
             stages.append(("hier-gather", table("hier-gather").add(j, "gather", gather), 1.0, 1, nv, True))
         if m > 1:
-            stages.append(("hier-leader", table("hier-leader").add(j, "leader", ring_pairs(leaders)), 1.0 / m, 2 * (m - 1), False, True))
+            stages.append(
+                (
+                    "hier-leader",
+                    table("hier-leader").add(j, "leader", ring_pairs(leaders)),
+                    1.0 / m,
+                    2 * (m - 1),
+                    False,
+                    True,
+                )
+            )
         if gather:
-            stages.append(("hier-scatter", table("hier-scatter").add(j, "scatter", [(b, a) for a, b in gather]), 1.0, 1, nv, False))
+            stages.append(
+                (
+                    "hier-scatter",
+                    table("hier-scatter").add(j, "scatter", [(b, a) for a, b in gather]),
+                    1.0,
+                    1,
+                    nv,
+                    False,
+                )
+            )
         phases = [Phase("pipe", "hier", (0, 0), 0, 1.0, stages=tuple(stages))]
     elif method == "hier-rail":
         groups = groups_of(fabric, topo)
@@ -266,7 +289,9 @@ def plan_method(method: str, fabric: Fabric, job: Job, tables: dict[str, FlowTab
         levels = []
         for lvl in sorted(by_level, reverse=True):  # the critical path: deepest level first, up, then back down
             up, dn = f"tree-u{lvl}", f"tree-d{lvl}"
-            levels.append((up, table(up).add(j, up, by_level[lvl]), dn, table(dn).add(j, dn, [(b, a) for a, b in by_level[lvl]])))
+            levels.append(
+                (up, table(up).add(j, up, by_level[lvl]), dn, table(dn).add(j, dn, [(b, a) for a, b in by_level[lvl]]))
+            )
         phases = [Phase("tree", "tree", span, len(levels), 0.5, reduce=True, levels=tuple(levels))]
     elif method == "rd":
         if n & (n - 1):
@@ -285,7 +310,9 @@ def plan_method(method: str, fabric: Fabric, job: Job, tables: dict[str, FlowTab
                 raise MethodError("hier-inc needs servers with several GPUs on NVLink (it is inc-int32 otherwise)")
             span_in = table("hier-intra").add(j, "intra", [p for grp in groups for p in ring_pairs(grp)])
             seg_in = tuple(len(grp) for grp in groups if len(grp) > 1)
-            phases.append(Phase("ring", "hier-intra", span_in, g - 1, 1.0 / g, nvlink=True, reduce=True, segments=seg_in))
+            phases.append(
+                Phase("ring", "hier-intra", span_in, g - 1, 1.0 / g, nvlink=True, reduce=True, segments=seg_in)
+            )
             for tree in trees["hier-inc"]:
                 if tree.job // g == j:
                     phases.append(_inc_phase(table("hier-inc"), tree, 1.0 / g))
@@ -321,7 +348,11 @@ def _frame_cpu(p: Preset, flows: int, hops: float, flows_per_host: int) -> float
     """Seconds of CPU that bound a flow's pace per frame: its host sending and receiving (for every flow the
     host runs at once) and, on an emulator, every host and switch of the flow set sharing the cores."""
     host = 2 * flows_per_host * p.host_packet_cost
-    emu = flows * (2 * p.host_packet_cost + hops * p.switch_forward_cost) / p.emulator_cores if p.emulator_cores > 0 else 0.0
+    emu = (
+        flows * (2 * p.host_packet_cost + hops * p.switch_forward_cost) / p.emulator_cores
+        if p.emulator_cores > 0
+        else 0.0
+    )
     return max(host, emu)
 
 
@@ -333,8 +364,12 @@ class _Cost:
         self.rate = e.rate
         self.cpu = _frame_cpu(p, e.flows, float(e.hops.max()) if len(e.hops) else 0.0, per_host)
         # a step's latency: the software on both ends, the path, the switches forwarding on the way
-        self.alpha = ((p.nvlink_step_overhead if nvlink else p.step_overhead) + 2 * p.host_packet_cost + e.latency
-                      + e.hops * p.switch_forward_cost)
+        self.alpha = (
+            (p.nvlink_step_overhead if nvlink else p.step_overhead)
+            + 2 * p.host_packet_cost
+            + e.latency
+            + e.hops * p.switch_forward_cost
+        )
         self.byte = p.host_byte_cost if reduce else 0.0
 
     def first(self, x: float) -> np.ndarray:  # the wire (or the CPU's turn), then the host's pass over the data
@@ -347,8 +382,16 @@ class _Cost:
         return max(float(self.p.wire_bytes(x, rate)) / rate, self.p.frames(x) * self.cpu, x * self.byte)
 
 
-def ring_phase_time(p: Preset, steps: int, data: float, e: Edges, segments: Sequence[int] | None, nvlink: bool,
-                    reduce: bool, credit_bytes: float = 0.0) -> float:
+def ring_phase_time(
+    p: Preset,
+    steps: int,
+    data: float,
+    e: Edges,
+    segments: Sequence[int] | None,
+    nvlink: bool,
+    reduce: bool,
+    credit_bytes: float = 0.0,
+) -> float:
     """`steps` dependent steps of `data` bytes on every edge of one or more rings, chunks pipelined.
 
     A step of a rank waits for its left neighbour's previous step, so the latency chain runs around the
@@ -387,8 +430,15 @@ class Stage:
     reduce: bool
 
 
-def pipe_phase_time(p: Preset, stages: Sequence[Stage], busiest_s: float, busiest_bytes: float, busiest_rate: float,
-                    cpu_s: float, first_phase: bool = False) -> float:
+def pipe_phase_time(
+    p: Preset,
+    stages: Sequence[Stage],
+    busiest_s: float,
+    busiest_bytes: float,
+    busiest_rate: float,
+    cpu_s: float,
+    first_phase: bool = False,
+) -> float:
     """Stages that run at once, chunk by chunk (hier: members -> leader, the leaders' ring, leader -> members).
 
     A chunk passes the stages one after the other (a stage of several steps is a chain around its ring, as in
@@ -418,7 +468,9 @@ def pipe_phase_time(p: Preset, stages: Sequence[Stage], busiest_s: float, busies
     return max(latency_bound, bandwidth_bound, cpu_s) - credit
 
 
-def tree_phase_time(p: Preset, data: float, all_active: Edges, levels: Sequence[tuple[Edges, Edges]], reduce: bool) -> float:
+def tree_phase_time(
+    p: Preset, data: float, all_active: Edges, levels: Sequence[tuple[Edges, Edges]], reduce: bool
+) -> float:
     """A pipelined tree: the first chunk climbs the levels and comes back down (each level at the rates its
     flows get on their own), then the remaining chunks follow at the pace of every flow active at once
     (on shaped links, less what the busiest link's credit passes at once)."""
@@ -508,7 +560,14 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     def ser(frame: int, rate: float) -> float:  # a lone packet: within a full token bucket it passes at once
         return max(frame - p.credit_bytes(frame), 0.0) / rate
 
-    rtt_d = host_d + m.latency_up + m.latency_down + hops_d + ser(frames.host_up, m.rate_host_up) + ser(frames.down, m.rate_down)
+    rtt_d = (
+        host_d
+        + m.latency_up
+        + m.latency_down
+        + hops_d
+        + ser(frames.host_up, m.rate_host_up)
+        + ser(frames.down, m.rate_down)
+    )
     rtt_e = host_e + m.latency_up + m.latency_down + hops_e + 2 * ser(frames.exponent, slowest)
     rounds = math.ceil(packets / w)  # data rounds of the busiest slot
     last = packets - (rounds - 1) * w  # packets of the last data round
@@ -516,22 +575,35 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
     rate = {"host-up": m.rate_host_up, "down": m.rate_down, "switch-up": m.rate_switch_up}
     size = {"host-up": frames.host_up, "down": frames.down, "switch-up": frames.switch_up}
     busy = {k: slots * frames.exponent / rate[k] + packets * size[k] / rate[k] for k in links_d}
-    cpu = {"hosts": slots * host_e + packets * host_d, "switch": slots * switch_e + packets * switch_d,
-           "emulator": slots * emu_e + packets * emu_d}
+    cpu = {
+        "hosts": slots * host_e + packets * host_d,
+        "switch": slots * switch_e + packets * switch_d,
+        "emulator": slots * emu_e + packets * emu_d,
+    }
     busiest = max(busy, key=busy.__getitem__)
     # a transfer within the bucket passes at once, its last packet too (which ser() then counts as free)
     credit = min(p.credit_bytes(size[busiest]), slots * frames.exponent + packets * size[busiest]) / rate[busiest]
     # the busiest resource, and the part of the last packet's round trip it already counts
-    work = {"link": (busy[busiest] - credit, ser(size[busiest], rate[busiest])), "hosts": (cpu["hosts"], host_d),
-            "switch": (cpu["switch"], min(switch_d, hops_d)), "emulator": (cpu["emulator"], 0.0)}
+    work = {
+        "link": (busy[busiest] - credit, ser(size[busiest], rate[busiest])),
+        "hosts": (cpu["hosts"], host_d),
+        "switch": (cpu["switch"], min(switch_d, hops_d)),
+        "emulator": (cpu["emulator"], 0.0),
+    }
     resources, counted = max(work.values())
     if slots:
         # no data packet leaves before its slot's exponent round is back: the data alone, on the resource
         # that binds it (the busiest link on what is left of its credit), after the first exponent round trip
-        left = max(0.0, min(p.credit_bytes(size[busiest]) - slots * frames.exponent, packets * size[busiest])) / rate[busiest]
-        data = {"link": (packets * size[busiest] / rate[busiest] - left, ser(size[busiest], rate[busiest])),
-                "hosts": (packets * host_d, host_d), "switch": (packets * switch_d, min(switch_d, hops_d)),
-                "emulator": (packets * emu_d, 0.0)}
+        left = (
+            max(0.0, min(p.credit_bytes(size[busiest]) - slots * frames.exponent, packets * size[busiest]))
+            / rate[busiest]
+        )
+        data = {
+            "link": (packets * size[busiest] / rate[busiest] - left, ser(size[busiest], rate[busiest])),
+            "hosts": (packets * host_d, host_d),
+            "switch": (packets * switch_d, min(switch_d, hops_d)),
+            "emulator": (packets * emu_d, 0.0),
+        }
         d_work, d_counted = max(data.values())
         if rtt_e + d_work - d_counted > resources - counted:
             resources, counted = rtt_e + d_work, d_counted

@@ -25,8 +25,23 @@ from simulation import topologies
 from simulation.engine import Engine, FlowSet
 from simulation.fabric import Fabric, FabricError
 from simulation.methods import (
-    LANES, METHODS, Edges, FlowTable, MethodError, Phase, Plan, Stage, TreeMeasure, canonical, flow_port, groups_of, inc_phase_time,
-    pipe_phase_time, plan_method, ring_phase_time, tree_phase_time,
+    LANES,
+    METHODS,
+    Edges,
+    FlowTable,
+    MethodError,
+    Phase,
+    Plan,
+    Stage,
+    TreeMeasure,
+    canonical,
+    flow_port,
+    groups_of,
+    inc_phase_time,
+    pipe_phase_time,
+    plan_method,
+    ring_phase_time,
+    tree_phase_time,
 )
 from simulation.params import IncFrames, Preset, agg_elements, get_preset
 from simulation.placement import POLICIES, Job, place
@@ -140,7 +155,9 @@ def _fail(fabric: Fabric, specs: Sequence[str], jobs: Sequence[Job], preset: Pre
     return fabric.fail(links=links, nodes=nodes)
 
 
-def _tree_measure(fabric: Fabric, tree: AggTree, up: np.ndarray, down: np.ndarray, edges: Sequence[tuple[int, int]]) -> TreeMeasure:
+def _tree_measure(
+    fabric: Fabric, tree: AggTree, up: np.ndarray, down: np.ndarray, edges: Sequence[tuple[int, int]]
+) -> TreeMeasure:
     """The tree's slowest edges of each kind (`up`/`down`: rates of the up/down flows, in `edges` order)."""
     lat = fabric.link_lat
     up_lat: dict[int, float] = {tree.root: 0.0}
@@ -162,8 +179,13 @@ def _tree_measure(fabric: Fabric, tree: AggTree, up: np.ndarray, down: np.ndarra
     from_host = np.array([c in members for c, _p in edges], dtype=bool)
     host_up = float(up[from_host].min()) if from_host.any() else math.inf
     switch_up = float(up[~from_host].min()) if (~from_host).any() else math.inf
-    return TreeMeasure(rate_host_up=host_up, rate_switch_up=switch_up, rate_down=float(down.min()),
-                       latency_up=max(up_lat[g] for g in tree.gpus), latency_down=max(dn_lat[g] for g in tree.gpus))
+    return TreeMeasure(
+        rate_host_up=host_up,
+        rate_switch_up=switch_up,
+        rate_down=float(down.min()),
+        latency_up=max(up_lat[g] for g in tree.gpus),
+        latency_down=max(dn_lat[g] for g in tree.gpus),
+    )
 
 
 class Evaluation:
@@ -228,7 +250,9 @@ class Evaluation:
         for key, tab in self.tables.items():
             adjacent = key in ("inc", "hier-inc")  # tree edges join neighbours: no routing
             port = flow_port(key)
-            paths = [f.links_of([a, b]) if adjacent else f.links_of(f.path(a, b, port)) for a, b in zip(tab.src, tab.dst)]
+            paths = [
+                f.links_of([a, b]) if adjacent else f.links_of(f.path(a, b, port)) for a, b in zip(tab.src, tab.dst)
+            ]
             caps = np.concatenate([np.full(len(paths), np.inf), np.array(caps_bg)])
             self.flowsets[key] = FlowSet(key, paths + bg_paths, caps)
 
@@ -245,9 +269,13 @@ class Evaluation:
             lat = self.fabric.link_lat
             paths = fs.paths[a:b]
             bw = self.fabric.link_bw
-            self._edges[key] = Edges(rate=fs.rates[a:b], latency=np.array([float(lat[p].sum()) for p in paths]),
-                                     hops=np.array([len(p) - 1 for p in paths]), flows=len(self.tables[flowset].src),
-                                     link_rate=np.array([float(bw[p].min()) if len(p) else math.inf for p in paths]))
+            self._edges[key] = Edges(
+                rate=fs.rates[a:b],
+                latency=np.array([float(lat[p].sum()) for p in paths]),
+                hops=np.array([len(p) - 1 for p in paths]),
+                flows=len(self.tables[flowset].src),
+                link_rate=np.array([float(bw[p].min()) if len(p) else math.inf for p in paths]),
+            )
         return self._edges[key]
 
     def phase_time(self, method: str, ph: Phase, size: int, first: bool = False, credit: float = 0.0) -> float:
@@ -257,15 +285,24 @@ class Evaluation:
             assert ph.down is not None and ph.tree is not None
             fs = self.flowsets[ph.flowset]
             assert fs.rates is not None
-            m = _tree_measure(self.fabric, ph.tree, fs.rates[ph.flows[0]:ph.flows[1]], fs.rates[ph.down[0]:ph.down[1]],
-                              ph.tree.edges())
-            return inc_phase_time(p, ph.tree, data / 4, IncFrames.of(LANES[method], len(ph.tree.gpus), ph.tree.balanced), m)
+            m = _tree_measure(
+                self.fabric,
+                ph.tree,
+                fs.rates[ph.flows[0] : ph.flows[1]],
+                fs.rates[ph.down[0] : ph.down[1]],
+                ph.tree.edges(),
+            )
+            return inc_phase_time(
+                p, ph.tree, data / 4, IncFrames.of(LANES[method], len(ph.tree.gpus), ph.tree.balanced), m
+            )
         if ph.kind == "pipe":
             return self._pipe_time(ph, size, first)
         if ph.kind == "tree":
             levels = [(self.edges(u, us), self.edges(d, ds)) for u, us, d, ds in ph.levels]
             return tree_phase_time(p, data, self.edges(ph.flowset, ph.flows), levels, ph.reduce)
-        return ring_phase_time(p, ph.steps, data, self.edges(ph.flowset, ph.flows), ph.segments, ph.nvlink, ph.reduce, credit)
+        return ring_phase_time(
+            p, ph.steps, data, self.edges(ph.flowset, ph.flows), ph.segments, ph.nvlink, ph.reduce, credit
+        )
 
     def _pipe_time(self, ph: Phase, size: int, first: bool) -> float:
         """A pipelined phase: its stages' flows of every job at once; the busiest link's bytes set the pace."""
@@ -297,7 +334,9 @@ class Evaluation:
             np.add.at(frames_at, np.asarray(tab.dst), frames)
             if p.emulator_cores > 0:
                 hops = np.array([len(x) - 1 for x in fs.paths[:mine]], dtype=np.float64)
-                emu += float((frames * (2 * p.host_packet_cost + hops * p.switch_forward_cost)).sum()) / p.emulator_cores
+                emu += (
+                    float((frames * (2 * p.host_packet_cost + hops * p.switch_forward_cost)).sum()) / p.emulator_cores
+                )
         free = np.maximum(free, f.link_bw * 1e-6)
         busy = load / free
         k = int(np.argmax(busy))
@@ -325,7 +364,10 @@ class Evaluation:
                 packets = math.ceil(size * ph.share / 4 / agg_elements())
                 slots = p.exponent_slots(packets, tree.window, fr.lanes)
                 members = set(tree.gpus)
-                up = [slots * fr.exponent + packets * (fr.host_up if c in members else fr.switch_up) for c, _ in tree.edges()]
+                up = [
+                    slots * fr.exponent + packets * (fr.host_up if c in members else fr.switch_up)
+                    for c, _ in tree.edges()
+                ]
                 add(ph.flowset, ph.flows, up)
                 add(ph.flowset, ph.down, slots * fr.exponent + packets * fr.down)
                 continue
@@ -334,7 +376,11 @@ class Evaluation:
                 rates = self.flowsets[key].rates
                 assert rates is not None
                 steps = 1 if ph.kind == "tree" else steps
-                add(key, span, steps * np.asarray(p.wire_bytes(size * share, rates[span[0]:span[1]]), dtype=np.float64))
+                add(
+                    key,
+                    span,
+                    steps * np.asarray(p.wire_bytes(size * share, rates[span[0] : span[1]]), dtype=np.float64),
+                )
         return load
 
     def times(self, plan: Plan, size: int) -> float:
@@ -380,8 +426,22 @@ class Evaluation:
     def _row(self, method: str, job: int, n: int, size: int, t: float, fails: str) -> Row:
         s = self.scenario
         algbw = size / t if t > 0 else math.inf
-        return Row(s.label, s.topology, self.fabric.name, n, s.jobs, job, s.placement, s.background, fails, method, size,
-                   t, algbw, algbw * 2 * (n - 1) / n)
+        return Row(
+            s.label,
+            s.topology,
+            self.fabric.name,
+            n,
+            s.jobs,
+            job,
+            s.placement,
+            s.background,
+            fails,
+            method,
+            size,
+            t,
+            algbw,
+            algbw * 2 * (n - 1) / n,
+        )
 
 
 def evaluate(scenario: Scenario, engine: Engine | None = None, preset: Preset | None = None) -> Outcome:
@@ -390,7 +450,19 @@ def evaluate(scenario: Scenario, engine: Engine | None = None, preset: Preset | 
     ev.build()
     ev.solve()
     rows = ev.rows()
-    trees = [{"method": k, "job": t.job, "root": ev.fabric.name_of(t.root), "depth": t.depth, "switches": len(t.switches),
-              "max_fan_in": t.max_fan_in, "window": t.window, "planner": t.planner} for k, ts in ev.trees.items() for t in ts[:4]]
+    trees = [
+        {
+            "method": k,
+            "job": t.job,
+            "root": ev.fabric.name_of(t.root),
+            "depth": t.depth,
+            "switches": len(t.switches),
+            "max_fan_in": t.max_fan_in,
+            "window": t.window,
+            "planner": t.planner,
+        }
+        for k, ts in ev.trees.items()
+        for t in ts[:4]
+    ]
     stats = {k: fs.stats for k, fs in ev.flowsets.items()}
     return Outcome(scenario, rows, ev.fabric.describe(), ev.skipped, trees, stats, time.perf_counter() - t0)

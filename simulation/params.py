@@ -27,7 +27,14 @@ import numpy as np
 from controller.names import NUM_SLOTS
 from hosts.inc_worker import speculates
 from hosts.reliable import (
-    ACK_ENTRY, ACK_HDR, DATA_HDR, FRAME_OVERHEAD, MAX_UDP_PAYLOAD, WIRE_BYTES, CollectiveConfig, elements_per_packet,
+    ACK_ENTRY,
+    ACK_HDR,
+    DATA_HDR,
+    FRAME_OVERHEAD,
+    MAX_UDP_PAYLOAD,
+    WIRE_BYTES,
+    CollectiveConfig,
+    elements_per_packet,
 )
 from wireformat import AGG
 from wireformat import fixedpoint as fxp
@@ -64,7 +71,11 @@ EMU_ACK_ENTRY = ACK_ENTRY.itemsize
 # datagrams, less for the in-network methods' narrower frames.
 EMU_FULL_FRAME = FRAME_OVERHEAD + MAX_UDP_PAYLOAD
 EMU_LINK_BURST = float(EMU_FULL_FRAME)
-ELEM_CODES = {"int32": AGG.elem_types["ELEM_INT32"], "int16": AGG.elem_types["ELEM_INT16"], "int8": AGG.elem_types["ELEM_INT8"]}
+ELEM_CODES = {
+    "int32": AGG.elem_types["ELEM_INT32"],
+    "int16": AGG.elem_types["ELEM_INT16"],
+    "int8": AGG.elem_types["ELEM_INT8"],
+}
 EXPONENT_FRAME = AGG.frame_bytes(AGG.elem_types["ELEM_NONE"])  # a slot's first round: header only, no lanes
 
 
@@ -150,7 +161,9 @@ class Preset:
     # same cores when their results arrive. Only the calibration, which has the measured skew of every point,
     # applies it; a preset for simulating folds its median into start_cost.
     finish_skew_ratio: float = 0.0
-    start_cost: float = 0.0  # s per call before the first packet leaves (the emulation: a Python call on a shared machine)
+    start_cost: float = (
+        0.0  # s per call before the first packet leaves (the emulation: a Python call on a shared machine)
+    )
     # protocol sizes
     mtu_payload: int = EMU_RING_PAYLOAD  # data bytes per frame of the host-based methods
     frame_overhead: int = EMU_RING_OVERHEAD  # header bytes per such frame on the wire
@@ -160,7 +173,9 @@ class Preset:
     ack_entry: int = 0  # bytes per acknowledged data frame in an ack
     pipeline_chunk: int = 1 << 20  # bytes per pipelined chunk (tree, ring segments larger than this)
     inc_slots: int = 128  # in-network window: aggregation slots per job on each switch
-    exponent_rounds: bool = True  # p4ina's v2 format opens each slot with an exponent round (False: SHARP-like float sums)
+    exponent_rounds: bool = (
+        True  # p4ina's v2 format opens each slot with an exponent round (False: SHARP-like float sums)
+    )
     # ... except where every slot carries one chunk: then p4ina's workers guess the exponents from the previous
     # all-reduce of the tensor (hosts.inc_worker) and skip the rounds. The model takes the guesses to hold
     # (the steady state of a training job; the emulation reports its misses per point).
@@ -182,7 +197,9 @@ class Preset:
         if self.mtu_payload < 4 or self.pipeline_chunk < 1:
             raise ParamError(f"preset {self.name!r}: mtu_payload must be >= 4 bytes and pipeline_chunk >= 1")
         if not 1 <= self.inc_slots <= self.switch_slots:
-            raise ParamError(f"preset {self.name!r}: inc_slots {self.inc_slots} must be in 1..switch_slots ({self.switch_slots})")
+            raise ParamError(
+                f"preset {self.name!r}: inc_slots {self.inc_slots} must be in 1..switch_slots ({self.switch_slots})"
+            )
         if self.routing not in ("dmodk", "ecmp"):
             raise ParamError(f"preset {self.name!r}: routing must be 'dmodk' or 'ecmp', got {self.routing!r}")
 
@@ -276,12 +293,26 @@ _PRESET_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Preset))
 EMULATION = Preset(
     name="emulation",
     description="make emulate: k=4 fat-tree, 2 Mbit/s tc-shaped links, host agents and the embedded switch (C engine) on 2 cores",
-    nic_bw=mbit(2.0), fabric_bw=mbit(2.0), cable_latency=0.0, switch_latency=0.0,
-    step_overhead=32.5e-6, host_packet_cost=10.2e-6, switch_packet_cost=0.0, switch_lane_cost=0.0,
-    switch_forward_cost=22.4e-6, switch_agg_latency=0.0, emulator_cores=2.0, link_burst_bytes=EMU_LINK_BURST,
-    start_cost=1.52e-3 + 9.20e-3, barrier_cost=0.0,
-    ack_every=EMU_ACK_EVERY, ack_delay=EMU_ACK_DELAY, ack_overhead=EMU_ACK_OVERHEAD, ack_entry=EMU_ACK_ENTRY,
-    pipeline_chunk=EMU_RING_PAYLOAD, routing="ecmp",
+    nic_bw=mbit(2.0),
+    fabric_bw=mbit(2.0),
+    cable_latency=0.0,
+    switch_latency=0.0,
+    step_overhead=32.5e-6,
+    host_packet_cost=10.2e-6,
+    switch_packet_cost=0.0,
+    switch_lane_cost=0.0,
+    switch_forward_cost=22.4e-6,
+    switch_agg_latency=0.0,
+    emulator_cores=2.0,
+    link_burst_bytes=EMU_LINK_BURST,
+    start_cost=1.52e-3 + 9.20e-3,
+    barrier_cost=0.0,
+    ack_every=EMU_ACK_EVERY,
+    ack_delay=EMU_ACK_DELAY,
+    ack_overhead=EMU_ACK_OVERHEAD,
+    ack_entry=EMU_ACK_ENTRY,
+    pipeline_chunk=EMU_RING_PAYLOAD,
+    routing="ecmp",
 )
 
 # An NDR InfiniBand cluster of CPU hosts (one NIC each), the setting of NVIDIA's published SHARP figures.
@@ -289,9 +320,19 @@ EMULATION = Preset(
 NDR = Preset(
     name="ndr",
     description="NDR 400 Gb/s InfiniBand cluster of CPU hosts, one NIC each, MPI-like host software",
-    nic_bw=gbit(400), fabric_bw=gbit(400), cable_latency=25e-9, switch_latency=0.13e-6,
-    step_overhead=0.578e-6, switch_agg_latency=0.576e-6, host_byte_cost=1.41e-9,
-    mtu_payload=4096, frame_overhead=30, pipeline_chunk=1 << 20, inc_slots=512, switch_slots=4096, routing="dmodk",
+    nic_bw=gbit(400),
+    fabric_bw=gbit(400),
+    cable_latency=25e-9,
+    switch_latency=0.13e-6,
+    step_overhead=0.578e-6,
+    switch_agg_latency=0.576e-6,
+    host_byte_cost=1.41e-9,
+    mtu_payload=4096,
+    frame_overhead=30,
+    pipeline_chunk=1 << 20,
+    inc_slots=512,
+    switch_slots=4096,
+    routing="dmodk",
 )
 
 # H100-class servers: 8 GPUs, NVLink4 (900 GB/s per GPU counting both directions = 450 GB/s each way) on an
@@ -300,12 +341,24 @@ NDR = Preset(
 H100 = Preset(
     name="h100",
     description="H100-class servers (8 GPUs, NVLink 900 GB/s, 8x400G NICs) on an NDR 400 Gb/s fabric, NCCL-like software",
-    nic_bw=gbit(400), fabric_bw=gbit(400), cable_latency=25e-9, switch_latency=0.13e-6,
-    gpus_per_server=8, nvlink_bw=450e9, nvlink_latency=0.1e-6,
-    step_overhead=2.7e-6, nvlink_step_overhead=0.47e-6, host_byte_cost=1e-12,  # ~1 TB/s reduction in HBM
+    nic_bw=gbit(400),
+    fabric_bw=gbit(400),
+    cable_latency=25e-9,
+    switch_latency=0.13e-6,
+    gpus_per_server=8,
+    nvlink_bw=450e9,
+    nvlink_latency=0.1e-6,
+    step_overhead=2.7e-6,
+    nvlink_step_overhead=0.47e-6,
+    host_byte_cost=1e-12,  # ~1 TB/s reduction in HBM
     # a 400G switch must keep more packets in flight than p4ina's 1024-slot program (a window of 128
     # 314-byte packets covers only ~0.8 us at 400 Gb/s): 512 slots a job, 4096 a switch, an assumption
-    mtu_payload=4096, frame_overhead=30, pipeline_chunk=1 << 20, inc_slots=512, switch_slots=4096, routing="dmodk",
+    mtu_payload=4096,
+    frame_overhead=30,
+    pipeline_chunk=1 << 20,
+    inc_slots=512,
+    switch_slots=4096,
+    routing="dmodk",
 )
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (EMULATION, NDR, H100)}

@@ -65,7 +65,7 @@ def place(fabric: Fabric, sizes: Sequence[int], policy: str = "contiguous", seed
         members[int(fabric.server[gpu])].append(gpu)
     jobs, pos = [], 0
     for i, s in enumerate(sizes):
-        take = servers[pos:pos + s // g]
+        take = servers[pos : pos + s // g]
         pos += s // g
         jobs.append(Job(i, tuple(x for srv in take for x in members[srv])))
     return jobs

@@ -29,10 +29,18 @@ LOG = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
 CSV_FIELDS = list(Row.__dataclass_fields__)
 STYLE = {  # method -> (colour, marker, line style)
-    "ring": ("tab:red", "^", "-"), "ring-addr": ("tab:pink", "v", ":"), "ring-bf16": ("tab:orange", "^", "--"),
-    "hier": ("tab:brown", "D", "-"), "hier-rail": ("tab:purple", "D", "--"), "tree": ("tab:olive", "s", "-"),
-    "rd": ("tab:gray", "x", "-"), "inc-int32": ("tab:blue", "o", "-"), "inc-int16": ("tab:cyan", "o", ":"),
-    "inc-int8": ("tab:green", "o", "--"), "hier-inc": ("navy", "*", "-"), "adaptive": ("black", "", ":"),
+    "ring": ("tab:red", "^", "-"),
+    "ring-addr": ("tab:pink", "v", ":"),
+    "ring-bf16": ("tab:orange", "^", "--"),
+    "hier": ("tab:brown", "D", "-"),
+    "hier-rail": ("tab:purple", "D", "--"),
+    "tree": ("tab:olive", "s", "-"),
+    "rd": ("tab:gray", "x", "-"),
+    "inc-int32": ("tab:blue", "o", "-"),
+    "inc-int16": ("tab:cyan", "o", ":"),
+    "inc-int8": ("tab:green", "o", "--"),
+    "hier-inc": ("navy", "*", "-"),
+    "adaptive": ("black", "", ":"),
 }
 TOPO_STYLE = {"fattree": "-", "rail": "--", "dragonfly+": ":"}
 
@@ -48,14 +56,25 @@ def human_bytes(n: float) -> str:
 def environment() -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip() or None
+            return (
+                subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
+                or None
+            )
         except (OSError, subprocess.SubprocessError):
             return None
 
-    simgrid = subprocess.run([sys.executable, "-c", "import simgrid; print(simgrid.simgrid_version)"], capture_output=True, text=True)
-    return {"started": datetime.now().isoformat(timespec="seconds"), "command": sys.argv, "python": platform.python_version(),
-            "platform": platform.platform(), "simgrid": simgrid.stdout.strip().splitlines()[-1] if simgrid.returncode == 0 else None,
-            "git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain"))}
+    simgrid = subprocess.run(
+        [sys.executable, "-c", "import simgrid; print(simgrid.simgrid_version)"], capture_output=True, text=True
+    )
+    return {
+        "started": datetime.now().isoformat(timespec="seconds"),
+        "command": sys.argv,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "simgrid": simgrid.stdout.strip().splitlines()[-1] if simgrid.returncode == 0 else None,
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain")),
+    }
 
 
 def all_rows(outcomes: Iterable[Outcome]) -> list[Row]:
@@ -78,10 +97,25 @@ def read_csv(path: Path | str) -> list[Row]:
     out = []
     with Path(path).open(newline="") as fh:
         for d in csv.DictReader(fh):
-            out.append(Row(label=d["label"], topology=d["topology"], fabric=d["fabric"], gpus=int(d["gpus"]), jobs=int(d["jobs"]),
-                           job=int(d["job"]), placement=d["placement"], background=float(d["background"]), failures=d["failures"],
-                           method=d["method"], size=int(d["size"]), time_s=float(d["time_s"]), algbw=float(d["algbw"]),
-                           busbw=float(d["busbw"]), choice=d.get("choice", "")))
+            out.append(
+                Row(
+                    label=d["label"],
+                    topology=d["topology"],
+                    fabric=d["fabric"],
+                    gpus=int(d["gpus"]),
+                    jobs=int(d["jobs"]),
+                    job=int(d["job"]),
+                    placement=d["placement"],
+                    background=float(d["background"]),
+                    failures=d["failures"],
+                    method=d["method"],
+                    size=int(d["size"]),
+                    time_s=float(d["time_s"]),
+                    algbw=float(d["algbw"]),
+                    busbw=float(d["busbw"]),
+                    choice=d.get("choice", ""),
+                )
+            )
     return out
 
 
@@ -93,7 +127,9 @@ def _mean_over_jobs(rows: Iterable[Row]) -> dict[tuple, tuple[float, float]]:
     """(label, topology, gpus, placement, background, failures, method, size) -> (mean time, mean busbw) over jobs."""
     acc: dict[tuple, list[Row]] = {}
     for r in rows:
-        acc.setdefault((r.label, r.topology, r.gpus, r.placement, r.background, r.failures, r.method, r.size), []).append(r)
+        acc.setdefault(
+            (r.label, r.topology, r.gpus, r.placement, r.background, r.failures, r.method, r.size), []
+        ).append(r)
     return {k: (statistics.fmean(x.time_s for x in v), statistics.fmean(x.busbw for x in v)) for k, v in acc.items()}
 
 
@@ -113,7 +149,10 @@ def findings(rows: Sequence[Row]) -> dict[str, Any]:
             t, bus = agg[k]
             ring = agg.get((*k[:6], "ring", size))
             per.setdefault(topo, {}).setdefault(method, {})[str(size)] = {
-                "time_s": t, "busbw": bus, "speedup_over_ring": ring[0] / t if ring else None}
+                "time_s": t,
+                "busbw": bus,
+                "speedup_over_ring": ring[0] / t if ring else None,
+            }
         out["scaling"] = {"gpus": top, "topologies": per}
     place = [k for k in agg if k[0] == "placement"]
     if place:
@@ -125,7 +164,10 @@ def findings(rows: Sequence[Row]) -> dict[str, Any]:
             cont = agg.get((k[0], topo, gpus, "contiguous", bg, k[5], method, size))
             if cont:
                 res.setdefault(topo, {}).setdefault(f"background {bg:g}", {}).setdefault(method, {})[str(size)] = {
-                    "contiguous_busbw": cont[1], "scattered_busbw": agg[k][1], "scattered_over_contiguous": agg[k][1] / cont[1]}
+                    "contiguous_busbw": cont[1],
+                    "scattered_busbw": agg[k][1],
+                    "scattered_over_contiguous": agg[k][1] / cont[1],
+                }
         out["placement"] = res
     fails = [k for k in agg if k[0] == "failure" and k[5]]
     if fails:
@@ -134,7 +176,10 @@ def findings(rows: Sequence[Row]) -> dict[str, Any]:
             base = agg.get((*k[:5], "", *k[6:]))
             if base:
                 res.setdefault(k[1], {}).setdefault(k[5], {}).setdefault(k[6], {})[str(k[7])] = {
-                    "time_s": agg[k][0], "healthy_time_s": base[0], "slowdown": agg[k][0] / base[0]}
+                    "time_s": agg[k][0],
+                    "healthy_time_s": base[0],
+                    "slowdown": agg[k][0] / base[0],
+                }
         out["failure"] = res
     emu = [k for k in agg if k[0] == "emulation"]
     if emu:
@@ -145,8 +190,12 @@ def findings(rows: Sequence[Row]) -> dict[str, Any]:
     return out
 
 
-def summary(outcomes: Sequence[Outcome], validation: Mapping[str, Any], duration_s: float,
-            calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def summary(
+    outcomes: Sequence[Outcome],
+    validation: Mapping[str, Any],
+    duration_s: float,
+    calibration: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     rows = all_rows(outcomes)
     max_gpus = max((r.gpus for r in rows), default=0)  # the largest job simulated
     return {
@@ -155,8 +204,17 @@ def summary(outcomes: Sequence[Outcome], validation: Mapping[str, Any], duration
         "duration_s": duration_s,
         "findings": findings(rows),
         "calibration": dict(calibration) if calibration else None,
-        "scenarios": [{"scenario": o.scenario.to_dict(), "fabric": o.fabric, "seconds": o.seconds, "skipped": o.skipped,
-                       "trees": o.trees, "flowsets": o.flowsets} for o in outcomes],
+        "scenarios": [
+            {
+                "scenario": o.scenario.to_dict(),
+                "fabric": o.fabric,
+                "seconds": o.seconds,
+                "skipped": o.skipped,
+                "trees": o.trees,
+                "flowsets": o.flowsets,
+            }
+            for o in outcomes
+        ],
     }
 
 
@@ -205,15 +263,29 @@ def _save(fig: Any, path: Path | None, layout: bool = True) -> None:
         _pyplot().close(fig)
 
 
-def plot_scaling(rows: Sequence[Row], path: Path | None = None, sizes: Sequence[int] | None = None, speedup: bool = False) -> Any:
+def plot_scaling(
+    rows: Sequence[Row], path: Path | None = None, sizes: Sequence[int] | None = None, speedup: bool = False
+) -> Any:
     """Time (or speed-up over the ring) against GPU count: a column per topology, a row per message size."""
     plt = _pyplot()
     agg = _mean_over_jobs(r for r in rows if r.label == "scaling")
     topos = sorted({k[1] for k in agg}, key=lambda t: list(TOPO_STYLE).index(_kind(t)) if _kind(t) in TOPO_STYLE else 9)
     all_sizes = sorted({k[7] for k in agg})
-    sizes = [s for s in (sizes or [all_sizes[len(all_sizes) // 2 - 1] if len(all_sizes) > 2 else all_sizes[0], all_sizes[-2] if len(all_sizes) > 1 else all_sizes[-1]]) if s in all_sizes]
+    sizes = [
+        s
+        for s in (
+            sizes
+            or [
+                all_sizes[len(all_sizes) // 2 - 1] if len(all_sizes) > 2 else all_sizes[0],
+                all_sizes[-2] if len(all_sizes) > 1 else all_sizes[-1],
+            ]
+        )
+        if s in all_sizes
+    ]
     sizes = sorted(set(sizes))
-    fig, axes = plt.subplots(len(sizes), len(topos), figsize=(4.6 * len(topos), 3.6 * len(sizes)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(sizes), len(topos), figsize=(4.6 * len(topos), 3.6 * len(sizes)), squeeze=False, sharex=True
+    )
     for i, size in enumerate(sizes):
         for j, topo in enumerate(topos):
             ax = axes[i][j]
@@ -224,7 +296,15 @@ def plot_scaling(rows: Sequence[Row], path: Path | None = None, sizes: Sequence[
                 if speedup:
                     ring = {k[2]: v[0] for k, v in agg.items() if k[1] == topo and k[6] == "ring" and k[7] == size}
                     pts = [(n, ring[n] / t) for n, t in pts if n in ring]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, marker=marker, linestyle=ls, label=method, markersize=4)
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    color=colour,
+                    marker=marker,
+                    linestyle=ls,
+                    label=method,
+                    markersize=4,
+                )
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.grid(True, which="both", alpha=0.3)
@@ -241,8 +321,12 @@ def plot_scaling(rows: Sequence[Row], path: Path | None = None, sizes: Sequence[
     return fig
 
 
-def plot_fabrics(rows: Sequence[Row], path: Path | None = None, methods: Sequence[str] = ("ring", "hier-rail", "tree", "inc-int32", "hier-inc"),
-                 size: int | None = None) -> Any:
+def plot_fabrics(
+    rows: Sequence[Row],
+    path: Path | None = None,
+    methods: Sequence[str] = ("ring", "hier-rail", "tree", "inc-int32", "hier-inc"),
+    size: int | None = None,
+) -> Any:
     """Left: bus bandwidth against GPU count per topology (fat-tree solid, rail dashed, Dragonfly+ dotted), one
     job placed contiguously.  Right: what scattered placement keeps of it, per topology (the placement study)."""
     plt = _pyplot()
@@ -257,13 +341,23 @@ def plot_fabrics(rows: Sequence[Row], path: Path | None = None, methods: Sequenc
                 pts = sorted((k[2], v[1]) for k, v in agg.items() if k[1] == topo and k[6] == method and k[7] == size)
                 if pts:
                     colour, marker, _ = STYLE[method]
-                    ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], color=colour, marker=marker,
-                            linestyle=TOPO_STYLE.get(_kind(topo), "-"), label=f"{method}, {topo}", markersize=4)
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] / 1e9 for p in pts],
+                        color=colour,
+                        marker=marker,
+                        linestyle=TOPO_STYLE.get(_kind(topo), "-"),
+                        label=f"{method}, {topo}",
+                        markersize=4,
+                    )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("GPUs in the job")
         ax.set_ylabel("bus bandwidth (GB/s, nccl-tests' busbw)")
-        ax.set_title(f"one job, contiguous, {human_bytes(size)}: fat-tree (solid), rail (dashed), Dragonfly+ (dotted)", fontsize=9)
+        ax.set_title(
+            f"one job, contiguous, {human_bytes(size)}: fat-tree (solid), rail (dashed), Dragonfly+ (dotted)",
+            fontsize=9,
+        )
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6, ncol=3)
     if place:
@@ -274,11 +368,25 @@ def plot_fabrics(rows: Sequence[Row], path: Path | None = None, methods: Sequenc
         for i, topo in enumerate(topos):
             vals = []
             for m in meths:
-                c = [v[1] for k, v in place.items() if k[1] == topo and k[3] == "contiguous" and k[6] == m and k[7] == psize]
-                sc = [v[1] for k, v in place.items() if k[1] == topo and k[3] == "scattered" and k[6] == m and k[7] == psize]
+                c = [
+                    v[1]
+                    for k, v in place.items()
+                    if k[1] == topo and k[3] == "contiguous" and k[6] == m and k[7] == psize
+                ]
+                sc = [
+                    v[1]
+                    for k, v in place.items()
+                    if k[1] == topo and k[3] == "scattered" and k[6] == m and k[7] == psize
+                ]
                 vals.append(sc[0] / c[0] if c and sc else 0.0)
-            bx.bar([x + (i - (len(topos) - 1) / 2) * width for x in range(len(meths))], vals, width=width, label=topo,
-                   hatch=["", "//", "..", "xx"][i % 4], alpha=0.8)
+            bx.bar(
+                [x + (i - (len(topos) - 1) / 2) * width for x in range(len(meths))],
+                vals,
+                width=width,
+                label=topo,
+                hatch=["", "//", "..", "xx"][i % 4],
+                alpha=0.8,
+            )
         bx.axhline(1.0, color="black", linewidth=0.8)
         bx.axhline(0.5, color="gray", linewidth=0.8, linestyle=":")
         bx.set_xticks(range(len(meths)))
@@ -303,7 +411,9 @@ def plot_placement(rows: Sequence[Row], path: Path | None = None, size: int | No
     topos = sorted({k[1] for k in agg})
     bgs = sorted({k[4] for k in agg})
     methods = [m for m in STYLE if any(k[6] == m for k in agg)]
-    fig, axes = plt.subplots(len(bgs), len(topos), figsize=(4.2 * len(topos), 3.4 * len(bgs)), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        len(bgs), len(topos), figsize=(4.2 * len(topos), 3.4 * len(bgs)), squeeze=False, sharey=True
+    )
     for row, bg in enumerate(bgs):
         for col, topo in enumerate(topos):
             ax = axes[row][col]
@@ -311,10 +421,21 @@ def plot_placement(rows: Sequence[Row], path: Path | None = None, size: int | No
             for off, pl, hatch in ((-0.2, "contiguous", ""), (0.2, "scattered", "//")):
                 vals = []
                 for m in methods:
-                    v = [val[1] for k, val in agg.items() if k[1] == topo and k[4] == bg and k[3] == pl and k[6] == m and k[7] == size]
+                    v = [
+                        val[1]
+                        for k, val in agg.items()
+                        if k[1] == topo and k[4] == bg and k[3] == pl and k[6] == m and k[7] == size
+                    ]
                     vals.append(v[0] / 1e9 if v else 0.0)
-                ax.bar([x + off for x in xs], vals, width=0.4, label=pl, hatch=hatch, color=[STYLE[m][0] for m in methods],
-                       alpha=0.85 if pl == "contiguous" else 0.45)
+                ax.bar(
+                    [x + off for x in xs],
+                    vals,
+                    width=0.4,
+                    label=pl,
+                    hatch=hatch,
+                    color=[STYLE[m][0] for m in methods],
+                    alpha=0.85 if pl == "contiguous" else 0.45,
+                )
             ax.set_xticks(list(xs))
             ax.set_xticklabels(methods, rotation=45, fontsize=7)
             ax.set_yscale("log")
@@ -335,13 +456,23 @@ PLOTS: dict[str, Callable[[Sequence[Row], Path | None], Any]] = {
 }
 
 
-def write_folder(out: Path, outcomes: Sequence[Outcome], config: Mapping[str, Any], validation: Mapping[str, Any], duration_s: float,
-                 calibration: Mapping[str, Any] | None = None) -> Path:
+def write_folder(
+    out: Path,
+    outcomes: Sequence[Outcome],
+    config: Mapping[str, Any],
+    validation: Mapping[str, Any],
+    duration_s: float,
+    calibration: Mapping[str, Any] | None = None,
+) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps({"config": dict(config), "environment": environment()}, indent=1, default=str) + "\n")
+    (out / "config.json").write_text(
+        json.dumps({"config": dict(config), "environment": environment()}, indent=1, default=str) + "\n"
+    )
     rows = all_rows(outcomes)
     write_csv(rows, out / "raw.csv")
-    (out / "summary.json").write_text(json.dumps(summary(outcomes, validation, duration_s, calibration), indent=1, default=_json_default) + "\n")
+    (out / "summary.json").write_text(
+        json.dumps(summary(outcomes, validation, duration_s, calibration), indent=1, default=_json_default) + "\n"
+    )
     (out / "table.txt").write_text(table(rows) + "\n")
     if rows:
         for name, fn in PLOTS.items():

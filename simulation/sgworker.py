@@ -27,11 +27,21 @@ def main(argv: list[str]) -> int:
     data = np.load(src)
     import simgrid as sg
 
-    engine = sg.Engine(["p4ina-simulate", "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
-                        "--cfg=network/TCP-gamma:0", "--log=root.thres:critical", "--log=xbt_cfg.thres:critical"])
+    engine = sg.Engine(
+        [
+            "p4ina-simulate",
+            "--cfg=network/model:CM02",
+            "--cfg=network/crosstraffic:0",
+            "--cfg=network/TCP-gamma:0",
+            "--log=root.thres:critical",
+            "--log=xbt_cfg.thres:critical",
+        ]
+    )
     zone = sg.NetZone.create_star_zone("fabric")
     link_bw = data["link_bw"]
-    links = [sg.LinkInRoute(zone.create_link(f"l{i}", float(bw)).set_latency(0.0).seal()) for i, bw in enumerate(link_bw)]
+    links = [
+        sg.LinkInRoute(zone.create_link(f"l{i}", float(bw)).set_latency(0.0).seal()) for i, bw in enumerate(link_bw)
+    ]
     sink = zone.create_host("sink", 1.0).seal()
     problems = int(data["problems"])
     hosts: list[list[object]] = []
@@ -41,8 +51,10 @@ def main(argv: list[str]) -> int:
         hs = []
         for i, c in enumerate(cap.tolist()):
             h = zone.create_host(f"p{k}f{i}", 1.0).seal()
-            route = [links[j] for j in flat[off[i]:off[i + 1]]]
-            if c != float("inf"):  # Comm.set_rate is refused on comms made by sendto_init (3.32): a private link caps the flow
+            route = [links[j] for j in flat[off[i] : off[i + 1]]]
+            if c != float(
+                "inf"
+            ):  # Comm.set_rate is refused on comms made by sendto_init (3.32): a private link caps the flow
                 route.append(sg.LinkInRoute(zone.create_link(f"p{k}c{i}", c).set_latency(0.0).seal()))
             zone.add_route(h.netpoint, None, None, None, route, False)
             hs.append(h)
@@ -51,7 +63,10 @@ def main(argv: list[str]) -> int:
     zone.add_route(None, sink.netpoint, None, None, [], False)
     zone.seal()
     out: dict[str, np.ndarray] = {}
-    peak = max([float(link_bw.max()) if len(link_bw) else 1.0] + [float(c[np.isfinite(c)].max()) for c in caps if np.isfinite(c).any()])
+    peak = max(
+        [float(link_bw.max()) if len(link_bw) else 1.0]
+        + [float(c[np.isfinite(c)].max()) for c in caps if np.isfinite(c).any()]
+    )
     dt = SIZE / (16.0 * peak)  # the fastest flow moves 1/16 of its payload: no flow can finish
 
     def driver() -> None:

@@ -31,13 +31,26 @@ from controller.leafspine import leaf_spine
 from controller.routing import all_route_entries
 from controller.topology import Topology, TopologyError
 from simulation.fabric import (
-    ClosRouter, DragonflyPlusRouter, Fabric, FabricBuilder, FabricError, Router, UnroutableError, clos_router,
+    ClosRouter,
+    DragonflyPlusRouter,
+    Fabric,
+    FabricBuilder,
+    FabricError,
+    Router,
+    UnroutableError,
+    clos_router,
 )
 from simulation.params import Preset
 
 CONTROLLER_KINDS = ("fat-tree", "leaf-spine")
 SCALE_KINDS = {"fattree": "fat-tree (3-tier Clos)", "rail": "rail-optimised fat-tree", "dragonfly+": "Dragonfly+"}
-ALIASES = {"fat-tree3": "fattree", "clos": "fattree", "dfplus": "dragonfly+", "dragonflyplus": "dragonfly+", "rail-fattree": "rail"}
+ALIASES = {
+    "fat-tree3": "fattree",
+    "clos": "fattree",
+    "dfplus": "dragonfly+",
+    "dragonflyplus": "dragonfly+",
+    "rail-fattree": "rail",
+}
 SCALE_KEYS = {"fattree": {"radix", "tiers", "oversub"}, "rail": {"radix", "tiers", "oversub"}, "dragonfly+": {"radix"}}
 
 
@@ -86,7 +99,9 @@ class ControllerRouter(Router):
         self.first = [ids[h.switch] for h in topo.hosts]
         self.port_to: dict[int, dict[int, int]] = {}
         for s in topo.switches:
-            self.port_to[ids[s.name]] = {nb.port: (hosts[nb.peer] if nb.is_host else ids[nb.peer]) for nb in topo.neighbors(s.name)}
+            self.port_to[ids[s.name]] = {
+                nb.port: (hosts[nb.peer] if nb.is_host else ids[nb.peer]) for nb in topo.neighbors(s.name)
+            }
         self.tables: dict[int, tuple[list[tuple[int, int, dict[str, int], str]], dict[tuple[int, int], int]]] = {}
         for name, entries in all_route_entries(topo).items():
             lpm: list[tuple[int, int, dict[str, int], str]] = []
@@ -135,8 +150,10 @@ class ControllerRouter(Router):
 def from_controller(topo: Topology, preset: Preset) -> Fabric:
     """The controller's topology as a fabric: hosts are the GPUs (one per host), same switch names."""
     if preset.gpus_per_server != 1:
-        raise FabricError(f"{topo.kind} from the controller has one endpoint per host; preset {preset.name!r} has "
-                          f"{preset.gpus_per_server} GPUs per server (use the fattree/rail/dragonfly+ builders)")
+        raise FabricError(
+            f"{topo.kind} from the controller has one endpoint per host; preset {preset.name!r} has "
+            f"{preset.gpus_per_server} GPUs per server (use the fattree/rail/dragonfly+ builders)"
+        )
     b = FabricBuilder(len(topo.hosts))
     ids = {s.name: b.switch(s.tier, s.name) for s in topo.switches}
     for i, h in enumerate(topo.hosts):
@@ -144,8 +161,14 @@ def from_controller(topo: Topology, preset: Preset) -> Fabric:
     for ln in topo.links:
         b.cable(ids[ln.a], ids[ln.b], preset.fabric_bw, _lat(preset, True), _lat(preset, True))
     n = len(topo.hosts)
-    fabric = b.build(f"{topo.kind}:{_params_text(topo.params)}", topo.kind, dict(topo.params), list(range(n)), [0] * n,
-                     gpu_names=[h.name for h in topo.hosts])
+    fabric = b.build(
+        f"{topo.kind}:{_params_text(topo.params)}",
+        topo.kind,
+        dict(topo.params),
+        list(range(n)),
+        [0] * n,
+        gpu_names=[h.name for h in topo.hosts],
+    )
     fabric.router = clos_router(fabric, preset.routing)
     if preset.routing == "ecmp":  # the emulation's forwarding, hash for hash
         fabric.router = ControllerRouter(fabric, topo, fabric.router)
@@ -162,7 +185,9 @@ def _params_text(params: Mapping[str, Any]) -> str:
 
 
 # -- folded Clos (fat-tree), optionally rail-optimised ----------------------------------------------------
-def fat_tree3(n_gpus: int, preset: Preset, radix: int = 64, tiers: int = 3, oversub: float = 1.0, rail: bool = False) -> Fabric:
+def fat_tree3(
+    n_gpus: int, preset: Preset, radix: int = 64, tiers: int = 3, oversub: float = 1.0, rail: bool = False
+) -> Fabric:
     """A folded Clos of radix-`radix` switches with room for `n_gpus` GPUs, partially populated like a cluster.
 
     Leaves have radix/2 GPU ports and radix/2 up-links (one to every spine of their pod), so with `oversub`=1
@@ -242,8 +267,14 @@ def fat_tree3(n_gpus: int, preset: Preset, radix: int = 64, tiers: int = 3, over
     _add_nvlink(b, preset, server)
     kind = "rail" if rail else "fattree"
     params = {"radix": radix, "tiers": tiers if pods > 1 else 2, "oversub": oversub, "gpus_per_server": g}
-    fabric = b.build(f"{kind}:radix={radix},gpus={n_gpus}", kind, params, server, local,
-                     topo_rank=_topo_rank(server, local) if rail else None)
+    fabric = b.build(
+        f"{kind}:radix={radix},gpus={n_gpus}",
+        kind,
+        params,
+        server,
+        local,
+        topo_rank=_topo_rank(server, local) if rail else None,
+    )
     router = clos_router(fabric, preset.routing)
     if not isinstance(router, ClosRouter):
         raise FabricError(f"{fabric.name}: internal error, the Clos numbering is not contiguous")
@@ -273,7 +304,9 @@ def dragonfly_plus(n_gpus: int, preset: Preset, radix: int = 64) -> Fabric:
     groups = math.ceil(n_gpus / group_size)
     ports = spines_per_group * global_ports
     if groups - 1 > ports:
-        raise FabricError(f"Dragonfly+ of radix {radix} joins at most {ports + 1} groups ({(ports + 1) * group_size} GPUs), not {groups}")
+        raise FabricError(
+            f"Dragonfly+ of radix {radix} joins at most {ports + 1} groups ({(ports + 1) * group_size} GPUs), not {groups}"
+        )
     n_leaves = math.ceil(n_gpus / h)
     b = FabricBuilder(n_gpus)
     leaf = [b.switch(0, f"g{i // leaves_per_group}.l{i % leaves_per_group}") for i in range(n_leaves)]
@@ -306,8 +339,13 @@ def dragonfly_plus(n_gpus: int, preset: Preset, radix: int = 64) -> Fabric:
         for s in spine[k]:
             group[s] = k
     _add_nvlink(b, preset, server)
-    fabric = b.build(f"dragonfly+:radix={radix},gpus={n_gpus}", "dragonfly+", {"radix": radix, "groups": groups, "gpus_per_server": g},
-                     server, local)
+    fabric = b.build(
+        f"dragonfly+:radix={radix},gpus={n_gpus}",
+        "dragonfly+",
+        {"radix": radix, "groups": groups, "gpus_per_server": g},
+        server,
+        local,
+    )
     fabric.router = DragonflyPlusRouter(fabric, group, spine, gates, preset.routing)
     return fabric
 
@@ -337,13 +375,17 @@ def parse_scale_spec(spec: str) -> tuple[str, dict[str, float]]:
     kind, _, rest = spec.partition(":")
     kind = ALIASES.get(kind, kind)
     if kind not in SCALE_KINDS:
-        raise FabricError(f"unknown topology {spec!r}: use fat-tree:K, leaf-spine:LxSxH, a topology JSON, "
-                          f"or one of {', '.join(SCALE_KINDS)} (with key=value options)")
+        raise FabricError(
+            f"unknown topology {spec!r}: use fat-tree:K, leaf-spine:LxSxH, a topology JSON, "
+            f"or one of {', '.join(SCALE_KINDS)} (with key=value options)"
+        )
     opts: dict[str, float] = {}
     for item in filter(None, (x.strip() for x in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq or key not in SCALE_KEYS[kind]:
-            raise FabricError(f"topology {spec!r}: {kind} takes {', '.join(sorted(SCALE_KEYS[kind]))}=VALUE, not {item!r}")
+            raise FabricError(
+                f"topology {spec!r}: {kind} takes {', '.join(sorted(SCALE_KEYS[kind]))}=VALUE, not {item!r}"
+            )
         try:
             opts[key] = float(value)
         except ValueError:
@@ -365,5 +407,11 @@ def build(spec: str, preset: Preset, n_gpus: int | None = None) -> Fabric:
     radix = int(opts.get("radix", 64))
     if kind == "dragonfly+":
         return dragonfly_plus(n_gpus, preset, radix=radix)
-    return fat_tree3(n_gpus, preset, radix=radix, tiers=int(opts.get("tiers", 3)), oversub=float(opts.get("oversub", 1.0)),
-                     rail=kind == "rail")
+    return fat_tree3(
+        n_gpus,
+        preset,
+        radix=radix,
+        tiers=int(opts.get("tiers", 3)),
+        oversub=float(opts.get("oversub", 1.0)),
+        rail=kind == "rail",
+    )

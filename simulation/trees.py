@@ -106,13 +106,22 @@ def _without_failures(topo: Topology, fabric: Fabric) -> Topology:
     for lid in fabric.failed_links:
         a, b = fabric.name_of(int(fabric.link_src[lid])), fabric.name_of(int(fabric.link_dst[lid]))
         dead_links.add(frozenset((a, b)))
-    links = tuple(ln for ln in topo.links
-                  if frozenset((ln.a, ln.b)) not in dead_links and ln.a not in dead_nodes and ln.b not in dead_nodes)
+    links = tuple(
+        ln
+        for ln in topo.links
+        if frozenset((ln.a, ln.b)) not in dead_links and ln.a not in dead_nodes and ln.b not in dead_nodes
+    )
     cut = [h.name for h in topo.hosts if h.switch in dead_nodes or frozenset((h.name, h.switch)) in dead_links]
     if cut:
         raise TreeError(f"hosts {', '.join(cut[:4])} lost their only link: no tree can include them")
     switches = tuple(s for s in topo.switches if s.name not in dead_nodes)
-    return Topology(topo.kind, dict(topo.params), switches, topo.hosts, tuple(CLink(ln.a, ln.a_port, ln.b, ln.b_port) for ln in links))
+    return Topology(
+        topo.kind,
+        dict(topo.params),
+        switches,
+        topo.hosts,
+        tuple(CLink(ln.a, ln.a_port, ln.b, ln.b_port) for ln in links),
+    )
 
 
 def _controller_trees(fabric: Fabric, topo: Topology, jobs: Sequence[Job], elem: str, slots: int) -> list[AggTree]:
@@ -142,11 +151,16 @@ def _clos_tree(fabric: Fabric, router: ClosRouter, job: Job, load: dict[int, int
     leaves = sorted({int(fabric.attach[g]) for g in gpus})
     tiers = sorted({int(t) for t in fabric.tiers if t >= 0})
     for t in tiers:
-        cands = [x for x in range(fabric.n_gpus, fabric.n_nodes)
-                 if fabric.tiers[x] == t and router.lo[x] <= lo and hi <= router.hi[x] and x not in fabric.failed_nodes]
+        cands = [
+            x
+            for x in range(fabric.n_gpus, fabric.n_nodes)
+            if fabric.tiers[x] == t and router.lo[x] <= lo and hi <= router.hi[x] and x not in fabric.failed_nodes
+        ]
         if not cands:
             continue
-        probes = _one_per_child(router, cands[0], gpus)  # one member per child range (the same ranges under every candidate)
+        probes = _one_per_child(
+            router, cands[0], gpus
+        )  # one member per child range (the same ranges under every candidate)
 
         def score(i: int) -> tuple[int, int, int]:
             """The controller planner's key: the load of the tree's upper switches (root and the switches
@@ -224,8 +238,9 @@ def _graph_tree(fabric: Fabric, job: Job, load: dict[int, int]) -> AggTree:
     return AggTree(job.index, root, parent, job.gpus, "structural")
 
 
-def plan_trees(fabric: Fabric, jobs: Sequence[Job], elem: str = "int32", slots: int = 128,
-               use_controller: bool = True) -> list[AggTree]:
+def plan_trees(
+    fabric: Fabric, jobs: Sequence[Job], elem: str = "int32", slots: int = 128, use_controller: bool = True
+) -> list[AggTree]:
     """One tree per job, planned in job order (later jobs see the load of earlier ones)."""
     if elem not in QUANTIZE:
         raise TreeError(f"result lanes must be one of {', '.join(QUANTIZE)}, got {elem!r}")

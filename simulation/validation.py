@@ -25,7 +25,9 @@ from simulation.params import NDR, Preset
 LOG = logging.getLogger(__name__)
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "simulation" / "data" / "emulation-k4"
-HELD_OUT = FIXTURE.parent / "emulation-k4-held-out"  # later runs of the sweep preset, never fitted: predicted with the fit
+HELD_OUT = (
+    FIXTURE.parent / "emulation-k4-held-out"
+)  # later runs of the sweep preset, never fitted: predicted with the fit
 KIB, MIB = 1 << 10, 1 << 20
 
 
@@ -43,14 +45,48 @@ def full_cases(large: bool = False) -> list[tuple[str, Scenario, str, int, Prese
     n = 256 if large else 64
     r = 16 if large else 8  # radix-8 fabrics hold 128 GPUs; radix 16 makes 256 span 4 pods (groups)
     return [
-        (f"ring, {n} GPUs, fat-tree 2:1, scattered", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"), "ring", MIB, lock),
-        (f"ring, {n} GPUs, Dragonfly+, scattered", Scenario(topology=f"dragonfly+:radix={r}", gpus=n, placement="scattered"), "ring", MIB, lock),
-        (f"tree, {n} GPUs, fat-tree, 32 chunks", Scenario(topology=f"fattree:radix={r}", gpus=n), "tree", 8 * MIB, tree),
-        (f"tree, {n} GPUs, fat-tree 2:1, scattered, 64 chunks", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
-         "tree", 16 * MIB, tree),
-        (f"inc-int32, {n} GPUs, fat-tree 2:1, scattered, window 32", Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
-         "inc-int32", 16 * KIB, inc),
-        (f"inc-int8, {n} GPUs, Dragonfly+, window 32", Scenario(topology=f"dragonfly+:radix={r}", gpus=n), "inc-int8", 16 * KIB, inc),
+        (
+            f"ring, {n} GPUs, fat-tree 2:1, scattered",
+            Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
+            "ring",
+            MIB,
+            lock,
+        ),
+        (
+            f"ring, {n} GPUs, Dragonfly+, scattered",
+            Scenario(topology=f"dragonfly+:radix={r}", gpus=n, placement="scattered"),
+            "ring",
+            MIB,
+            lock,
+        ),
+        (
+            f"tree, {n} GPUs, fat-tree, 32 chunks",
+            Scenario(topology=f"fattree:radix={r}", gpus=n),
+            "tree",
+            8 * MIB,
+            tree,
+        ),
+        (
+            f"tree, {n} GPUs, fat-tree 2:1, scattered, 64 chunks",
+            Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
+            "tree",
+            16 * MIB,
+            tree,
+        ),
+        (
+            f"inc-int32, {n} GPUs, fat-tree 2:1, scattered, window 32",
+            Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
+            "inc-int32",
+            16 * KIB,
+            inc,
+        ),
+        (
+            f"inc-int8, {n} GPUs, Dragonfly+, window 32",
+            Scenario(topology=f"dragonfly+:radix={r}", gpus=n),
+            "inc-int8",
+            16 * KIB,
+            inc,
+        ),
     ]
 
 
@@ -61,7 +97,13 @@ def phase_vs_full(large: bool = False, workers: int = 2) -> list[dict[str, Any]]
         name, sc, method, size, preset = case
         t0 = time.perf_counter()
         model, full = compare(sc, method, size, preset)
-        row = {"name": name, "model_s": model, "full_s": full, "rel_error": (model - full) / full, "seconds": time.perf_counter() - t0}
+        row = {
+            "name": name,
+            "model_s": model,
+            "full_s": full,
+            "rel_error": (model - full) / full,
+            "seconds": time.perf_counter() - t0,
+        }
         LOG.info("phase vs full: %s: %.3g s vs %.3g s (%+.2f%%)", name, model, full, row["rel_error"] * 100)
         return row
 
@@ -69,7 +111,9 @@ def phase_vs_full(large: bool = False, workers: int = 2) -> list[dict[str, Any]]
         return list(pool.map(one, full_cases(large)))
 
 
-def run_all(emulation_results: Path | None = None, large: bool = False, engine: Engine | None = None) -> tuple[dict[str, Any], Calibration | None]:
+def run_all(
+    emulation_results: Path | None = None, large: bool = False, engine: Engine | None = None
+) -> tuple[dict[str, Any], Calibration | None]:
     """The validation object for summary.json, and the calibration (for the emulation scenarios' preset)."""
     engine = engine or Engine()
     folder = emulation_results or FIXTURE
@@ -86,8 +130,12 @@ def run_all(emulation_results: Path | None = None, large: bool = False, engine: 
     anchor = sharp_anchor(fit=False, engine=engine)
     fitted = sharp_anchor(fit=True, engine=engine)
     full = phase_vs_full(large)
-    details.update(closed_forms=[c.to_dict() for c in cf], sharp_anchor=anchor.to_dict(), sharp_anchor_refitted=fitted.to_dict(),
-                   phase_vs_full=full)
+    details.update(
+        closed_forms=[c.to_dict() for c in cf],
+        sharp_anchor=anchor.to_dict(),
+        sharp_anchor_refitted=fitted.to_dict(),
+        phase_vs_full=full,
+    )
     validation = {
         "emulation_max_rel_error": calib.max_rel_error if calib else None,
         "emulation_results": str(folder) if calib else None,

@@ -120,7 +120,9 @@ class P4RuntimeWriter:
 
     def set_pipeline(self, program_json: bytes) -> None:
         pb = self.pb
-        req = pb.SetForwardingPipelineConfigRequest(device_id=0, action=pb.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+        req = pb.SetForwardingPipelineConfigRequest(
+            device_id=0, action=pb.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+        )
         req.election_id.low = 1
         req.config.p4info.CopyFrom(self.p4info)
         req.config.p4_device_config = program_json
@@ -146,9 +148,12 @@ class P4RuntimeWriter:
             nbytes = (mf.bitwidth + 7) // 8
             full = (1 << mf.bitwidth) - 1
             if (
-                isinstance(k, Ternary) and k.mask == 0
-                or isinstance(k, Lpm) and k.prefix_len == 0
-                or isinstance(k, Range) and (k.low, k.high) == (0, full)
+                isinstance(k, Ternary)
+                and k.mask == 0
+                or isinstance(k, Lpm)
+                and k.prefix_len == 0
+                or isinstance(k, Range)
+                and (k.low, k.high) == (0, full)
             ):
                 continue  # P4Runtime omits don't-care fields
             fm = te.match.add(field_id=mf.id)
@@ -203,7 +208,9 @@ class P4RuntimeWriter:
             self.mc_group(grp, reps)
 
 
-def _settled_counters(client: P4RuntimeWriter, quiet: float = 0.6, limit: float = 20.0) -> dict[str, list[tuple[int, int]]]:
+def _settled_counters(
+    client: P4RuntimeWriter, quiet: float = 0.6, limit: float = 20.0
+) -> dict[str, list[tuple[int, int]]]:
     """The counters once they stop changing: packets after the last output (drops) may still be in BMv2's queues
     when the expected outputs have all been written."""
     last = client.counters()

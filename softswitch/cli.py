@@ -31,9 +31,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from softswitch.runtime import heap
 from softswitch.errors import SoftSwitchError
 from softswitch.p4runtime.server import NonLoopbackAddressError, P4RuntimeServer, parse_loopback_address
+from softswitch.runtime import heap
 from softswitch.runtime.delayline import DelaySpecError, PortDelays, parse_delay
 from softswitch.runtime.ports import InterfaceError, PortIO, PortSpecError, parse_port_spec
 from softswitch.runtime.switch import SoftSwitch
@@ -74,7 +74,7 @@ class RunningSwitch:
             self.ports = None
         self.server.stop()
 
-    def __enter__(self) -> "RunningSwitch":
+    def __enter__(self) -> RunningSwitch:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -99,7 +99,9 @@ def start_switch(
     "python" or "auto" (C where a compiler is present), see SoftSwitch.
     """
     name = name or f"device{device_id}"
-    switch = SoftSwitch(device_id=device_id, name=name, cpu_port=cpu_port, priority_queues=priority_queues, engine=engine)
+    switch = SoftSwitch(
+        device_id=device_id, name=name, cpu_port=cpu_port, priority_queues=priority_queues, engine=engine
+    )
     if program_json is not None:
         switch.load_program(program_json)
     server = P4RuntimeServer({device_id: switch}, grpc_addr)
@@ -140,15 +142,29 @@ class UsageError(ValueError):
 
 # BMv2 options that configure facilities this switch does not have; ignoring them changes no packet.
 _IGNORED_WITH_VALUE = (
-    "--nanolog", "--thrift-port", "--notifications-addr", "--debugger-addr", "--dump-packet-data",
-    "--log-file-max-size", "--log-file-max-files", "--max-port-count", "--max-mc-groups", "--max-l1-entries",
+    "--nanolog",
+    "--thrift-port",
+    "--notifications-addr",
+    "--debugger-addr",
+    "--dump-packet-data",
+    "--log-file-max-size",
+    "--log-file-max-files",
+    "--max-port-count",
+    "--max-mc-groups",
+    "--max-l1-entries",
     "--max-l2-entries",
 )
 _IGNORED_FLAGS = ("--debugger", "--log-flush", "--disable-swap")
 # BMv2 options whose absence would change what the switch does: refused by name.
 _REFUSED_WITH_VALUE = (
-    "--use-files", "--packet-in", "--restore-state", "--grpc-server-cacert", "--grpc-server-cert",
-    "--grpc-server-key", "--dp-grpc-server-addr", "--load-modules",
+    "--use-files",
+    "--packet-in",
+    "--restore-state",
+    "--grpc-server-cacert",
+    "--grpc-server-cert",
+    "--grpc-server-key",
+    "--dp-grpc-server-addr",
+    "--load-modules",
 )
 _REFUSED_FLAGS = ("--grpc-server-ssl", "--grpc-server-with-client-auth")
 _ALL_INTERFACES = ("0.0.0.0", "[::]", "::", "")
@@ -163,17 +179,41 @@ def build_parser(prog: str = "p4ina switch") -> argparse.ArgumentParser:
     p.add_argument("json", nargs="?", type=Path, help="BMv2 JSON to load at start (as simple_switch_grpc)")
     p.add_argument("--no-p4", action="store_true", help="start without a program; wait for SetForwardingPipelineConfig")
     p.add_argument("--device-id", type=int, default=0, help="P4Runtime device id (default 0)")
-    p.add_argument("-i", "--interface", action="append", default=[], metavar="PORT@IFACE",
-                   help="attach switch port PORT to Linux interface IFACE (repeatable)")
-    p.add_argument("--grpc-server-addr", default=DEFAULT_GRPC_ADDR, metavar="127.0.0.1:PORT",
-                   help=f"P4Runtime address, loopback only (0.0.0.0 means 127.0.0.1); port 0 picks a free one "
-                   f"(default {DEFAULT_GRPC_ADDR})")
-    p.add_argument("--cpu-port", type=int, help="the CPU port: packets sent to it become P4Runtime packet-ins, "
-                   "packet-outs enter ingress on it (0: none, as BMv2)")
-    p.add_argument("--egress-delay", action="append", default=[], metavar="PORT=MS",
-                   help="hold every frame sent on PORT for MS milliseconds (a link's propagation delay; repeatable)")
-    p.add_argument("--ingress-delay", action="append", default=[], metavar="PORT=MS",
-                   help="hold every frame received on PORT for MS ms before processing it (for links to hosts)")
+    p.add_argument(
+        "-i",
+        "--interface",
+        action="append",
+        default=[],
+        metavar="PORT@IFACE",
+        help="attach switch port PORT to Linux interface IFACE (repeatable)",
+    )
+    p.add_argument(
+        "--grpc-server-addr",
+        default=DEFAULT_GRPC_ADDR,
+        metavar="127.0.0.1:PORT",
+        help=f"P4Runtime address, loopback only (0.0.0.0 means 127.0.0.1); port 0 picks a free one "
+        f"(default {DEFAULT_GRPC_ADDR})",
+    )
+    p.add_argument(
+        "--cpu-port",
+        type=int,
+        help="the CPU port: packets sent to it become P4Runtime packet-ins, "
+        "packet-outs enter ingress on it (0: none, as BMv2)",
+    )
+    p.add_argument(
+        "--egress-delay",
+        action="append",
+        default=[],
+        metavar="PORT=MS",
+        help="hold every frame sent on PORT for MS milliseconds (a link's propagation delay; repeatable)",
+    )
+    p.add_argument(
+        "--ingress-delay",
+        action="append",
+        default=[],
+        metavar="PORT=MS",
+        help="hold every frame received on PORT for MS ms before processing it (for links to hosts)",
+    )
     p.add_argument("--priority-queues", type=int, default=1, help="priority queues per port (default 1, as BMv2)")
     p.add_argument("--drop-port", type=int, help="accepted when 511, v1model's drop port (the only one supported)")
     p.add_argument("-L", "--log-level", choices=sorted(LOG_LEVELS), default="info")
@@ -181,10 +221,14 @@ def build_parser(prog: str = "p4ina switch") -> argparse.ArgumentParser:
     p.add_argument("--log-file", type=Path, help="log to this file instead of stderr")
     p.add_argument("--pcap", nargs="?", const=".", metavar="DIR", help="accepted for BMv2 compatibility and ignored")
     p.add_argument("--ready-file", type=Path, help="write this file (JSON) once the gRPC port listens")
-    p.add_argument("--engine", choices=("c", "python"), default=None,
-                   help="how packets are executed: the program compiled to C (default where a C compiler is "
-                   "present; packets on ports never enter Python) or to Python. A program the C engine "
-                   "cannot run runs on the Python engine, with a log line saying why")
+    p.add_argument(
+        "--engine",
+        choices=("c", "python"),
+        default=None,
+        help="how packets are executed: the program compiled to C (default where a C compiler is "
+        "present; packets on ports never enter Python) or to Python. A program the C engine "
+        "cannot run runs on the Python engine, with a log line saying why",
+    )
     for opt in _IGNORED_WITH_VALUE:
         p.add_argument(opt, help=argparse.SUPPRESS)
     for opt in _IGNORED_FLAGS:
@@ -233,7 +277,9 @@ def parse_options(argv: list[str]) -> Options:
         if not 0 < cpu_port < 511:
             raise UsageError(f"--cpu-port {cpu_port}: the CPU port must be 1..510 (9 bits, not the drop port)")
         if cpu_port in ports:
-            raise UsageError(f"CPU port {cpu_port} is also a data port (-i {cpu_port}@{ports[cpu_port]}), as BMv2 refuses")
+            raise UsageError(
+                f"CPU port {cpu_port} is also a data port (-i {cpu_port}@{ports[cpu_port]}), as BMv2 refuses"
+            )
     if not 1 <= args.priority_queues <= 8:
         raise UsageError(f"--priority-queues {args.priority_queues}: 1..8 (v1model's priority is 3 bits)")
     delays = {}
@@ -249,8 +295,16 @@ def parse_options(argv: list[str]) -> Options:
         delays[opt] = table
     grpc_addr = _loopback(args.grpc_server_addr)
     return Options(
-        args.device_id, ports, grpc_addr, args.log_level, args.json, args.ready_file,
-        cpu_port, args.priority_queues, args.log_file, _engine(args.engine),
+        args.device_id,
+        ports,
+        grpc_addr,
+        args.log_level,
+        args.json,
+        args.ready_file,
+        cpu_port,
+        args.priority_queues,
+        args.log_file,
+        _engine(args.engine),
         PortDelays(egress=delays["--egress-delay"], ingress=delays["--ingress-delay"]),
     )
 
@@ -273,7 +327,8 @@ def _loopback(address: str) -> str:
     if sep and host in _ALL_INTERFACES:
         LOG.warning(
             "--grpc-server-addr %s: serving P4Runtime on 127.0.0.1:%s only (p4ina never listens beyond this machine)",
-            address, port,
+            address,
+            port,
         )
         address = f"127.0.0.1:{port}"
     parse_loopback_address(address)
@@ -332,8 +387,14 @@ def main(argv: list[str] | None = None) -> int:
         root.addHandler(handler)
     try:
         running = start_switch(
-            opts.device_id, opts.grpc_addr, opts.ports, program,
-            cpu_port=opts.cpu_port, priority_queues=opts.priority_queues, engine=opts.engine, delays=opts.delays,
+            opts.device_id,
+            opts.grpc_addr,
+            opts.ports,
+            program,
+            cpu_port=opts.cpu_port,
+            priority_queues=opts.priority_queues,
+            engine=opts.engine,
+            delays=opts.delays,
         )
     except InterfaceError as ex:
         print(f"error: {ex.strerror}", file=sys.stderr)
@@ -355,8 +416,13 @@ def main(argv: list[str] | None = None) -> int:
             except OSError as ex:
                 print(f"error: cannot write the ready file {opts.ready_file}: {ex.strerror}", file=sys.stderr)
                 return 1
-        LOG.info("device %d ready: P4Runtime on %s (%s engine%s)", opts.device_id, running.grpc_addr, opts.engine,
-                 f", program on the {running.switch.engine} engine" if running.switch.engine else "")
+        LOG.info(
+            "device %d ready: P4Runtime on %s (%s engine%s)",
+            opts.device_id,
+            running.grpc_addr,
+            opts.engine,
+            f", program on the {running.switch.engine} engine" if running.switch.engine else "",
+        )
         while not stop.wait(1.0):
             pass
     finally:

@@ -37,7 +37,7 @@ def _mininet_ok() -> str | None:
     if why:
         return why
     try:
-        import mininet.net  # noqa: F401
+        import mininet.net
     except ImportError:
         return "Mininet is not importable (apt-get install mininet)"
     return None
@@ -88,8 +88,7 @@ def leak_check(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         records = cleanup.records()
         left_records = [r for r in records if r.tag not in before_records and ours(r)]
         foreign = {r.tag for r in records if not ours(r)}
-        left_ifaces = {n for n in our_interfaces() - before_ifaces
-                       if cleanup.IFACE_RE.match(n).group(1) not in foreign}  # type: ignore[union-attr]
+        left_ifaces = {n for n in our_interfaces() - before_ifaces if cleanup.IFACE_RE.match(n).group(1) not in foreign}  # type: ignore[union-attr]
         report = cleanup.CleanupReport()
         for rec in left_records:
             cleanup.clean_record(rec, report)

@@ -136,7 +136,8 @@ def check_growth(n_workers: int, contrib_bits: int, result_bits: int, shift: int
             raise FixedPointConfigError(
                 f"int{contrib_bits} contributions with int{bits} {what} grow each packet by {growth} bytes, more than "
                 f"the {MAX_GROWTH_BYTES} bytes BMv2 can add to a packet: send int{max(contrib_bits, bits - 8 * MAX_GROWTH_BYTES // lanes)} "
-                "or wider contributions, or narrower results")
+                "or wider contributions, or narrower results"
+            )
 
 
 def check(n_workers: int, contrib_bits: int, result_bits: int, shift: int | None = None) -> FixedPointPlan:
@@ -152,20 +153,26 @@ def check(n_workers: int, contrib_bits: int, result_bits: int, shift: int | None
     shift = best if shift is None else shift
     if not 0 <= shift <= SUM_BITS - 1:
         raise FixedPointConfigError(f"shift {shift} outside 0..{SUM_BITS - 1}")
-    plan = FixedPointPlan(n_workers, contrib_bits, result_bits, shift, q_limit(n_workers, contrib_bits, result_bits, shift))
-    ref = FixedPointPlan(n_workers, contrib_bits, result_bits, best, q_limit(n_workers, contrib_bits, result_bits, best))
-    where = (f"{n_workers} workers with int{contrib_bits} contributions and int{result_bits} results, "
-             f"shift {shift}")
+    plan = FixedPointPlan(
+        n_workers, contrib_bits, result_bits, shift, q_limit(n_workers, contrib_bits, result_bits, shift)
+    )
+    ref = FixedPointPlan(
+        n_workers, contrib_bits, result_bits, best, q_limit(n_workers, contrib_bits, result_bits, best)
+    )
+    where = f"{n_workers} workers with int{contrib_bits} contributions and int{result_bits} results, shift {shift}"
     if plan.q_limit < 1:
-        raise FixedPointConfigError(f"{where}: even |q| = 1 from every worker could overflow the result; "
-                                    f"use shift {best}")
+        raise FixedPointConfigError(
+            f"{where}: even |q| = 1 from every worker could overflow the result; use shift {best}"
+        )
     if plan.contrib_magnitude_bits < ref.contrib_magnitude_bits:
         raise FixedPointConfigError(
             f"{where}: contributions keep {plan.contrib_magnitude_bits} of their {contrib_bits - 1} magnitude bits "
-            f"(|q| <= {plan.q_limit}) where shift {best} keeps {ref.contrib_magnitude_bits}; use shift {best}")
+            f"(|q| <= {plan.q_limit}) where shift {best} keeps {ref.contrib_magnitude_bits}; use shift {best}"
+        )
     if plan.result_magnitude_bits < ref.result_magnitude_bits:
         raise FixedPointConfigError(
             f"{where}: the largest sum, {n_workers} x {plan.q_limit} >> {shift}, keeps {plan.result_magnitude_bits} of "
             f"the result's {result_bits - 1} magnitude bits where shift {best} keeps {ref.result_magnitude_bits}; "
-            f"use shift {best}")
+            f"use shift {best}"
+        )
     return plan

@@ -96,8 +96,12 @@ class WireFormat:
 
     def constants(self) -> dict[str, int]:
         """Every named constant, flat (for code generators and docs)."""
-        out = {"UDP_PORT_AGG": self.udp_port, "AGG_VERSION": self.version, "NUM_LANES": self.num_lanes,
-               "CHECKSUM_SALT": self.checksum_salt}
+        out = {
+            "UDP_PORT_AGG": self.udp_port,
+            "AGG_VERSION": self.version,
+            "NUM_LANES": self.num_lanes,
+            "CHECKSUM_SALT": self.checksum_salt,
+        }
         out.update(self.ops)
         out.update(self.flags)
         out.update(self.elem_types)

@@ -175,7 +175,11 @@ def render_all(wf: WireFormat = AGG) -> dict[str, str]:
 
 def stale_files(out_dir: Path = OUT_DIR) -> list[str]:
     """Generated files whose committed text differs from what would be rendered now."""
-    return [name for name, text in render_all().items() if not (out_dir / name).exists() or (out_dir / name).read_text() != text]
+    return [
+        name
+        for name, text in render_all().items()
+        if not (out_dir / name).exists() or (out_dir / name).read_text() != text
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

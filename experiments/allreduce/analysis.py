@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from experiments import bounds, stats
-from experiments.results import jsonable
 from experiments.config import ExperimentConfig, Sample
+from experiments.results import jsonable
 from hosts.methods import METHODS
 
 GOOD_BOUNDS = ("link", "latency")
@@ -108,32 +108,60 @@ def repetitions(samples: Sequence[Sample]) -> list[Rep]:
                 problems.append("no checked result")
         else:
             if not checker.rel_l2_error <= checker.rel_l2_target:
-                problems.append(f"relative L2 error {checker.rel_l2_error:.3g} misses the target {checker.rel_l2_target:.3g}")
+                problems.append(
+                    f"relative L2 error {checker.rel_l2_error:.3g} misses the target {checker.rel_l2_target:.3g}"
+                )
             if not checker.max_error_ratio <= 1.0:
                 problems.append(f"an element is {checker.max_error_ratio:.3g}x its error bound off")
         good = [s for s in rows if not s.error]
         latency = max((s.latency_s for s in good), default=math.nan) if len(ranks) == hosts else math.nan
         slowest = max(good, key=lambda s: s.latency_s) if good else first
-        parts = {"start": slowest.t_start - slowest.t_release, "agree": slowest.agree_s,
-                 "quantize": slowest.quantize_s, "dequantize": slowest.dequantize_s, "network": slowest.network_s}
-        out.append(Rep(
-            method=method, hosts=hosts, elements=elements, rep=rep, warmup=first.warmup, latency_s=latency,
-            ok=not problems, problems=problems, t_wire_s=first.t_wire_s, t_path_s=first.t_path_s,
-            wire_bytes=first.wire_bytes, wire_link=first.wire_link, host_up_bytes=first.host_up_bytes,
-            host_down_bytes=first.host_down_bytes, switch_busy=first.switch_busy, busiest_switch=first.busiest_switch,
-            agents_busy=first.agents_busy, cores_busy=first.cores_busy, ours_busy=first.ours_busy,
-            retransmissions=sum(s.retransmissions for s in rows), bytes_sent=sum(s.bytes_sent for s in rows),
-            rel_l2_error=checker.rel_l2_error if checker else math.nan,
-            rel_l2_target=checker.rel_l2_target if checker else METHODS[method].rel_l2_target,
-            max_abs_error=checker.max_abs_error if checker else math.nan,
-            snr_db=checker.snr_db if checker else math.nan,
-            max_error_ratio=checker.max_error_ratio if checker else math.nan, parts=parts,
-            speculated=bool(good) and all(s.speculated for s in good),
-            missed_exponents=max((s.missed_exponents for s in good), default=0),
-            agents_cores=first.agents_cores, switches_cores=first.switches_cores, kernel_cores=first.kernel_cores,
-            line_rate_cores=first.line_rate_cores, line_rate_kernel_cores=first.line_rate_kernel_cores,
-            kernel_us_per_frame=first.kernel_us_per_frame,
-        ))
+        parts = {
+            "start": slowest.t_start - slowest.t_release,
+            "agree": slowest.agree_s,
+            "quantize": slowest.quantize_s,
+            "dequantize": slowest.dequantize_s,
+            "network": slowest.network_s,
+        }
+        out.append(
+            Rep(
+                method=method,
+                hosts=hosts,
+                elements=elements,
+                rep=rep,
+                warmup=first.warmup,
+                latency_s=latency,
+                ok=not problems,
+                problems=problems,
+                t_wire_s=first.t_wire_s,
+                t_path_s=first.t_path_s,
+                wire_bytes=first.wire_bytes,
+                wire_link=first.wire_link,
+                host_up_bytes=first.host_up_bytes,
+                host_down_bytes=first.host_down_bytes,
+                switch_busy=first.switch_busy,
+                busiest_switch=first.busiest_switch,
+                agents_busy=first.agents_busy,
+                cores_busy=first.cores_busy,
+                ours_busy=first.ours_busy,
+                retransmissions=sum(s.retransmissions for s in rows),
+                bytes_sent=sum(s.bytes_sent for s in rows),
+                rel_l2_error=checker.rel_l2_error if checker else math.nan,
+                rel_l2_target=checker.rel_l2_target if checker else METHODS[method].rel_l2_target,
+                max_abs_error=checker.max_abs_error if checker else math.nan,
+                snr_db=checker.snr_db if checker else math.nan,
+                max_error_ratio=checker.max_error_ratio if checker else math.nan,
+                parts=parts,
+                speculated=bool(good) and all(s.speculated for s in good),
+                missed_exponents=max((s.missed_exponents for s in good), default=0),
+                agents_cores=first.agents_cores,
+                switches_cores=first.switches_cores,
+                kernel_cores=first.kernel_cores,
+                line_rate_cores=first.line_rate_cores,
+                line_rate_kernel_cores=first.line_rate_kernel_cores,
+                kernel_us_per_frame=first.kernel_us_per_frame,
+            )
+        )
     return out
 
 
@@ -160,11 +188,14 @@ class Point:
     def bound(self) -> str:
         if not self.ok:
             return "failed"
-        return bounds.classify(self.median_ci()[0], _median(r.t_wire_s for r in self.reps),
-                               _median(r.t_path_s for r in self.reps),
-                               switch_busy=_median(r.switch_busy for r in self.reps),
-                               agents_busy=_median(r.agents_busy for r in self.reps),
-                               cores_busy=_median(r.cores_busy for r in self.reps))
+        return bounds.classify(
+            self.median_ci()[0],
+            _median(r.t_wire_s for r in self.reps),
+            _median(r.t_path_s for r in self.reps),
+            switch_busy=_median(r.switch_busy for r in self.reps),
+            agents_busy=_median(r.agents_busy for r in self.reps),
+            cores_busy=_median(r.cores_busy for r in self.reps),
+        )
 
     @property
     def headline(self) -> bool:
@@ -178,14 +209,23 @@ class Point:
         t_path = _median(r.t_path_s for r in reps)
         busiest = statistics.mode([r.busiest_switch for r in reps]) if reps else ""
         return {
-            "method": self.method, "hosts": self.hosts, "elements": self.elements,
-            "median_latency_s": med, "ci95_latency_s": [lo, hi],
-            "min_latency_s": min(self.latencies, default=math.nan), "max_latency_s": max(self.latencies, default=math.nan),
-            "reps": len(reps), "ok": self.ok, "problems": sorted({p for r in reps for p in r.problems}),
+            "method": self.method,
+            "hosts": self.hosts,
+            "elements": self.elements,
+            "median_latency_s": med,
+            "ci95_latency_s": [lo, hi],
+            "min_latency_s": min(self.latencies, default=math.nan),
+            "max_latency_s": max(self.latencies, default=math.nan),
+            "reps": len(reps),
+            "ok": self.ok,
+            "problems": sorted({p for r in reps for p in r.problems}),
             "goodput_bps": self.elements * 32 / med if med > 0 else math.nan,
-            "t_wire_s": t_wire, "t_over_wire": med / t_wire if t_wire > 0 else math.nan,
-            "t_path_s": t_path, "t_over_path": med / t_path if t_path > 0 else math.nan,
-            "bound": self.bound, "headline": self.headline,
+            "t_wire_s": t_wire,
+            "t_over_wire": med / t_wire if t_wire > 0 else math.nan,
+            "t_path_s": t_path,
+            "t_over_path": med / t_path if t_path > 0 else math.nan,
+            "bound": self.bound,
+            "headline": self.headline,
             "busiest_link": statistics.mode([r.wire_link for r in reps]) if reps else "",
             "wire_bytes": _median(r.wire_bytes for r in reps),
             "bytes_per_element_up": _median(r.host_up_bytes / self.elements for r in reps),
@@ -199,10 +239,14 @@ class Point:
             "max_abs_error": max((r.max_abs_error for r in reps), default=math.nan),
             "snr_db": min((r.snr_db for r in reps), default=math.nan),
             "max_error_ratio": max((r.max_error_ratio for r in reps), default=math.nan),
-            "parts_s": {k: _median(r.parts[k] for r in reps) for k in ("start", "agree", "quantize", "dequantize", "network")},
-            "switch_busy": _median(r.switch_busy for r in reps), "busiest_switch": busiest,
+            "parts_s": {
+                k: _median(r.parts[k] for r in reps) for k in ("start", "agree", "quantize", "dequantize", "network")
+            },
+            "switch_busy": _median(r.switch_busy for r in reps),
+            "busiest_switch": busiest,
             "agents_busy": _median(r.agents_busy for r in reps),
-            "cores_busy": _median(r.cores_busy for r in reps), "ours_busy": _median(r.ours_busy for r in reps),
+            "cores_busy": _median(r.cores_busy for r in reps),
+            "ours_busy": _median(r.ours_busy for r in reps),
             "agents_cores": _median(r.agents_cores for r in reps),
             "switches_cores": _median(r.switches_cores for r in reps),
             "kernel_cores": _median(r.kernel_cores for r in reps),
@@ -230,7 +274,11 @@ def speedup(num: Point | None, den: Point | None) -> dict[str, Any] | None:
         return None
     value, lo, hi = stats.ratio_ci(num.latencies, den.latencies, seed=den.hosts + den.elements % 991)
     headline = num.headline and den.headline
-    why = None if headline else (f"{den.method} is {den.bound}-bound" if not den.headline else f"{num.method} is {num.bound}-bound")
+    why = (
+        None
+        if headline
+        else (f"{den.method} is {den.bound}-bound" if not den.headline else f"{num.method} is {num.bound}-bound")
+    )
     return {"value": value, "ci95": [lo, hi], "baseline": num.method, "headline": headline, "left_out_because": why}
 
 
@@ -249,16 +297,29 @@ def summarize(config: ExperimentConfig, samples: Sequence[Sample], **extra: Any)
             best = min(hosts_here, key=lambda q: q.median_ci()[0], default=None)
             fig["speedup_over_best_host"] = speedup(best, p)
         out_points.append(fig)
-    left_out = [{"method": f["method"], "hosts": f["hosts"], "elements": f["elements"], "bound": f["bound"],
-                 "t_over_wire": f["t_over_wire"], "t_over_path": f["t_over_path"],
-                 "why": _why_not(f)} for f in out_points if not f["headline"]]
+    left_out = [
+        {
+            "method": f["method"],
+            "hosts": f["hosts"],
+            "elements": f["elements"],
+            "bound": f["bound"],
+            "t_over_wire": f["t_over_wire"],
+            "t_over_path": f["t_over_path"],
+            "why": _why_not(f),
+        }
+        for f in out_points
+        if not f["headline"]
+    ]
     nested: dict[str, dict[str, dict[str, Any]]] = {}
     for f in out_points:
         nested.setdefault(f["method"], {}).setdefault(str(f["hosts"]), {})[str(f["elements"])] = f
     summary = {
-        "config": config.to_dict(), "backend": config.backend,
+        "config": config.to_dict(),
+        "backend": config.backend,
         "ok": bool(out_points) and all(f["ok"] for f in out_points) and not extra.get("problems"),
-        "points": out_points, "methods": nested, "left_out": left_out,
+        "points": out_points,
+        "methods": nested,
+        "left_out": left_out,
         "bound_rule": {"slack": bounds.BOUND_SLACK, "cpu_busy": bounds.CPU_BUSY, "machine_busy": bounds.MACHINE_BUSY},
         "accuracy_targets": {m: METHODS[m].rel_l2_target for m in config.methods},
     }
@@ -279,14 +340,24 @@ def _why_not(f: dict[str, Any]) -> str:
     wire = f"measured {tw:.2f}x T_wire" if not math.isnan(tw) else "no rate limit"
     path = f", {tp:.2f}x T_path" if not math.isnan(tp) else ""
     sb, ab, cb = _num(f["switch_busy"]), _num(f["agents_busy"]), _num(f["cores_busy"])
-    busy = (f"; busiest switch {f['busiest_switch']} {sb * 100:.0f}% busy, busiest agent {ab * 100:.0f}%, "
-            f"all cores {cb * 100:.0f}%" if not math.isnan(sb) else "")
+    busy = (
+        f"; busiest switch {f['busiest_switch']} {sb * 100:.0f}% busy, busiest agent {ab * 100:.0f}%, "
+        f"all cores {cb * 100:.0f}%"
+        if not math.isnan(sb)
+        else ""
+    )
     ac, sc, kc = (_num(f.get(k)) for k in ("agents_cores", "switches_cores", "kernel_cores"))
-    where = (f"; in cores: agents {ac:.2f}, switches {sc:.2f}, kernel {kc:.2f}"
-             if not (math.isnan(ac) or math.isnan(sc) or math.isnan(kc)) else "")
+    where = (
+        f"; in cores: agents {ac:.2f}, switches {sc:.2f}, kernel {kc:.2f}"
+        if not (math.isnan(ac) or math.isnan(sc) or math.isnan(kc))
+        else ""
+    )
     lc, lk = _num(f.get("line_rate_cores")), _num(f.get("line_rate_kernel_cores"))
-    line = (f"; line rate would take {lc:.2f} cores (kernel {lk:.2f})"
-            if f["bound"] == "cpu" and not (math.isnan(lc) or math.isnan(lk)) else "")  # else not a rate limit
+    line = (
+        f"; line rate would take {lc:.2f} cores (kernel {lk:.2f})"
+        if f["bound"] == "cpu" and not (math.isnan(lc) or math.isnan(lk))
+        else ""
+    )  # else not a rate limit
     return f"{f['bound']}: {wire}{path} (both above {bounds.BOUND_SLACK}){busy}{where}{line}"
 
 

@@ -37,21 +37,46 @@ PROG = "p4ina emulate"
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_fabric_options(ap, bw_default=None,
-                       bw_help=f"link bandwidth in Mbit/s (default: the preset's, {DEFAULT_BW_MBPS:g} for bandwidth; "
-                               "0 = unshaped, then the switches' CPU is the limit)")
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="bandwidth",
-                    help="the sweep's defaults: " + "; ".join(f"{k}: {v.doc} (hosts {','.join(map(str, v.host_counts))}, "
-                    f"sizes {','.join(map(str, v.sizes))}, {v.bw_mbps:g} Mbit/s, delay {v.delay_ms:g} ms)"
-                    for k, v in sorted(PRESETS.items())) + "; options given here override it")
-    ap.add_argument("--hosts", type=int_list, default=None, help="host counts to sweep, comma-separated (default: the preset's)")
-    ap.add_argument("--sizes", type=size_list, default=None,
-                    help="all-reduce sizes in float32 elements, K/M suffixes allowed (default: the preset's)")
-    ap.add_argument("--methods", type=method_list, default=None, help=f"any of {','.join(METHODS)} (default: the preset's)")
-    ap.add_argument("--reps", type=int, default=DEFAULT_REPS, help=f"measured repetitions per point (default {DEFAULT_REPS})")
+    add_fabric_options(
+        ap,
+        bw_default=None,
+        bw_help=f"link bandwidth in Mbit/s (default: the preset's, {DEFAULT_BW_MBPS:g} for bandwidth; "
+        "0 = unshaped, then the switches' CPU is the limit)",
+    )
+    ap.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="bandwidth",
+        help="the sweep's defaults: "
+        + "; ".join(
+            f"{k}: {v.doc} (hosts {','.join(map(str, v.host_counts))}, "
+            f"sizes {','.join(map(str, v.sizes))}, {v.bw_mbps:g} Mbit/s, delay {v.delay_ms:g} ms)"
+            for k, v in sorted(PRESETS.items())
+        )
+        + "; options given here override it",
+    )
+    ap.add_argument(
+        "--hosts", type=int_list, default=None, help="host counts to sweep, comma-separated (default: the preset's)"
+    )
+    ap.add_argument(
+        "--sizes",
+        type=size_list,
+        default=None,
+        help="all-reduce sizes in float32 elements, K/M suffixes allowed (default: the preset's)",
+    )
+    ap.add_argument(
+        "--methods", type=method_list, default=None, help=f"any of {','.join(METHODS)} (default: the preset's)"
+    )
+    ap.add_argument(
+        "--reps", type=int, default=DEFAULT_REPS, help=f"measured repetitions per point (default {DEFAULT_REPS})"
+    )
     ap.add_argument("--warmup", type=int, default=1, help="warm-up all-reduces before them, not counted (default 1)")
-    ap.add_argument("--delay", type=float, default=None,
-                    help="one-way delay per link, ms (netem where the kernel has it, else the embedded switch's delay stage)")
+    ap.add_argument(
+        "--delay",
+        type=float,
+        default=None,
+        help="one-way delay per link, ms (netem where the kernel has it, else the embedded switch's delay stage)",
+    )
     ap.add_argument("--loss", type=float, default=0.0, help="packet loss per link and direction, percent")
     ap.add_argument("--slots", type=int, default=128, help="in-network window: aggregation slots per job (default 128)")
     ap.add_argument("--input", default="normal", help="worker input kind (hosts.workload.KINDS)")
@@ -66,9 +91,20 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     shape = LinkShape(bw_mbps=bw or None, delay_ms=delay or None, loss_pct=args.loss or None)
     name = args.name or ("" if preset is PRESETS["bandwidth"] else args.preset)
     return ExperimentConfig(
-        topology=topology_of(args), host_counts=args.hosts or preset.host_counts, sizes=args.sizes or preset.sizes,
-        methods=args.methods or preset.methods, reps=args.reps, warmup=args.warmup, backend=backend_of(args),
-        shape=shape, slots=args.slots, input_kind=args.input, seed=args.seed, results_root=args.out, name=name)
+        topology=topology_of(args),
+        host_counts=args.hosts or preset.host_counts,
+        sizes=args.sizes or preset.sizes,
+        methods=args.methods or preset.methods,
+        reps=args.reps,
+        warmup=args.warmup,
+        backend=backend_of(args),
+        shape=shape,
+        slots=args.slots,
+        input_kind=args.input,
+        seed=args.seed,
+        results_root=args.out,
+        name=name,
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -95,14 +131,20 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         else:
             bar.advance(what, 1, "last: " + ("FAILED" if s.error else f"{s.latency_s * 1e3:.1f} ms"))
 
-    print(f"{prog}: {config.topology} on the {config.backend} switch, hosts {list(config.host_counts)}, "
-          f"sizes {[human_size(s) for s in config.sizes]}, {config.reps} reps + {config.warmup} warm-up, "
-          f"links {config.shape.bw_mbps or 'unshaped'} Mbit/s", file=sys.stderr)
+    print(
+        f"{prog}: {config.topology} on the {config.backend} switch, hosts {list(config.host_counts)}, "
+        f"sizes {[human_size(s) for s in config.sizes]}, {config.reps} reps + {config.warmup} warm-up, "
+        f"links {config.shape.bw_mbps or 'unshaped'} Mbit/s",
+        file=sys.stderr,
+    )
     try:
         result = run_experiment(config, progress=progress)
     except KeyboardInterrupt:
         bar.close()
-        print("interrupted: the network was torn down; partial results (if any) are in the results folder", file=sys.stderr)
+        print(
+            "interrupted: the network was torn down; partial results (if any) are in the results folder",
+            file=sys.stderr,
+        )
         return 130
     except run_errors() as ex:
         bar.close()
@@ -114,5 +156,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         print(json.dumps(summary, indent=1))
     else:
         print(report.table(summary))
-        print(f"\nresults: {result.out_dir}  ({result.duration_s:.0f} s, of which {result.startup_s or 0:.0f} s start-up)")
+        print(
+            f"\nresults: {result.out_dir}  ({result.duration_s:.0f} s, of which {result.startup_s or 0:.0f} s start-up)"
+        )
     return 0 if summary["ok"] else 1

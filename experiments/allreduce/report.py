@@ -17,18 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.allreduce import analysis
-
 from experiments import bounds
+from experiments.allreduce import analysis
+from experiments.config import ExperimentConfig, ExperimentResult, Sample, read_raw, write_raw
 from experiments.plotting import SHORT, STYLE, pyplot
 from experiments.results import human_size
-from experiments.config import ExperimentConfig, ExperimentResult, Sample, read_raw, write_raw
 from hosts.methods import METHODS
 
 LOG = logging.getLogger(__name__)
 # /proc's CPU times tick every 10 ms: a repetition shorter than this has CPU shares that are mostly rounding (an 8 ms
 # all-reduce read 50% of the cores busy and 0% of it ours), so the note on other programs' load leaves those out
 CPU_SHARES_MIN_S = 0.5
+
 
 def _ms(x: float | None) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -80,11 +80,13 @@ def table(summary: dict[str, Any]) -> str:
                     row.append(f"{sp['value']:.2f}x{mark}{base}")
         rows.append(row)
     shape = cfg.shape
-    lines = [f"{cfg.topology} on the {cfg.backend} switch; links {shape.bw_mbps or 'unlimited'} Mbit/s, delay "
-             f"{shape.delay_ms or 0} ms, loss {shape.loss_pct or 0}%; median of {cfg.reps} repetitions after "
-             f"{cfg.warmup} warm-up [95% bootstrap CI], methods in a shuffled order per repetition; latency from the "
-             "common start to the slowest worker's float32 result; speed-up = baseline / in-network latency, "
-             "* = not a headline (a point not link- or latency-bound)"]
+    lines = [
+        f"{cfg.topology} on the {cfg.backend} switch; links {shape.bw_mbps or 'unlimited'} Mbit/s, delay "
+        f"{shape.delay_ms or 0} ms, loss {shape.loss_pct or 0}%; median of {cfg.reps} repetitions after "
+        f"{cfg.warmup} warm-up [95% bootstrap CI], methods in a shuffled order per repetition; latency from the "
+        "common start to the slowest worker's float32 result; speed-up = baseline / in-network latency, "
+        "* = not a headline (a point not link- or latency-bound)"
+    ]
     lines += _grid(head, rows)
     lines.append("")
     lines += bounds_table(summary)
@@ -95,14 +97,38 @@ def table(summary: dict[str, Any]) -> str:
 
 def bounds_table(summary: dict[str, Any]) -> list[str]:
     """Per point: measured over the wire and path bounds, the verdict, bytes per element, accuracy, checks."""
-    head = ["method", "hosts", "elements", "t/T_wire", "t/T_path", "bound", "B/elem up", "B/elem down", "rel L2",
-            "target", "retx", "check"]
+    head = [
+        "method",
+        "hosts",
+        "elements",
+        "t/T_wire",
+        "t/T_path",
+        "bound",
+        "B/elem up",
+        "B/elem down",
+        "rel L2",
+        "target",
+        "retx",
+        "check",
+    ]
     rows = []
     for p in summary["points"]:
-        rows.append([p["method"], str(p["hosts"]), human_size(p["elements"]), _x(p["t_over_wire"]),
-                     _x(p["t_over_path"]), p["bound"], _x(p["bytes_per_element_up"]), _x(p["bytes_per_element_down"]),
-                     "-" if p["rel_l2_error"] is None else f"{p['rel_l2_error']:.2g}", f"{p['rel_l2_target']:.2g}",
-                     str(p["retransmissions"]), "ok" if p["ok"] else "FAILED"])
+        rows.append(
+            [
+                p["method"],
+                str(p["hosts"]),
+                human_size(p["elements"]),
+                _x(p["t_over_wire"]),
+                _x(p["t_over_path"]),
+                p["bound"],
+                _x(p["bytes_per_element_up"]),
+                _x(p["bytes_per_element_down"]),
+                "-" if p["rel_l2_error"] is None else f"{p['rel_l2_error']:.2g}",
+                f"{p['rel_l2_target']:.2g}",
+                str(p["retransmissions"]),
+                "ok" if p["ok"] else "FAILED",
+            ]
+        )
     return _grid(head, rows)
 
 
@@ -112,9 +138,13 @@ def notes(summary: dict[str, Any], environment: dict[str, Any] | None = None) ->
     pts = summary["points"]
     failed = [p for p in pts if not p["ok"]]
     if failed:
-        out.append(f"{len(failed)} point(s) failed: " + "; ".join(
-            f"{p['method']} {p['hosts']} hosts {human_size(p['elements'])}: {'; '.join(p['problems'][:2]) or 'no result'}"
-            for p in failed[:4]))
+        out.append(
+            f"{len(failed)} point(s) failed: "
+            + "; ".join(
+                f"{p['method']} {p['hosts']} hosts {human_size(p['elements'])}: {'; '.join(p['problems'][:2]) or 'no result'}"
+                for p in failed[:4]
+            )
+        )
     for problem in summary.get("problems", []):
         out.append(problem)
     good = [p for p in pts if p["ok"]]
@@ -122,38 +152,54 @@ def notes(summary: dict[str, Any], environment: dict[str, Any] | None = None) ->
     lat = [p for p in good if p["bound"] == "latency"]
     rest = [p for p in good if p["bound"] not in analysis.GOOD_BOUNDS]
     if good:
-        out.append(f"{len(link)} of {len(good)} points were link-bound (measured <= {bounds.BOUND_SLACK} x what the "
-                   f"busiest link's bytes allow) and {len(lat)} latency-bound (<= {bounds.BOUND_SLACK} x the method's "
-                   "chain of hops): only those are headlines.")
+        out.append(
+            f"{len(link)} of {len(good)} points were link-bound (measured <= {bounds.BOUND_SLACK} x what the "
+            f"busiest link's bytes allow) and {len(lat)} latency-bound (<= {bounds.BOUND_SLACK} x the method's "
+            "chain of hops): only those are headlines."
+        )
     if rest:
         worst = max(rest, key=lambda p: p["t_over_wire"] or 0.0)
         cpu = [p for p in rest if p["bound"] == "cpu"]
         out.append(
             f"{len(rest)} point(s) were neither ({len(cpu)} cpu, {len(rest) - len(cpu)} unexplained); they measure the "
             f"emulator, not the network (worst: {worst['method']}, {worst['hosts']} hosts, "
-            f"{human_size(worst['elements'])}: {analysis._why_not(worst)}).")
-    others = [(p["cores_busy"] or 0.0) - (p["ours_busy"] or 0.0) for p in pts
-              if p["cores_busy"] is not None and p["ours_busy"] is not None
-              and (p["median_latency_s"] or 0.0) >= CPU_SHARES_MIN_S]
+            f"{human_size(worst['elements'])}: {analysis._why_not(worst)})."
+        )
+    others = [
+        (p["cores_busy"] or 0.0) - (p["ours_busy"] or 0.0)
+        for p in pts
+        if p["cores_busy"] is not None
+        and p["ours_busy"] is not None
+        and (p["median_latency_s"] or 0.0) >= CPU_SHARES_MIN_S
+    ]
     if others and max(others) > 0.2:
-        out.append(f"work outside our processes and their frames' interrupts (other programs, kernel threads, the "
-                   f"hypervisor's steal) used up to {max(others) * 100:.0f}% of the cores during the all-reduces of "
-                   f"{CPU_SHARES_MIN_S:g} s or more (shorter ones are not checked); latencies may be pessimistic "
-                   "(run on an otherwise idle machine)")
+        out.append(
+            f"work outside our processes and their frames' interrupts (other programs, kernel threads, the "
+            f"hypervisor's steal) used up to {max(others) * 100:.0f}% of the cores during the all-reduces of "
+            f"{CPU_SHARES_MIN_S:g} s or more (shorter ones are not checked); latencies may be pessimistic "
+            "(run on an otherwise idle machine)"
+        )
     cfg = summary["config"]
     if any(p["retransmissions"] for p in good) and not (cfg.get("shape") or {}).get("loss_pct"):
         out.append("retransmissions without configured loss: queues overflowed or a timeout was too short")
     misses = [p for p in good if not p["accuracy_ok"]]
     if misses:
-        out.append("accuracy targets missed: " + ", ".join(f"{p['method']} {p['hosts']}h {human_size(p['elements'])}"
-                                                          for p in misses[:5]))
+        out.append(
+            "accuracy targets missed: "
+            + ", ".join(f"{p['method']} {p['hosts']}h {human_size(p['elements'])}" for p in misses[:5])
+        )
     return out
 
 
 # -- files ---------------------------------------------------------------------------------------
 def summary_of(result: ExperimentResult) -> dict[str, Any]:
-    s = analysis.summarize(result.config, result.samples, problems=result.problems, duration_s=result.duration_s,
-                           startup_s=result.startup_s)
+    s = analysis.summarize(
+        result.config,
+        result.samples,
+        problems=result.problems,
+        duration_s=result.duration_s,
+        startup_s=result.startup_s,
+    )
     s["notes"] = notes(s, result.environment)
     return s
 
@@ -162,9 +208,19 @@ def write_all(result: ExperimentResult) -> Path:
     out = result.out_dir
     assert out is not None
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps({"config": result.config.to_dict(), "environment": result.environment,
-                                                 "startup_s": result.startup_s, "duration_s": result.duration_s,
-                                                 "problems": result.problems}, indent=1) + "\n")
+    (out / "config.json").write_text(
+        json.dumps(
+            {
+                "config": result.config.to_dict(),
+                "environment": result.environment,
+                "startup_s": result.startup_s,
+                "duration_s": result.duration_s,
+                "problems": result.problems,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     write_raw(result.samples, out / "raw.csv")
     summary = summary_of(result)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -192,9 +248,15 @@ def load_results(folder: Path | str) -> LoadedResults:
     """A results folder read back; the summary recomputed from raw.csv (it must equal summary.json)."""
     folder = Path(folder)
     meta = json.loads((folder / "config.json").read_text())
-    result = ExperimentResult(ExperimentConfig.from_dict(meta["config"]), read_raw(folder / "raw.csv"), folder,
-                              meta.get("environment", {}), meta.get("startup_s"), meta.get("duration_s"),
-                              list(meta.get("problems", [])))
+    result = ExperimentResult(
+        ExperimentConfig.from_dict(meta["config"]),
+        read_raw(folder / "raw.csv"),
+        folder,
+        meta.get("environment", {}),
+        meta.get("startup_s"),
+        meta.get("duration_s"),
+        list(meta.get("problems", [])),
+    )
     return LoadedResults(result.config, result.samples, summary_of(result), result.environment, folder)
 
 
@@ -235,10 +297,20 @@ def plot_latency(summary: dict[str, Any], path: Path | None = None, ax: Any = No
             continue
         color, marker, ls = STYLE.get(m, ("gray", "o", "-"))
         ys = [p["median_latency_s"] * 1e3 for p in sel]
-        err = [[y - p["ci95_latency_s"][0] * 1e3 for y, p in zip(ys, sel)],
-               [p["ci95_latency_s"][1] * 1e3 - y for y, p in zip(ys, sel)]]
-        ax.errorbar([p["elements"] for p in sel], ys, yerr=err, color=color, marker=marker, linestyle=ls, capsize=3,
-                    label=METHODS[m].label)
+        err = [
+            [y - p["ci95_latency_s"][0] * 1e3 for y, p in zip(ys, sel)],
+            [p["ci95_latency_s"][1] * 1e3 - y for y, p in zip(ys, sel)],
+        ]
+        ax.errorbar(
+            [p["elements"] for p in sel],
+            ys,
+            yerr=err,
+            color=color,
+            marker=marker,
+            linestyle=ls,
+            capsize=3,
+            label=METHODS[m].label,
+        )
         for p, y in zip(sel, ys):
             if not p["headline"]:
                 ax.plot([p["elements"]], [y], marker="o", markersize=11, markerfacecolor="none", color="gray")
@@ -258,8 +330,10 @@ def _latency_bars(ax: Any, pts: list[dict[str, Any]], summary: dict[str, Any], n
     by = {p["method"]: p for p in pts}
     methods = [m for m in _methods(summary) if m in by]
     ys = [by[m]["median_latency_s"] * 1e3 for m in methods]
-    err = [[y - by[m]["ci95_latency_s"][0] * 1e3 for y, m in zip(ys, methods)],
-           [by[m]["ci95_latency_s"][1] * 1e3 - y for y, m in zip(ys, methods)]]
+    err = [
+        [y - by[m]["ci95_latency_s"][0] * 1e3 for y, m in zip(ys, methods)],
+        [by[m]["ci95_latency_s"][1] * 1e3 - y for y, m in zip(ys, methods)],
+    ]
     colors = [STYLE.get(m, ("gray", "o", "-"))[0] for m in methods]
     bars = ax.barh(range(len(methods)), ys, xerr=err, color=colors, capsize=3)
     for bar, m, y in zip(bars, methods, ys):
@@ -271,13 +345,17 @@ def _latency_bars(ax: Any, pts: list[dict[str, Any]], summary: dict[str, Any], n
     ax.invert_yaxis()
     ax.set_xlim(0, max(ys) * 1.2)
     ax.set_xlabel("latency, ms (median, 95% CI)")
-    ax.set_title(f"All-reduce latency, {n} hosts, {human_size(pts[0]['elements'])} elements\n"
-                 "(hatched: not link- or latency-bound)", fontsize=10)
+    ax.set_title(
+        f"All-reduce latency, {n} hosts, {human_size(pts[0]['elements'])} elements\n"
+        "(hatched: not link- or latency-bound)",
+        fontsize=10,
+    )
     ax.grid(True, axis="x", alpha=0.3)
 
 
-def plot_speedup(summary: dict[str, Any], path: Path | None = None, ax: Any = None,
-                 key: str = "speedup_over_best_host") -> Any:
+def plot_speedup(
+    summary: dict[str, Any], path: Path | None = None, ax: Any = None, key: str = "speedup_over_best_host"
+) -> Any:
     """Speed-up of each in-network method over the best host method, against host count, one line per size."""
     ax, done = _axes(ax, path)
     pts = [p for p in summary["points"] if METHODS[p["method"]].in_network and p.get(key)]
@@ -290,8 +368,15 @@ def plot_speedup(summary: dict[str, Any], path: Path | None = None, ax: Any = No
                 continue
             xs = [p["hosts"] for p in sel]
             ys = [p[key]["value"] for p in sel]
-            ax.plot(xs, ys, color=color, marker=marker, linestyle=ls, alpha=0.35 + 0.65 * (i + 1) / len(sizes),
-                    label=f"{METHODS[m].label}, {human_size(size)}")
+            ax.plot(
+                xs,
+                ys,
+                color=color,
+                marker=marker,
+                linestyle=ls,
+                alpha=0.35 + 0.65 * (i + 1) / len(sizes),
+                label=f"{METHODS[m].label}, {human_size(size)}",
+            )
             for p, x, y in zip(sel, xs, ys):
                 if not p[key]["headline"]:
                     ax.plot([x], [y], marker="o", markersize=11, markerfacecolor="none", color="gray")
@@ -315,13 +400,19 @@ def plot_bounds(summary: dict[str, Any], path: Path | None = None, ax: Any = Non
     pts = [p for p in summary["points"] if p["ok"]]
     for i, m in enumerate(_methods(summary)):
         sel = [p for p in pts if p["method"] == m]
-        ratios = [min(x for x in (p["t_over_wire"], p["t_over_path"]) if x is not None)
-                  if (p["t_over_wire"] is not None or p["t_over_path"] is not None) else None for p in sel]
+        ratios = [
+            min(x for x in (p["t_over_wire"], p["t_over_path"]) if x is not None)
+            if (p["t_over_wire"] is not None or p["t_over_path"] is not None)
+            else None
+            for p in sel
+        ]
         xs = [j + 0.1 * i for j, (p, r) in enumerate(zip(sel, ratios)) if r is not None]
         color, marker, _ = STYLE.get(m, ("gray", "o", "-"))
         ax.scatter(xs, [r for r in ratios if r is not None], color=color, marker=marker, label=METHODS[m].label)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.axhline(bounds.BOUND_SLACK, color="gray", linestyle="--", linewidth=0.8, label=f"{bounds.BOUND_SLACK}: bound rule")
+    ax.axhline(
+        bounds.BOUND_SLACK, color="gray", linestyle="--", linewidth=0.8, label=f"{bounds.BOUND_SLACK}: bound rule"
+    )
     ax.set_yscale("log")
     ax.set_xlabel("point (host count x size, in table order)")
     ax.set_ylabel("measured / max(T_wire, T_path)")

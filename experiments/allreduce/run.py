@@ -47,18 +47,38 @@ class SweepRunner(Runner):
         try:
             with self.agents(hosts, f"n{n}") as server:
                 for size in cfg.sizes:
-                    paths = {name: tuple(bounds.path_bound(
-                        METHODS[name], elements=size, rate_bps=self.rate_bps, delay_s=self.delay_s,
-                        plan=jobs[name][0] if name in jobs else None, slots=cfg.slots, topo=self.model,
-                        ring_order=ring_order, exponent_rounds=rounds) for rounds in (True, False))
-                        for name in cfg.methods}
+                    paths = {
+                        name: tuple(
+                            bounds.path_bound(
+                                METHODS[name],
+                                elements=size,
+                                rate_bps=self.rate_bps,
+                                delay_s=self.delay_s,
+                                plan=jobs[name][0] if name in jobs else None,
+                                slots=cfg.slots,
+                                topo=self.model,
+                                ring_order=ring_order,
+                                exponent_rounds=rounds,
+                            )
+                            for rounds in (True, False)
+                        )
+                        for name in cfg.methods
+                    }
                     for rep in range(cfg.iterations):
                         for order, name in enumerate(method_order(cfg, n, size, rep)):
                             if progress:
                                 progress(f"{n} hosts, {size} elements, rep {rep}, {name}", None)
                             try:
-                                rows = self.run_step(server, METHODS[name], hosts, size, rep, order,
-                                                     jobs[name][1] if name in jobs else None, paths[name])
+                                rows = self.run_step(
+                                    server,
+                                    METHODS[name],
+                                    hosts,
+                                    size,
+                                    rep,
+                                    order,
+                                    jobs[name][1] if name in jobs else None,
+                                    paths[name],
+                                )
                             except StepFailed as ex:
                                 msg, rows = ex.args
                                 out.extend(rows)
@@ -78,8 +98,9 @@ class SweepRunner(Runner):
         return out
 
 
-def run_experiment(config: ExperimentConfig, *, out_dir: Path | None = None, progress: ProgressFn | None = None,
-                   write: bool = True) -> ExperimentResult:
+def run_experiment(
+    config: ExperimentConfig, *, out_dir: Path | None = None, progress: ProgressFn | None = None, write: bool = True
+) -> ExperimentResult:
     """Start the network, run the sweep, tear everything down; write the results folder if `write`."""
     check_program()
     model = load_topology(config.topology)

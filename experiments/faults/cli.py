@@ -38,27 +38,61 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fabric_options(ap, bw_default=D.bw_mbps, bw_help=f"link bandwidth in Mbit/s (default {D.bw_mbps:g})")
     ap.add_argument("--hosts", type=int, default=D.hosts, help=f"hosts in the job (default {D.hosts})")
-    ap.add_argument("--size", type=parse_size, default=D.size,
-                    help=f"float32 elements per all-reduce, K/M suffixes allowed (default {D.size})")
+    ap.add_argument(
+        "--size",
+        type=parse_size,
+        default=D.size,
+        help=f"float32 elements per all-reduce, K/M suffixes allowed (default {D.size})",
+    )
     ap.add_argument("--slots", type=int, default=D.slots, help=f"aggregation slots of the job (default {D.slots})")
     ap.add_argument("--reps", type=int, default=D.reps, help=f"all-reduces per loss rate and phase (default {D.reps})")
-    ap.add_argument("--loss-rates", type=_rates, default=D.loss_rates,
-                    help="loss rates to sweep, percent (default " + ",".join(f"{r * 100:g}" for r in D.loss_rates) + ")")
-    ap.add_argument("--victim", default=D.victim, help=f"root, aggregation or a switch name to kill (default {D.victim})")
-    ap.add_argument("--flips", type=int, default=D.sdc_flips,
-                    help=f"register bit flips to land in live rounds (default {D.sdc_flips})")
-    ap.add_argument("--dup", type=float, default=D.dup_rate * 100,
-                    help=f"percent of packets duplicated per link end (default {D.dup_rate * 100:g})")
-    ap.add_argument("--reorder", type=float, default=D.reorder_rate * 100,
-                    help=f"percent of packets held back behind later ones per link end (default {D.reorder_rate * 100:g})")
+    ap.add_argument(
+        "--loss-rates",
+        type=_rates,
+        default=D.loss_rates,
+        help="loss rates to sweep, percent (default " + ",".join(f"{r * 100:g}" for r in D.loss_rates) + ")",
+    )
+    ap.add_argument(
+        "--victim", default=D.victim, help=f"root, aggregation or a switch name to kill (default {D.victim})"
+    )
+    ap.add_argument(
+        "--flips",
+        type=int,
+        default=D.sdc_flips,
+        help=f"register bit flips to land in live rounds (default {D.sdc_flips})",
+    )
+    ap.add_argument(
+        "--dup",
+        type=float,
+        default=D.dup_rate * 100,
+        help=f"percent of packets duplicated per link end (default {D.dup_rate * 100:g})",
+    )
+    ap.add_argument(
+        "--reorder",
+        type=float,
+        default=D.reorder_rate * 100,
+        help=f"percent of packets held back behind later ones per link end (default {D.reorder_rate * 100:g})",
+    )
     return ap
 
 
 def config_from_args(args: argparse.Namespace) -> FaultsConfig:
-    return FaultsConfig(topology=topology_of(args), hosts=args.hosts, size=args.size, slots=args.slots,
-                        bw_mbps=args.bw, loss_rates=args.loss_rates, reps=args.reps, victim=args.victim,
-                        sdc_flips=args.flips, dup_rate=args.dup / 100, reorder_rate=args.reorder / 100,
-                        backend=backend_of(args), results_root=args.out, seed=args.seed)
+    return FaultsConfig(
+        topology=topology_of(args),
+        hosts=args.hosts,
+        size=args.size,
+        slots=args.slots,
+        bw_mbps=args.bw,
+        loss_rates=args.loss_rates,
+        reps=args.reps,
+        victim=args.victim,
+        sdc_flips=args.flips,
+        dup_rate=args.dup / 100,
+        reorder_rate=args.reorder / 100,
+        backend=backend_of(args),
+        results_root=args.out,
+        seed=args.seed,
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -76,8 +110,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     from experiments.faults.report import table
     from experiments.faults.run import run_faults
 
-    print(f"{prog}: {cfg.topology}, {cfg.hosts} hosts, {cfg.size} elements, {cfg.bw_mbps:g} Mbit/s, "
-          f"loss {list(cfg.loss_rates)}, kill the {cfg.victim}", file=sys.stderr)
+    print(
+        f"{prog}: {cfg.topology}, {cfg.hosts} hosts, {cfg.size} elements, {cfg.bw_mbps:g} Mbit/s, "
+        f"loss {list(cfg.loss_rates)}, kill the {cfg.victim}",
+        file=sys.stderr,
+    )
     try:
         result = run_faults(cfg)
     except KeyboardInterrupt:

@@ -35,8 +35,8 @@ from controller.planner import JobPlan
 from controller.registers import read_register_all
 from controller.topology import Topology
 from emulation.network import EmulatedNetwork
-from experiments.harness import Step
 from emulation.nodes import reap
+from experiments.harness import Step
 from hosts import clock
 from hosts.coordination import CoordinatorServer
 
@@ -53,16 +53,19 @@ class IsolationError(RuntimeError):
     """The isolation phase could not run (too few hosts, an agent gone); the message says which."""
 
 
-def groups(model: Topology, jobs: int = 4, per_job: int = 3, ring: int = 4) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
+def groups(
+    model: Topology, jobs: int = 4, per_job: int = 3, ring: int = 4
+) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
     """`jobs` host sets of `per_job` hosts spread over the pods (so their trees meet on edge, aggregation and
     core switches), and a ring of `ring` other hosts: every fourth host in model order, from the fourth."""
     names = [h.name for h in model.hosts]
     need = jobs * per_job + ring
     if len(names) < need:
-        raise IsolationError(f"{jobs} jobs of {per_job} hosts and a ring of {ring} need {need} hosts; "
-                             f"{model.kind} has {len(names)}")
+        raise IsolationError(
+            f"{jobs} jobs of {per_job} hosts and a ring of {ring} need {need} hosts; {model.kind} has {len(names)}"
+        )
     stride = max(1, len(names) // ring)
-    ring_hosts = tuple(names[stride - 1::stride][:ring])
+    ring_hosts = tuple(names[stride - 1 :: stride][:ring])
     rest = [h for h in names if h not in ring_hosts]
     job_hosts = [tuple(rest[j::jobs][:per_job]) for j in range(jobs)]
     if any(len(h) < per_job for h in job_hosts):
@@ -87,8 +90,9 @@ class Group:
 
 
 @contextmanager
-def agent_group(net: EmulatedNetwork, model: Topology, name: str, hosts: tuple[str, ...], sock_dir: Path,
-                log_dir: Path) -> Iterator[Group]:
+def agent_group(
+    net: EmulatedNetwork, model: Topology, name: str, hosts: tuple[str, ...], sock_dir: Path, log_dir: Path
+) -> Iterator[Group]:
     """One agent per host (python -m hosts agent), driven by a coordinator on a Unix socket; stopped by PID."""
     sock = sock_dir / f"iso-{name}.sock"
     server = CoordinatorServer(f"unix:{sock}", len(hosts), timeout_s=600)
@@ -99,8 +103,24 @@ def agent_group(net: EmulatedNetwork, model: Topology, name: str, hosts: tuple[s
     group = Group(name, hosts, server, procs)
     try:
         for rank, h in enumerate(hosts):
-            cmd = [sys.executable, "-m", "hosts", "agent", "--rank", str(rank), "--workers", str(len(hosts)),
-                   "--coord", f"unix:{sock}", "--iface", net.host_iface(h), "--peers", peers, "--groups", where]
+            cmd = [
+                sys.executable,
+                "-m",
+                "hosts",
+                "agent",
+                "--rank",
+                str(rank),
+                "--workers",
+                str(len(hosts)),
+                "--coord",
+                f"unix:{sock}",
+                "--iface",
+                net.host_iface(h),
+                "--peers",
+                peers,
+                "--groups",
+                where,
+            ]
             procs.append(net.popen(h, cmd, log=log_dir / f"agent-iso-{name}-{h}.log"))
         yield group
     finally:
@@ -110,9 +130,23 @@ def agent_group(net: EmulatedNetwork, model: Topology, name: str, hosts: tuple[s
 
 
 class IsolationRun:
-    def __init__(self, net: EmulatedNetwork, ctl: Controller, sock_dir: Path, log_dir: Path, *, size: int,
-                 slots: int, reps: int, timeout_s: float, ring_timeout_s: float, jobs: int = 4, per_job: int = 3,
-                 ring: int = 4, seed: int = 0) -> None:
+    def __init__(
+        self,
+        net: EmulatedNetwork,
+        ctl: Controller,
+        sock_dir: Path,
+        log_dir: Path,
+        *,
+        size: int,
+        slots: int,
+        reps: int,
+        timeout_s: float,
+        ring_timeout_s: float,
+        jobs: int = 4,
+        per_job: int = 3,
+        ring: int = 4,
+        seed: int = 0,
+    ) -> None:
         self.net, self.ctl, self.sock_dir, self.log_dir = net, ctl, sock_dir, log_dir
         self.size, self.slots, self.reps, self.seed = size, slots, reps, seed
         self.timeout_s, self.ring_timeout_s = timeout_s, ring_timeout_s
@@ -123,9 +157,16 @@ class IsolationRun:
     # -- steps ---------------------------------------------------------------------------------
     def _post(self, g: Group, rep: int) -> int:
         self.step += 1
-        cmd: dict[str, Any] = {"step": self.step, "method": "inc-int32" if g.job else "ring", "size": self.size,
-                               "iteration": g.iteration_base + rep, "input": "ones", "seed": self.seed, "checker": 0,
-                               "ring": {"window": 64, "timeout_s": self.ring_timeout_s}}
+        cmd: dict[str, Any] = {
+            "step": self.step,
+            "method": "inc-int32" if g.job else "ring",
+            "size": self.size,
+            "iteration": g.iteration_base + rep,
+            "input": "ones",
+            "seed": self.seed,
+            "checker": 0,
+            "ring": {"window": 64, "timeout_s": self.ring_timeout_s},
+        }
         if g.job is not None:
             cmd["job"] = g.job
         g.server.post(self.step, cmd)
@@ -135,10 +176,17 @@ class IsolationRun:
         reports = g.server.step_reports(step, 300.0, alive=g.alive)
         s = Step(step, phase, reports, len(g.hosts))
         if len(reports) < len(g.hosts):
-            raise IsolationError(f"{g.name}, step {step} ({phase}): ranks {sorted(reports)} of {len(g.hosts)} "
-                                 f"reported; agent logs in {self.log_dir}")
-        return {"exact": s.exact, "latency_s": s.latency_s, "errors": s.errors,
-                "retransmissions": s.total("retransmissions"), "duplicates": s.total("duplicates")}
+            raise IsolationError(
+                f"{g.name}, step {step} ({phase}): ranks {sorted(reports)} of {len(g.hosts)} "
+                f"reported; agent logs in {self.log_dir}"
+            )
+        return {
+            "exact": s.exact,
+            "latency_s": s.latency_s,
+            "errors": s.errors,
+            "retransmissions": s.total("retransmissions"),
+            "duplicates": s.total("duplicates"),
+        }
 
     def _counters(self) -> dict[str, dict[str, dict[str, int]]]:
         """job group -> switch -> its counters for the job (packets and drops by reason)."""
@@ -159,17 +207,27 @@ class IsolationRun:
         try:
             with ExitStack() as stack:
                 for j, (plan, hosts) in enumerate(zip(plans, self.job_hosts)):
-                    g = stack.enter_context(agent_group(self.net, self.net.model, f"job{plan.job_id}", hosts,
-                                                        self.sock_dir, self.log_dir))
+                    g = stack.enter_context(
+                        agent_group(self.net, self.net.model, f"job{plan.job_id}", hosts, self.sock_dir, self.log_dir)
+                    )
                     spec = plan.spec
                     g.plan, g.iteration_base = plan, 1000 * (j + 1)
-                    g.job = {"job_id": plan.job_id, "slots": spec.slots, "contrib_type": spec.contrib_type,
-                             "result_type": spec.result_type, "shift": spec.shift, "timeout_s": self.timeout_s,
-                             "min_timeout_s": self.timeout_s, "install": 1, "error_lsb": plan.error_lsb,
-                             "q_limit": plan.q_limit}
+                    g.job = {
+                        "job_id": plan.job_id,
+                        "slots": spec.slots,
+                        "contrib_type": spec.contrib_type,
+                        "result_type": spec.result_type,
+                        "shift": spec.shift,
+                        "timeout_s": self.timeout_s,
+                        "min_timeout_s": self.timeout_s,
+                        "install": 1,
+                        "error_lsb": plan.error_lsb,
+                        "q_limit": plan.q_limit,
+                    }
                     self.groups.append(g)
-                ring = stack.enter_context(agent_group(self.net, self.net.model, "ring", self.ring_hosts,
-                                                       self.sock_dir, self.log_dir))
+                ring = stack.enter_context(
+                    agent_group(self.net, self.net.model, "ring", self.ring_hosts, self.sock_dir, self.log_dir)
+                )
                 self.groups.append(ring)
                 return self._measure(plans)
         finally:
@@ -186,8 +244,9 @@ class IsolationRun:
                 alone[g.name].append(self._collect(g, self._post(g, rep + 1), "alone"))
             after = self._counters()
             if g.name in after:
-                per_allreduce[g.name] = {sw: {k: v - before[g.name][sw].get(k, 0) for k, v in c.items()}
-                                         for sw, c in after[g.name].items()}
+                per_allreduce[g.name] = {
+                    sw: {k: v - before[g.name][sw].get(k, 0) for k, v in c.items()} for sw, c in after[g.name].items()
+                }
         before = self._counters()
         together: dict[str, list[dict[str, Any]]] = {g.name: [] for g in self.groups}
         t0 = clock.now()
@@ -203,16 +262,23 @@ class IsolationRun:
             lat_alone = statistics.median(r["latency_s"] for r in alone[g.name])
             lat_load = statistics.median(r["latency_s"] for r in together[g.name])
             entry: dict[str, Any] = {
-                "hosts": list(g.hosts), "exact": all(r["exact"] for r in alone[g.name] + together[g.name]),
+                "hosts": list(g.hosts),
+                "exact": all(r["exact"] for r in alone[g.name] + together[g.name]),
                 "errors": [e for r in alone[g.name] + together[g.name] for e in r["errors"]][:5],
-                "latency_alone_s": lat_alone, "latency_loaded_s": lat_load, "slowdown": lat_load / lat_alone,
-                "retransmissions_loaded": sum(r["retransmissions"] for r in together[g.name])}
+                "latency_alone_s": lat_alone,
+                "latency_loaded_s": lat_load,
+                "slowdown": lat_load / lat_alone,
+                "retransmissions_loaded": sum(r["retransmissions"] for r in together[g.name]),
+            }
             if g.plan is None:
                 out["ring"] = entry
                 continue
             sp = {s.switch: s for s in g.plan.switches}
-            entry.update(root=g.plan.root, switches=sorted(sp),
-                         slots={sw: [s.slot_base, s.slot_base + s.slot_count] for sw, s in sp.items()})
+            entry.update(
+                root=g.plan.root,
+                switches=sorted(sp),
+                slots={sw: [s.slot_base, s.slot_base + s.slot_count] for sw, s in sp.items()},
+            )
             # per switch: the together phase counted what the same number of all-reduces counted alone
             mismatch, foreign = [], {}
             for sw, c in after[g.name].items():
@@ -223,9 +289,13 @@ class IsolationRun:
                 for reason in FOREIGN_DROPS:
                     if d.get(f"drops.{reason}", 0):
                         foreign[f"{sw}.{reason}"] = d[f"drops.{reason}"]
-            entry.update(completions_per_allreduce={sw: c.get("completions", 0) / self.reps
-                                                    for sw, c in per_allreduce[g.name].items()},
-                         counter_mismatches=mismatch, foreign_drops=foreign)
+            entry.update(
+                completions_per_allreduce={
+                    sw: c.get("completions", 0) / self.reps for sw, c in per_allreduce[g.name].items()
+                },
+                counter_mismatches=mismatch,
+                foreign_drops=foreign,
+            )
             counters_ok = counters_ok and not mismatch and not foreign
             out["jobs"][str(g.plan.job_id)] = entry
         shared = self._shared(plans)
@@ -258,10 +328,17 @@ class IsolationRun:
             for p in plans:
                 for sp in p.switches:
                     if sp.switch == sw:
-                        for cell in range(sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT):
+                        for cell in range(
+                            sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT
+                        ):
                             owner[cell] = (p.job_id, sp.token)
-            elsewhere = {cell for p in other for sp in p.switches if sp.switch == sw
-                         for cell in range(sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT)}
+            elsewhere = {
+                cell
+                for p in other
+                for sp in p.switches
+                if sp.switch == sw
+                for cell in range(sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT)
+            }
             for cell, token in enumerate(tokens):
                 checked += 1
                 if cell in owner:
@@ -276,8 +353,14 @@ class IsolationRun:
                     stray += 1
                     if len(examples) < 5:
                         examples.append(f"{sw} cell {cell} (no job's) holds token {token}")
-        return {"register_switches": len(switches), "register_cells_checked": checked, "foreign_cells": foreign,
-                "stray_cells": stray, "unused_cells": unused, "register_examples": examples}
+        return {
+            "register_switches": len(switches),
+            "register_cells_checked": checked,
+            "foreign_cells": foreign,
+            "stray_cells": stray,
+            "unused_cells": unused,
+            "register_examples": examples,
+        }
 
 
 __all__ = ["IsolationError", "IsolationRun", "groups"]

@@ -57,11 +57,11 @@ from controller.registers import read_register, write_register
 from controller.state import State
 from controller.topology import link_key
 from controller.topospec import load_topology
-from experiments import harness as R
-from experiments.harness import Step
-from experiments.config import ExperimentConfig
 from emulation.network import EmulatedNetwork, NetworkConfig
 from emulation.shaping import LinkShape
+from experiments import harness as R
+from experiments.config import ExperimentConfig
+from experiments.harness import Step
 from hosts import clock
 from hosts.coordination import CoordinatorServer
 from hosts.inc_worker import IncJob
@@ -143,18 +143,31 @@ class FaultsResult:
     problems: list[str] = field(default_factory=list)
 
 
-def _job_dict(plan: JobPlan, install: int, timeout_s: float, min_timeout_s: float, failure_timeout_s: float) -> dict[str, Any]:
+def _job_dict(
+    plan: JobPlan, install: int, timeout_s: float, min_timeout_s: float, failure_timeout_s: float
+) -> dict[str, Any]:
     spec = plan.spec
-    return {"job_id": plan.job_id, "slots": spec.slots, "contrib_type": spec.contrib_type, "result_type": spec.result_type,
-            "shift": spec.shift, "timeout_s": timeout_s, "min_timeout_s": min_timeout_s, "install": install,
-            "error_lsb": plan.error_lsb, "q_limit": plan.q_limit, "failure_timeout_s": failure_timeout_s}
+    return {
+        "job_id": plan.job_id,
+        "slots": spec.slots,
+        "contrib_type": spec.contrib_type,
+        "result_type": spec.result_type,
+        "shift": spec.shift,
+        "timeout_s": timeout_s,
+        "min_timeout_s": min_timeout_s,
+        "install": install,
+        "error_lsb": plan.error_lsb,
+        "q_limit": plan.q_limit,
+        "failure_timeout_s": failure_timeout_s,
+    }
 
 
 class FaultsRun:
     """The experiment's phases on one running network, controller and set of agents."""
 
-    def __init__(self, cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, runner: R.Runner,
-                 hosts: tuple[str, ...]) -> None:
+    def __init__(
+        self, cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, runner: R.Runner, hosts: tuple[str, ...]
+    ) -> None:
         self.cfg, self.net, self.ctl, self.runner, self.hosts = cfg, net, ctl, runner, hosts
         self.server: CoordinatorServer | None = None
         self.installs = 0
@@ -206,8 +219,11 @@ class FaultsRun:
             return None
         self.stall_questions += 1
         failed, links = self.failed_parts()
-        return {"alive": not failed and not links, "failed": sorted(failed),
-                "links": ["-".join(ln) for ln in sorted(links)]}
+        return {
+            "alive": not failed and not links,
+            "failed": sorted(failed),
+            "links": ["-".join(ln) for ln in sorted(links)],
+        }
 
     def decide(self, tag: str, values: list[Any]) -> Any:
         """The agents' switch-failure barrier: find the dead switch, re-plan around it, hand out the new job."""
@@ -215,8 +231,12 @@ class FaultsRun:
             return None
         t0 = clock.now()
         assert self.plan is not None
-        event: dict[str, Any] = {"tag": tag, "t_reported": t0, "ranks": len(values),
-                                 "stalled_s": max(float(v.get("stalled_s", 0.0)) for v in values)}
+        event: dict[str, Any] = {
+            "tag": tag,
+            "t_reported": t0,
+            "ranks": len(values),
+            "stalled_s": max(float(v.get("stalled_s", 0.0)) for v in values),
+        }
         self.failover_events.append(event)
         failed, links = self.failed_parts()
         event["failed"] = sorted(failed)
@@ -243,12 +263,26 @@ class FaultsRun:
             event["verdict"] = str(ex)
             return {"error": str(ex), "failed": failed_names}
         self.installs += 1
-        self.job = {**self.job, **_job_dict(self.plan, self.installs, self.job["timeout_s"], self.job["min_timeout_s"],
-                                            self.failure_timeout_s)}
-        event.update(verdict=f"re-planned: root {self.plan.root}", root=self.plan.root, t_installed=clock.now(),
-                     replan_s=clock.now() - t0, tree=[sp.switch for sp in self.plan.switches])
-        LOG.warning("%s failed: job %d re-planned on root %s in %.2f s", ", ".join(failed_names), JOB_ID,
-                    self.plan.root, clock.now() - t0)
+        self.job = {
+            **self.job,
+            **_job_dict(
+                self.plan, self.installs, self.job["timeout_s"], self.job["min_timeout_s"], self.failure_timeout_s
+            ),
+        }
+        event.update(
+            verdict=f"re-planned: root {self.plan.root}",
+            root=self.plan.root,
+            t_installed=clock.now(),
+            replan_s=clock.now() - t0,
+            tree=[sp.switch for sp in self.plan.switches],
+        )
+        LOG.warning(
+            "%s failed: job %d re-planned on root %s in %.2f s",
+            ", ".join(failed_names),
+            JOB_ID,
+            self.plan.root,
+            clock.now() - t0,
+        )
         return {"job": self.job, "failed": failed_names, "root": self.plan.root}
 
     # -- steps ---------------------------------------------------------------------------------
@@ -256,8 +290,17 @@ class FaultsRun:
         assert self.server is not None
         self.runner.step += 1
         step = self.runner.step
-        cmd = {"method": METHOD, "size": size or self.cfg.size, "iteration": step, "input": "ones", "seed": self.cfg.seed,
-               "checker": 0, "ring": {"window": 64, "timeout_s": self.tmo["ring"]}, "job": self.job, "phase": phase}
+        cmd = {
+            "method": METHOD,
+            "size": size or self.cfg.size,
+            "iteration": step,
+            "input": "ones",
+            "seed": self.cfg.seed,
+            "checker": 0,
+            "ring": {"window": 64, "timeout_s": self.tmo["ring"]},
+            "job": self.job,
+            "phase": phase,
+        }
         self.server.post(step, cmd)
         return step
 
@@ -274,8 +317,10 @@ class FaultsRun:
         s = Step(step, phase, reports, len(self.hosts), snap.t if snap else None)
         self.steps.append(s)
         if len(reports) < len(self.hosts):  # an agent is gone or stuck: nothing after this step can be measured
-            raise FaultsError(f"step {step} ({phase}): only ranks {sorted(reports)} of {len(self.hosts)} reported; "
-                              f"agent logs in {self.runner.log_dir}")
+            raise FaultsError(
+                f"step {step} ({phase}): only ranks {sorted(reports)} of {len(self.hosts)} reported; "
+                f"agent logs in {self.runner.log_dir}"
+            )
         if s.errors:
             LOG.warning("step %d (%s): %s", step, phase, "; ".join(s.errors[:3]))
         return s
@@ -298,14 +343,21 @@ class FaultsRun:
         rtts = [float(r["srtt_s"]) for s in warm for r in s.reports.values() if r.get("srtt_s")]
         srtt = max(rtts) if rtts else self.tmo["inc"]
         floor = max(self.cfg.rto_floor_rtts * srtt, 0.005)
-        self.failure_timeout_s = self.cfg.failure_timeout_s or max(self.cfg.failure_min_s, self.cfg.failure_rtos * floor)
+        self.failure_timeout_s = self.cfg.failure_timeout_s or max(
+            self.cfg.failure_min_s, self.cfg.failure_rtos * floor
+        )
         self.install(timeout_s=2 * floor, min_timeout_s=floor)  # fresh tokens, epochs from 1, the derived timer
         base = [self.run("lossless") for _ in range(self.cfg.reps)]
-        return {"rto_floor_s": floor, "max_srtt_s": srtt, "fixed_floor_s": self.tmo["inc"],
-                "failure_timeout_s": self.failure_timeout_s,
-                "latency_s": statistics.median(s.latency_s for s in base), "exact": all(s.exact for s in base),
-                "latencies_s": [s.latency_s for s in base],
-                "retransmissions": sum(s.total("retransmissions") for s in base)}
+        return {
+            "rto_floor_s": floor,
+            "max_srtt_s": srtt,
+            "fixed_floor_s": self.tmo["inc"],
+            "failure_timeout_s": self.failure_timeout_s,
+            "latency_s": statistics.median(s.latency_s for s in base),
+            "exact": all(s.exact for s in base),
+            "latencies_s": [s.latency_s for s in base],
+            "retransmissions": sum(s.total("retransmissions") for s in base),
+        }
 
     def loss_sweep(self, lossless_s: float) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -313,16 +365,23 @@ class FaultsRun:
             for rate in self.cfg.loss_rates:
                 self.net.set_loss(rate)
                 steps = [self.run(f"loss-{rate:g}") for _ in range(self.cfg.reps)]
-                lat = statistics.median(s.latency_s for s in steps if s.reports) if all(s.reports for s in steps) else None
+                lat = (
+                    statistics.median(s.latency_s for s in steps if s.reports)
+                    if all(s.reports for s in steps)
+                    else None
+                )
                 out[f"{rate * 100:g}%"] = {
-                    "loss": rate, "exact": all(s.exact for s in steps),
+                    "loss": rate,
+                    "exact": all(s.exact for s in steps),
                     "retransmissions": sum(s.total("retransmissions") for s in steps),
                     "early_retransmissions": sum(s.total("fast_retransmissions") for s in steps),
                     "packets_sent": sum(s.total("packets_sent") for s in steps),
-                    "latency_s": lat, "latency_over_lossless": lat / lossless_s if lat else None,
+                    "latency_s": lat,
+                    "latency_over_lossless": lat / lossless_s if lat else None,
                     "latencies_s": [s.latency_s for s in steps if s.reports],
                     "false_alarms": sum(int(r.get("false_alarms", 0)) for s in steps for r in s.reports.values()),
-                    "errors": [e for s in steps for e in s.errors][:5]}
+                    "errors": [e for s in steps for e in s.errors][:5],
+                }
         finally:
             self.net.set_loss(0.0)
         return out
@@ -344,8 +403,11 @@ class FaultsRun:
         lat = statistics.median(s.latency_s for s in steps)
         delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         return {
-            "dup": self.cfg.dup_rate, "reorder": self.cfg.reorder_rate, "allreduces": len(steps),
-            "exact": all(s.exact for s in steps), "errors": [e for s in steps for e in s.errors][:5],
+            "dup": self.cfg.dup_rate,
+            "reorder": self.cfg.reorder_rate,
+            "allreduces": len(steps),
+            "exact": all(s.exact for s in steps),
+            "errors": [e for s in steps for e in s.errors][:5],
             "duplicated_packets": tc_after["duplicated"] - tc_before["duplicated"],
             "held_packets": tc_after["held"] - tc_before["held"],
             "switch_retransmissions": delta.get("retransmissions", 0),
@@ -354,7 +416,8 @@ class FaultsRun:
             "worker_duplicates": sum(s.total("duplicates") for s in steps),
             "worker_retransmissions": sum(s.total("retransmissions") for s in steps),
             "packets_sent": sum(s.total("packets_sent") for s in steps),
-            "latency_s": lat, "latency_over_lossless": lat / lossless_s if lossless_s else None,
+            "latency_s": lat,
+            "latency_over_lossless": lat / lossless_s if lossless_s else None,
         }
 
     def sdc(self) -> dict[str, Any]:
@@ -404,7 +467,7 @@ class FaultsRun:
                     flipped.add((sp.switch, cell, first[1]))
                     if same_round(first, after):
                         landed.append({"switch": sp.switch, "cell": cell, "register": lane, "bit": bit})
-                except Exception:  # noqa: BLE001 - a read racing the switch; try another cell
+                except Exception:
                     LOG.debug("flip attempt failed", exc_info=True)
 
         thread = threading.Thread(target=flipper, name="sdc-flipper", daemon=True)
@@ -433,15 +496,22 @@ class FaultsRun:
         after = {sw: c.packets.get("corrupt", 0) for sw, c in self.ctl.counters(JOB_ID).items()}
         switch_caught = sum(after[sw] - before.get(sw, 0) for sw in after)
         host_caught = sum(s.total("corrupt") for s in steps)
-        return {"injected": len(landed), "attempted": attempts, "detected": switch_caught + host_caught,
-                "detected_by_switches": switch_caught, "detected_by_hosts": host_caught,
-                "exact": all(s.exact for s in steps), "allreduces": len(steps),
-                # fail-overs answered "false alarm, same tree" during the flips: a flip in a stored result that
-                # some workers already took restarts a round the others left, and the stalled worker's fail-over
-                # redoes that chunk with every worker; a long loss burst (sdc_loss) ends the same way
-                "false_alarm_redos": sum(1 for e in self.failover_events[events_before:]
-                                          if str(e.get("verdict", "")).startswith("false alarm")),
-                "flips": landed[:50]}
+        return {
+            "injected": len(landed),
+            "attempted": attempts,
+            "detected": switch_caught + host_caught,
+            "detected_by_switches": switch_caught,
+            "detected_by_hosts": host_caught,
+            "exact": all(s.exact for s in steps),
+            "allreduces": len(steps),
+            # fail-overs answered "false alarm, same tree" during the flips: a flip in a stored result that
+            # some workers already took restarts a round the others left, and the stalled worker's fail-over
+            # redoes that chunk with every worker; a long loss burst (sdc_loss) ends the same way
+            "false_alarm_redos": sum(
+                1 for e in self.failover_events[events_before:] if str(e.get("verdict", "")).startswith("false alarm")
+            ),
+            "flips": landed[:50],
+        }
 
     def victim(self) -> str:
         assert self.plan is not None
@@ -499,14 +569,20 @@ class FaultsRun:
             self.problems.append(f"the failure of {what} came after step {step} had finished: nothing to recover")
         decision = next((e for e in self.failover_events if e.get("t_reported", 0) >= t_kill), {})
         return {
-            "old_root": old_root, "new_root": self.plan.root, "killed_after_s": t_kill - released,
-            "recovery_s": recovery, "exact": s.exact, "errors": s.errors[:5],
+            "old_root": old_root,
+            "new_root": self.plan.root,
+            "killed_after_s": t_kill - released,
+            "recovery_s": recovery,
+            "exact": s.exact,
+            "errors": s.errors[:5],
             "failure_timeout_s": self.failure_timeout_s,
             "detect_bound_s": self.failure_timeout_s + 2 * self.job["min_timeout_s"],
             "detected_s": (max(detected) - t_kill) if detected else None,
             "first_detected_s": (min(detected) - t_kill) if detected else None,
-            "replan_s": decision.get("replan_s"), "verdict": decision.get("verdict"),
-            "probe_s": decision.get("probe_s"), "replan_phases": decision.get("replan_phases"),
+            "replan_s": decision.get("replan_s"),
+            "verdict": decision.get("verdict"),
+            "probe_s": decision.get("probe_s"),
+            "replan_phases": decision.get("replan_phases"),
             # what every stalled rank waited on: the first probe after the kill, and the time from the last
             # rank's detection to the start of the decision (its ask, that probe, the barrier)
             "first_probe_s": next((d for t, d in self.probes if t >= t_kill), None),
@@ -514,10 +590,11 @@ class FaultsRun:
             "redone_chunks": max((int(f["redo"]) for f in events), default=0),
             "rejoined_ranks": sum(1 for r in s.reports.values() if r.get("rejoined")),
             "chunks": max((int(f["chunks"]) for f in events), default=0),
-            "elements": size, "lossless_allreduce_s": reference.latency_s,
+            "elements": size,
+            "lossless_allreduce_s": reference.latency_s,
             "goal_s": self.failure_timeout_s + reference.latency_s,
-            "later_exact": all(a.exact for a in after), "later_on_new_tree": all(
-                not any(r.get("failovers") for r in a.reports.values()) for a in after),
+            "later_exact": all(a.exact for a in after),
+            "later_on_new_tree": all(not any(r.get("failovers") for r in a.reports.values()) for a in after),
             "later_latency_s": statistics.median(a.latency_s for a in after) if all(a.reports for a in after) else None,
         }
 
@@ -531,33 +608,59 @@ class FaultsRun:
         self.net.kill_switch(edge)
         s = self.collect(step, "edge-failure")
         text = " ".join(s.errors)
-        return {"switch": edge, "hosts": cut, "reported_after_s": clock.now() - t_kill,
-                "reported": bool(s.errors) and edge in text and all(h in text for h in cut),
-                "message": s.errors[0] if s.errors else None}
+        return {
+            "switch": edge,
+            "hosts": cut,
+            "reported_after_s": clock.now() - t_kill,
+            "reported": bool(s.errors) and edge in text and all(h in text for h in cut),
+            "message": s.errors[0] if s.errors else None,
+        }
 
 
-def isolation_phase(cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, runner: R.Runner, sock_dir: Path,
-                    log_dir: Path) -> dict[str, Any]:
+def isolation_phase(
+    cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, runner: R.Runner, sock_dir: Path, log_dir: Path
+) -> dict[str, Any]:
     """Four jobs and a ring at once (experiments.faults.isolation), before the main job's agents start (they would share
     the hosts' interfaces); skipped, with the reason, where the topology has too few hosts."""
     from experiments.faults.isolation import IsolationError, IsolationRun
 
     try:
-        iso = IsolationRun(net, ctl, sock_dir, log_dir, size=cfg.isolation_size or cfg.size, slots=cfg.slots,
-                           reps=cfg.isolation_reps, timeout_s=runner.tmo["inc"], ring_timeout_s=runner.tmo["ring"],
-                           seed=cfg.seed)
+        iso = IsolationRun(
+            net,
+            ctl,
+            sock_dir,
+            log_dir,
+            size=cfg.isolation_size or cfg.size,
+            slots=cfg.slots,
+            reps=cfg.isolation_reps,
+            timeout_s=runner.tmo["inc"],
+            ring_timeout_s=runner.tmo["ring"],
+            seed=cfg.seed,
+        )
     except IsolationError as ex:
         LOG.warning("isolation phase skipped: %s", ex)
         return {"skipped": str(ex)}
     return iso.run()
 
 
-def summarize(cfg: FaultsConfig, lossless: dict[str, Any], loss: dict[str, Any], sdc: dict[str, Any] | None,
-              failure: dict[str, Any] | None, edge: dict[str, Any] | None, problems: list[str],
-              dup_reorder: dict[str, Any] | None = None, isolation: dict[str, Any] | None = None,
-              link: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-                           "lossless": lossless, "loss": loss, "problems": problems}
+def summarize(
+    cfg: FaultsConfig,
+    lossless: dict[str, Any],
+    loss: dict[str, Any],
+    sdc: dict[str, Any] | None,
+    failure: dict[str, Any] | None,
+    edge: dict[str, Any] | None,
+    problems: list[str],
+    dup_reorder: dict[str, Any] | None = None,
+    isolation: dict[str, Any] | None = None,
+    link: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "lossless": lossless,
+        "loss": loss,
+        "problems": problems,
+    }
     if dup_reorder is not None:
         out["dup_reorder"] = dup_reorder
     if isolation is not None:
@@ -570,13 +673,17 @@ def summarize(cfg: FaultsConfig, lossless: dict[str, Any], loss: dict[str, Any],
         out["edge_failure"] = edge
     if sdc is not None:
         out["sdc"] = sdc
-    out["ok"] = (not problems and lossless.get("exact", False) and all(v["exact"] for v in loss.values())
-                 and (failure is None or bool(failure["exact"] and failure["later_exact"]))
-                 and (link is None or bool(link["exact"] and link["later_exact"]))
-                 and (dup_reorder is None or dup_reorder["exact"])
-                 and (isolation is None or "skipped" in isolation or bool(isolation["exact"] and isolation["isolated"]))
-                 and (sdc is None or (sdc["exact"] and sdc["detected"] >= sdc["injected"]))
-                 and (edge is None or edge["reported"]))
+    out["ok"] = (
+        not problems
+        and lossless.get("exact", False)
+        and all(v["exact"] for v in loss.values())
+        and (failure is None or bool(failure["exact"] and failure["later_exact"]))
+        and (link is None or bool(link["exact"] and link["later_exact"]))
+        and (dup_reorder is None or dup_reorder["exact"])
+        and (isolation is None or "skipped" in isolation or bool(isolation["exact"] and isolation["isolated"]))
+        and (sdc is None or (sdc["exact"] and sdc["detected"] >= sdc["injected"]))
+        and (edge is None or edge["reported"])
+    )
     return out
 
 
@@ -592,9 +699,12 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     ys = [summary["lossless"]["latency_s"] * 1e3] + [(v["latency_s"] or float("nan")) * 1e3 for v in loss.values()]
     a.plot(xs, ys, "o-", label="median")
     pts = [(0.0, t) for t in summary["lossless"].get("latencies_s", [])] + [
-        (v["loss"] * 100, t) for v in loss.values() for t in v.get("latencies_s", [])]
+        (v["loss"] * 100, t) for v in loss.values() for t in v.get("latencies_s", [])
+    ]
     if pts:
-        a.scatter([p[0] for p in pts], [p[1] * 1e3 for p in pts], s=10, color="grey", alpha=0.6, label="each all-reduce")
+        a.scatter(
+            [p[0] for p in pts], [p[1] * 1e3 for p in pts], s=10, color="grey", alpha=0.6, label="each all-reduce"
+        )
     a.axhline(2 * ys[0], ls=":", color="grey", label="2x loss-free")
     a.set_xscale("symlog", linthresh=0.1)
     a.set_xlabel("random loss per link and direction (%)")
@@ -605,8 +715,13 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     f = summary.get("switch_failure")
     if f and f.get("recovery_s") is not None:
         replanned = (f["detected_s"] + f["replan_s"]) if f.get("detected_s") is not None and f.get("replan_s") else None
-        marks = [("switch killed", 0.0), ("suspected (first)", f["first_detected_s"]),
-                 ("suspected (all)", f["detected_s"]), ("re-planned", replanned), ("all-reduce done", f["recovery_s"])]
+        marks = [
+            ("switch killed", 0.0),
+            ("suspected (first)", f["first_detected_s"]),
+            ("suspected (all)", f["detected_s"]),
+            ("re-planned", replanned),
+            ("all-reduce done", f["recovery_s"]),
+        ]
         for i, (name, t) in enumerate(marks):
             if t is not None:
                 b.barh(i, t, color="tab:green" if name == "all-reduce done" else "tab:blue")
@@ -632,15 +747,29 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
     log_dir = out / "logs"
     log_dir.mkdir(exist_ok=True)
     result = FaultsResult(cfg, out)
-    exp = ExperimentConfig(topology=cfg.topology, host_counts=(cfg.hosts,), sizes=(cfg.size,), methods=(METHOD,), reps=1,
-                           warmup=0, backend=cfg.backend, shape=LinkShape(bw_mbps=cfg.bw_mbps), slots=cfg.slots,
-                           input_kind="ones", seed=cfg.seed, results_root=cfg.results_root)
+    exp = ExperimentConfig(
+        topology=cfg.topology,
+        host_counts=(cfg.hosts,),
+        sizes=(cfg.size,),
+        methods=(METHOD,),
+        reps=1,
+        warmup=0,
+        backend=cfg.backend,
+        shape=LinkShape(bw_mbps=cfg.bw_mbps),
+        slots=cfg.slots,
+        input_kind="ones",
+        seed=cfg.seed,
+        results_root=cfg.results_root,
+    )
     lossless: dict[str, Any] = {}
     loss: dict[str, Any] = {}
     sdc = failure = edge = dup = iso = link = None
     t0 = clock.now()
     try:
-        with R.short_tmpdir() as sock_dir, EmulatedNetwork(model, NetworkConfig(run_dir=log_dir, backend=cfg.backend, shape=exp.shape)) as net:
+        with (
+            R.short_tmpdir() as sock_dir,
+            EmulatedNetwork(model, NetworkConfig(run_dir=log_dir, backend=cfg.backend, shape=exp.shape)) as net,
+        ):
             topo = net.topology
             topo.save(out / "topology.json")
             with Controller(topo, state=State(out / "controller-state.json")) as ctl:
@@ -670,8 +799,12 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                 finally:
                     result.steps = run.steps
                     result.problems.extend(run.problems)
-                    (out / "reports.json").write_text(json.dumps(
-                        [{"step": s.step, "phase": s.phase, "reports": s.reports} for s in run.steps], default=str) + "\n")
+                    (out / "reports.json").write_text(
+                        json.dumps(
+                            [{"step": s.step, "phase": s.phase, "reports": s.reports} for s in run.steps], default=str
+                        )
+                        + "\n"
+                    )
                     (out / "failovers.json").write_text(json.dumps(run.failover_events, indent=1, default=str) + "\n")
     except Exception as ex:
         result.problems.append(f"{type(ex).__name__}: {ex}")

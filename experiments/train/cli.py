@@ -34,40 +34,84 @@ PROG = "p4ina train"
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_fabric_options(ap, bw_default=DEFAULT_BW_MBPS,
-                       bw_help=f"link bandwidth in Mbit/s (default {DEFAULT_BW_MBPS:g}; 0 = unshaped)")
-    ap.add_argument("--hosts", type=int_list, default=DEFAULT_TRAIN_HOSTS,
-                    help=f"host counts to train on, comma-separated (default {','.join(map(str, DEFAULT_TRAIN_HOSTS))})")
-    ap.add_argument("--methods", type=method_list, default=DEFAULT_METHODS,
-                    help=f"any of {','.join(METHODS)} (default {','.join(DEFAULT_METHODS)})")
+    add_fabric_options(
+        ap, bw_default=DEFAULT_BW_MBPS, bw_help=f"link bandwidth in Mbit/s (default {DEFAULT_BW_MBPS:g}; 0 = unshaped)"
+    )
+    ap.add_argument(
+        "--hosts",
+        type=int_list,
+        default=DEFAULT_TRAIN_HOSTS,
+        help=f"host counts to train on, comma-separated (default {','.join(map(str, DEFAULT_TRAIN_HOSTS))})",
+    )
+    ap.add_argument(
+        "--methods",
+        type=method_list,
+        default=DEFAULT_METHODS,
+        help=f"any of {','.join(METHODS)} (default {','.join(DEFAULT_METHODS)})",
+    )
     ap.add_argument("--delay", type=float, default=None, help="one-way delay per link, ms")
     ap.add_argument("--loss", type=float, default=0.0, help="packet loss per link and direction, percent")
     ap.add_argument("--slots", type=int, default=128, help="in-network window: aggregation slots per job (default 128)")
     ap.add_argument("--name", default="train", help="label for the results folder (default train)")
     tr = ap.add_argument_group("training")
-    tr.add_argument("--steps", type=int, default=TrainConfig.steps, help=f"training steps (default {TrainConfig.steps})")
-    tr.add_argument("--batch", type=int, default=TrainConfig.batch,
-                    help=f"global minibatch, split evenly over the hosts (default {TrainConfig.batch})")
+    tr.add_argument(
+        "--steps", type=int, default=TrainConfig.steps, help=f"training steps (default {TrainConfig.steps})"
+    )
+    tr.add_argument(
+        "--batch",
+        type=int,
+        default=TrainConfig.batch,
+        help=f"global minibatch, split evenly over the hosts (default {TrainConfig.batch})",
+    )
     tr.add_argument("--lr", type=float, default=TrainConfig.lr, help=f"learning rate (default {TrainConfig.lr:g})")
-    tr.add_argument("--momentum", type=float, default=TrainConfig.momentum, help=f"SGD momentum (default {TrainConfig.momentum:g})")
-    tr.add_argument("--hidden", type=int_list, default=TrainConfig.hidden,
-                    help=f"hidden layer widths, comma-separated (default {','.join(map(str, TrainConfig.hidden))})")
-    tr.add_argument("--eval-every", type=int, default=TrainConfig.eval_every,
-                    help=f"test accuracy after every this many steps (default {TrainConfig.eval_every})")
+    tr.add_argument(
+        "--momentum", type=float, default=TrainConfig.momentum, help=f"SGD momentum (default {TrainConfig.momentum:g})"
+    )
+    tr.add_argument(
+        "--hidden",
+        type=int_list,
+        default=TrainConfig.hidden,
+        help=f"hidden layer widths, comma-separated (default {','.join(map(str, TrainConfig.hidden))})",
+    )
+    tr.add_argument(
+        "--eval-every",
+        type=int,
+        default=TrainConfig.eval_every,
+        help=f"test accuracy after every this many steps (default {TrainConfig.eval_every})",
+    )
     tr.add_argument("--segment", type=int, default=SEGMENT, help=f"steps per agent command (default {SEGMENT})")
-    tr.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE_PP,
-                    help=f"final accuracy must be within this many percentage points of the exact run's "
-                         f"(default {ACCURACY_TOLERANCE_PP:g}: about two binomial standard errors on the test split)")
+    tr.add_argument(
+        "--tolerance",
+        type=float,
+        default=ACCURACY_TOLERANCE_PP,
+        help=f"final accuracy must be within this many percentage points of the exact run's "
+        f"(default {ACCURACY_TOLERANCE_PP:g}: about two binomial standard errors on the test split)",
+    )
     return ap
 
 
 def config_from_args(args: argparse.Namespace) -> TrainingConfig:
     shape = LinkShape(bw_mbps=args.bw or None, delay_ms=args.delay or None, loss_pct=args.loss or None)
-    fabric = ExperimentConfig(topology=args.topology or (f"fat-tree:{args.k}" if args.k else DEFAULT_TRAIN_TOPOLOGY),
-                              host_counts=args.hosts, methods=args.methods, backend=backend_of(args), shape=shape,
-                              slots=args.slots, seed=args.seed, results_root=args.out, name=args.name)
-    train = TrainConfig(hidden=args.hidden, steps=args.steps, batch=args.batch, lr=args.lr, momentum=args.momentum,
-                        seed=args.seed, eval_every=args.eval_every)
+    fabric = ExperimentConfig(
+        topology=args.topology or (f"fat-tree:{args.k}" if args.k else DEFAULT_TRAIN_TOPOLOGY),
+        host_counts=args.hosts,
+        methods=args.methods,
+        backend=backend_of(args),
+        shape=shape,
+        slots=args.slots,
+        seed=args.seed,
+        results_root=args.out,
+        name=args.name,
+    )
+    train = TrainConfig(
+        hidden=args.hidden,
+        steps=args.steps,
+        batch=args.batch,
+        lr=args.lr,
+        momentum=args.momentum,
+        seed=args.seed,
+        eval_every=args.eval_every,
+    )
     return TrainingConfig.make(fabric, train, segment=args.segment, tolerance_pp=args.tolerance)
 
 
@@ -94,14 +138,20 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         bar.advance(what, steps)
 
     fab, tr = config.fabric, config.train
-    print(f"{prog}: {fab.topology} on the {fab.backend} switch, hosts {list(fab.host_counts)}, methods "
-          f"{list(fab.methods)}, {tr.steps} steps of {config.elements} parameters, links {fab.shape.bw_mbps or 'unshaped'} "
-          "Mbit/s", file=sys.stderr)
+    print(
+        f"{prog}: {fab.topology} on the {fab.backend} switch, hosts {list(fab.host_counts)}, methods "
+        f"{list(fab.methods)}, {tr.steps} steps of {config.elements} parameters, links {fab.shape.bw_mbps or 'unshaped'} "
+        "Mbit/s",
+        file=sys.stderr,
+    )
     try:
         result = run_training(config, progress=progress)
     except KeyboardInterrupt:
         bar.close()
-        print("interrupted: the network was torn down; partial results (if any) are in the results folder", file=sys.stderr)
+        print(
+            "interrupted: the network was torn down; partial results (if any) are in the results folder",
+            file=sys.stderr,
+        )
         return 130
     except (*run_errors(), TrainingError) as ex:
         bar.close()
@@ -113,5 +163,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         print(json.dumps(jsonable(summary), indent=1))
     else:
         print(training.table(summary))
-        print(f"\nresults: {result.out_dir}  ({result.duration_s:.0f} s, of which {result.startup_s or 0:.0f} s start-up)")
+        print(
+            f"\nresults: {result.out_dir}  ({result.duration_s:.0f} s, of which {result.startup_s or 0:.0f} s start-up)"
+        )
     return 0 if summary["ok"] else 1

@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments import bounds
+from experiments.config import ConfigError, ExperimentConfig
 from experiments.plotting import STYLE, pyplot
 from experiments.results import jsonable
-from experiments.config import ConfigError, ExperimentConfig
 from hosts.methods import METHODS
 from hosts.training import ACCURACY_TOLERANCE_PP, BROKEN_SCALE, MLP, TrainConfig, within_tolerance
 
@@ -70,8 +70,14 @@ def model_size(train: TrainConfig) -> int:
 class TrainingConfig:
     """The fabric part (topology, hosts, methods, links, back end) is an ExperimentConfig; the rest is training."""
 
-    fabric: ExperimentConfig = ExperimentConfig(topology=DEFAULT_TRAIN_TOPOLOGY, host_counts=DEFAULT_TRAIN_HOSTS,
-                                                sizes=(model_size(TrainConfig()),), reps=1, warmup=0, name="train")
+    fabric: ExperimentConfig = ExperimentConfig(
+        topology=DEFAULT_TRAIN_TOPOLOGY,
+        host_counts=DEFAULT_TRAIN_HOSTS,
+        sizes=(model_size(TrainConfig()),),
+        reps=1,
+        warmup=0,
+        name="train",
+    )
     train: TrainConfig = TrainConfig()
     segment: int = SEGMENT
     tolerance_pp: float = ACCURACY_TOLERANCE_PP
@@ -89,11 +95,15 @@ class TrainingConfig:
         if self.seed_spread < 0:
             raise ConfigError(f"seed_spread {self.seed_spread} must be >= 0")
         if self.fabric.sizes != (model_size(self.train),):
-            raise ConfigError(f"fabric sizes {self.fabric.sizes}: the all-reduce is the model, "
-                              f"{model_size(self.train)} elements (use TrainingConfig.make)")
+            raise ConfigError(
+                f"fabric sizes {self.fabric.sizes}: the all-reduce is the model, "
+                f"{model_size(self.train)} elements (use TrainingConfig.make)"
+            )
 
     @classmethod
-    def make(cls, fabric: ExperimentConfig | None = None, train: TrainConfig | None = None, **kw: Any) -> TrainingConfig:
+    def make(
+        cls, fabric: ExperimentConfig | None = None, train: TrainConfig | None = None, **kw: Any
+    ) -> TrainingConfig:
         """A configuration whose fabric's size is the model's (the one thing the two parts share)."""
         train = train or TrainConfig()
         fabric = fabric or cls.__dataclass_fields__["fabric"].default  # type: ignore[assignment]
@@ -106,8 +116,14 @@ class TrainingConfig:
         return model_size(self.train)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"fabric": self.fabric.to_dict(), "train": self.train.to_dict(), "segment": self.segment,
-                "tolerance_pp": self.tolerance_pp, "control_scale": self.control_scale, "seed_spread": self.seed_spread}
+        return {
+            "fabric": self.fabric.to_dict(),
+            "train": self.train.to_dict(),
+            "segment": self.segment,
+            "tolerance_pp": self.tolerance_pp,
+            "control_scale": self.control_scale,
+            "seed_spread": self.seed_spread,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainingConfig:
@@ -189,8 +205,12 @@ def _write_rows(rows: Iterable[Any], cls: type, path: Path) -> None:
         w = csv.writer(fh)
         w.writerow(names)
         for r in rows:
-            w.writerow(["" if isinstance(v, float) and math.isnan(v) else (repr(v) if isinstance(v, float) else v)
-                        for v in (getattr(r, n) for n in names)])
+            w.writerow(
+                [
+                    "" if isinstance(v, float) and math.isnan(v) else (repr(v) if isinstance(v, float) else v)
+                    for v in (getattr(r, n) for n in names)
+                ]
+            )
 
 
 def _read_rows(cls: type, path: Path) -> list[Any]:
@@ -201,8 +221,13 @@ def _read_rows(cls: type, path: Path) -> list[Any]:
             kw: dict[str, Any] = {}
             for name, kind in kinds.items():
                 text = row.get(name, "")
-                kw[name] = (int(text) if text else 0) if kind == "int" else \
-                    (float(text) if text else math.nan) if kind == "float" else text
+                kw[name] = (
+                    (int(text) if text else 0)
+                    if kind == "int"
+                    else (float(text) if text else math.nan)
+                    if kind == "float"
+                    else text
+                )
             out.append(cls(**kw))
     return out
 
@@ -229,14 +254,25 @@ def reference_evals(config: TrainingConfig, hosts: int) -> list[EvalRow]:
     tc = config.train
     runs: list[tuple[str, str, TrainConfig, training.ReduceFn]] = [
         (EXACT, EXACT, tc, training.exact_allreduce),
-        (f"exact x {config.control_scale:g}", CONTROL, tc, training.mis_scaled(training.exact_allreduce, config.control_scale)),
+        (
+            f"exact x {config.control_scale:g}",
+            CONTROL,
+            tc,
+            training.mis_scaled(training.exact_allreduce, config.control_scale),
+        ),
     ]
-    runs += [(EXACT, SEED, replace(tc, seed=tc.seed + k), training.exact_allreduce) for k in range(1, config.seed_spread + 1)]
+    runs += [
+        (EXACT, SEED, replace(tc, seed=tc.seed + k), training.exact_allreduce) for k in range(1, config.seed_spread + 1)
+    ]
     for name, kind, cfg, reduce in runs:
         history = training.simulate(cfg, hosts, reduce, method=name)
-        if history.diverged_at() is not None:  # one sum for all ranks: cannot happen unless the model is not deterministic
+        if (
+            history.diverged_at() is not None
+        ):  # one sum for all ranks: cannot happen unless the model is not deterministic
             raise training.TrainingError(f"{name}: ranks diverged at step {history.diverged_at()} in one process")
-        rows += [EvalRow(hosts, name, kind, cfg.seed, e.step, e.train_loss, e.test_loss, e.test_acc) for e in history.evals]
+        rows += [
+            EvalRow(hosts, name, kind, cfg.seed, e.step, e.train_loss, e.test_loss, e.test_acc) for e in history.evals
+        ]
     return rows
 
 
@@ -283,14 +319,25 @@ def step_table(ranks: Sequence[RankStep], run: RunRow | None = None) -> list[dic
             tail = me.t_back - me.t_done
             compute = (me.t_end - me.t_back) + grad_next
         wall += step_s
-        out.append({"step": s, "ranks": len(rs), "loss": statistics.fmean(r.loss for r in rs.values()),
-                    "correct": sum(r.correct for r in rs.values()), "compute_s": compute, "allreduce_s": allreduce,
-                    "tail_s": tail, "step_s": step_s, "other_s": step_s - compute - allreduce, "wall_s": wall,
-                    "allreduce_slowest_s": _max(r.t_done - r.t_release for r in rs.values()),
-                    "identical": len({r.digest for r in rs.values()}) == 1,
-                    "same_sum": len({r.sum_digest for r in rs.values()}) == 1,
-                    "retransmissions": sum(r.retransmissions for r in rs.values()),
-                    "releases_agree": len({r.t_release for r in rs.values()}) == 1})
+        out.append(
+            {
+                "step": s,
+                "ranks": len(rs),
+                "loss": statistics.fmean(r.loss for r in rs.values()),
+                "correct": sum(r.correct for r in rs.values()),
+                "compute_s": compute,
+                "allreduce_s": allreduce,
+                "tail_s": tail,
+                "step_s": step_s,
+                "other_s": step_s - compute - allreduce,
+                "wall_s": wall,
+                "allreduce_slowest_s": _max(r.t_done - r.t_release for r in rs.values()),
+                "identical": len({r.digest for r in rs.values()}) == 1,
+                "same_sum": len({r.sum_digest for r in rs.values()}) == 1,
+                "retransmissions": sum(r.retransmissions for r in rs.values()),
+                "releases_agree": len({r.t_release for r in rs.values()}) == 1,
+            }
+        )
     return out
 
 
@@ -321,30 +368,52 @@ def summarize(result: TrainingResult) -> dict[str, Any]:
         seed_accs = [ex.test_acc] + [e.test_acc for e in seed_final.values() if e is not None]
         se_pp = 100 * math.sqrt(ref_acc * (1 - ref_acc) / max(1, _test_size(cfg)))
         entry: dict[str, Any] = {
-            "exact": {"final_test_acc": ref_acc, "final_train_loss": ex.train_loss, "final_test_loss": ex.test_loss,
-                      "steps": ex.step, "binomial_se_pp": se_pp,
-                      "seed_spread": {"seeds": [cfg.train.seed, *seed_final], "test_acc": seed_accs,
-                                      "range_pp": 100 * (max(seed_accs) - min(seed_accs))}},
+            "exact": {
+                "final_test_acc": ref_acc,
+                "final_train_loss": ex.train_loss,
+                "final_test_loss": ex.test_loss,
+                "steps": ex.step,
+                "binomial_se_pp": se_pp,
+                "seed_spread": {
+                    "seeds": [cfg.train.seed, *seed_final],
+                    "test_acc": seed_accs,
+                    "range_pp": 100 * (max(seed_accs) - min(seed_accs)),
+                },
+            },
             "methods": {},
         }
         ctl = _final(control)
         if ctl is not None:
             caught = not within_tolerance(ctl.test_acc, ref_acc, tol)
-            entry["control"] = {"name": ctl.method, "scale": cfg.control_scale, "final_test_acc": ctl.test_acc,
-                                "delta_pp": 100 * (ctl.test_acc - ref_acc), "caught": caught}
+            entry["control"] = {
+                "name": ctl.method,
+                "scale": cfg.control_scale,
+                "final_test_acc": ctl.test_acc,
+                "delta_pp": 100 * (ctl.test_acc - ref_acc),
+                "caught": caught,
+            }
             if not caught:
                 ok = False
-                problems.append(f"{n} hosts: the mis-scaled control ({ctl.method}) reached {ctl.test_acc:.3f}, within "
-                                f"{tol} points of the exact run: the accuracy check cannot tell a broken all-reduce")
+                problems.append(
+                    f"{n} hosts: the mis-scaled control ({ctl.method}) reached {ctl.test_acc:.3f}, within "
+                    f"{tol} points of the exact run: the accuracy check cannot tell a broken all-reduce"
+                )
         for m in cfg.fabric.methods:
             entry["methods"][m] = _method_summary(result, n, m, ref_acc, steps_wanted)
             if not entry["methods"][m]["ok"]:
                 ok = False
                 problems += [f"{n} hosts, {m}: {p}" for p in entry["methods"][m]["problems"]]
         per_hosts[str(n)] = entry
-    return {"ok": ok and bool(per_hosts), "config": cfg.to_dict(), "tolerance_pp": tol, "hosts": per_hosts,
-            "problems": problems, "duration_s": result.duration_s, "startup_s": result.startup_s,
-            "notes": _notes(per_hosts, cfg)}
+    return {
+        "ok": ok and bool(per_hosts),
+        "config": cfg.to_dict(),
+        "tolerance_pp": tol,
+        "hosts": per_hosts,
+        "problems": problems,
+        "duration_s": result.duration_s,
+        "startup_s": result.startup_s,
+        "notes": _notes(per_hosts, cfg),
+    }
 
 
 def _test_size(cfg: TrainingConfig) -> int:
@@ -378,8 +447,10 @@ def _method_summary(result: TrainingResult, n: int, m: str, ref_acc: float, step
     final_acc = fin.test_acc if fin is not None and fin.step == steps_wanted else math.nan
     within = within_tolerance(final_acc, ref_acc, cfg.tolerance_pp)
     if not within:
-        problems.append(f"final test accuracy {final_acc:.4f} is not within {cfg.tolerance_pp} points of the exact "
-                        f"run's {ref_acc:.4f}")
+        problems.append(
+            f"final test accuracy {final_acc:.4f} is not within {cfg.tolerance_pp} points of the exact "
+            f"run's {ref_acc:.4f}"
+        )
     total = sum(t["step_s"] for t in table)
     k = len(table)
 
@@ -397,25 +468,47 @@ def _method_summary(result: TrainingResult, n: int, m: str, ref_acc: float, step
     if run is not None and k:
         wire_per_step = run.wire_bytes / k
         t_wire_per_step = run.t_wire_s / k if not math.isnan(run.t_wire_s) else math.nan
-        bound = bounds.classify(mean("allreduce_slowest_s"), t_wire_per_step, run.t_path_s, switch_busy=run.switch_busy,
-                                agents_busy=run.agents_busy, cores_busy=run.cores_busy)
+        bound = bounds.classify(
+            mean("allreduce_slowest_s"),
+            t_wire_per_step,
+            run.t_path_s,
+            switch_busy=run.switch_busy,
+            agents_busy=run.agents_busy,
+            cores_busy=run.cores_busy,
+        )
     return {
-        "ok": not problems, "problems": problems, "label": METHODS[m].label,
-        "final_test_acc": final_acc, "delta_pp": 100 * (final_acc - ref_acc),
-        "within_tolerance": within, "final_train_loss": fin.train_loss if fin else math.nan,
-        "final_test_loss": fin.test_loss if fin else math.nan, "steps": k,
+        "ok": not problems,
+        "problems": problems,
+        "label": METHODS[m].label,
+        "final_test_acc": final_acc,
+        "delta_pp": 100 * (final_acc - ref_acc),
+        "within_tolerance": within,
+        "final_train_loss": fin.train_loss if fin else math.nan,
+        "final_test_loss": fin.test_loss if fin else math.nan,
+        "steps": k,
         "identical_every_step": diverged is None and bool(table),
-        "wall_s": total, "steps_per_s": k / total if total > 0 else math.nan,
-        "mean_step_s": mean("step_s"), "mean_compute_s": mean("compute_s"), "mean_allreduce_s": mean("allreduce_s"),
-        "mean_other_s": mean("other_s"), "median_step_s": med, "median_allreduce_s": median("allreduce_s"),
-        "median_compute_s": median("compute_s"), "mean_tail_s": mean("tail_s"),
-        "mean_allreduce_slowest_s": mean("allreduce_slowest_s"), "median_allreduce_slowest_s": median("allreduce_slowest_s"),
+        "wall_s": total,
+        "steps_per_s": k / total if total > 0 else math.nan,
+        "mean_step_s": mean("step_s"),
+        "mean_compute_s": mean("compute_s"),
+        "mean_allreduce_s": mean("allreduce_s"),
+        "mean_other_s": mean("other_s"),
+        "median_step_s": med,
+        "median_allreduce_s": median("allreduce_s"),
+        "median_compute_s": median("compute_s"),
+        "mean_tail_s": mean("tail_s"),
+        "mean_allreduce_slowest_s": mean("allreduce_slowest_s"),
+        "median_allreduce_slowest_s": median("allreduce_slowest_s"),
         "stalls": len(stalls),
-        "stall_s": sum(t["step_s"] for t in stalls), "longest_step_s": max((t["step_s"] for t in table), default=math.nan),
+        "stall_s": sum(t["step_s"] for t in stalls),
+        "longest_step_s": max((t["step_s"] for t in table), default=math.nan),
         "retransmissions": sum(t["retransmissions"] for t in table),
-        "wire_bytes_per_step": wire_per_step, "t_wire_per_step_s": t_wire_per_step,
-        "t_path_s": run.t_path_s if run else math.nan, "bound": bound,
-        "cores_busy": run.cores_busy if run else math.nan, "ours_busy": run.ours_busy if run else math.nan,
+        "wire_bytes_per_step": wire_per_step,
+        "t_wire_per_step_s": t_wire_per_step,
+        "t_path_s": run.t_path_s if run else math.nan,
+        "bound": bound,
+        "cores_busy": run.cores_busy if run else math.nan,
+        "ours_busy": run.ours_busy if run else math.nan,
     }
 
 
@@ -424,30 +517,45 @@ def _notes(per_hosts: Mapping[str, Any], cfg: TrainingConfig) -> list[str]:
     for n, entry in per_hosts.items():
         ex = entry["exact"]
         spread = ex["seed_spread"]
-        out.append(f"{n} hosts: exact run {ex['final_test_acc']:.4f} after {ex['steps']} steps; binomial standard error "
-                   f"{ex['binomial_se_pp']:.2f} points; the exact run over seeds {spread['seeds']} spans "
-                   f"{spread['range_pp']:.2f} points; tolerance {cfg.tolerance_pp} points")
+        out.append(
+            f"{n} hosts: exact run {ex['final_test_acc']:.4f} after {ex['steps']} steps; binomial standard error "
+            f"{ex['binomial_se_pp']:.2f} points; the exact run over seeds {spread['seeds']} spans "
+            f"{spread['range_pp']:.2f} points; tolerance {cfg.tolerance_pp} points"
+        )
         if "control" in entry:
             c = entry["control"]
-            out.append(f"{n} hosts: control '{c['name']}' reached {c['final_test_acc']:.4f} ({c['delta_pp']:+.1f} points): "
-                       + ("caught by the check" if c["caught"] else "NOT caught: the check is too loose"))
+            out.append(
+                f"{n} hosts: control '{c['name']}' reached {c['final_test_acc']:.4f} ({c['delta_pp']:+.1f} points): "
+                + ("caught by the check" if c["caught"] else "NOT caught: the check is too loose")
+            )
         cpu = [m for m, s in entry["methods"].items() if s["bound"] and s["bound"] not in ("link", "latency")]
         if cpu:
-            out.append(f"{n} hosts: the all-reduces of {', '.join(cpu)} were not link- or latency-bound (on average "
-                       f"more than {bounds.BOUND_SLACK}x the time their busiest link's bytes need): their step times "
-                       "measure the emulator's CPUs as much as the network")
+            out.append(
+                f"{n} hosts: the all-reduces of {', '.join(cpu)} were not link- or latency-bound (on average "
+                f"more than {bounds.BOUND_SLACK}x the time their busiest link's bytes need): their step times "
+                "measure the emulator's CPUs as much as the network"
+            )
         stalled = {m: s for m, s in entry["methods"].items() if s["stalls"]}
         if stalled:
-            out.append(f"{n} hosts: steps that took more than {STALL_FACTOR:g}x the median step (the whole machine "
-                       "stopped: every rank at once): " + ", ".join(
-                           f"{m} {s['stalls']} ({s['stall_s']:.1f} s of {s['wall_s']:.1f} s)" for m, s in stalled.items())
-                       + "; they are in the means and steps per second, the medians are not moved by them")
-        busy = [s["cores_busy"] - s["ours_busy"] for s in entry["methods"].values()
-                if not (math.isnan(s["cores_busy"]) or math.isnan(s["ours_busy"]))]
+            out.append(
+                f"{n} hosts: steps that took more than {STALL_FACTOR:g}x the median step (the whole machine "
+                "stopped: every rank at once): "
+                + ", ".join(
+                    f"{m} {s['stalls']} ({s['stall_s']:.1f} s of {s['wall_s']:.1f} s)" for m, s in stalled.items()
+                )
+                + "; they are in the means and steps per second, the medians are not moved by them"
+            )
+        busy = [
+            s["cores_busy"] - s["ours_busy"]
+            for s in entry["methods"].values()
+            if not (math.isnan(s["cores_busy"]) or math.isnan(s["ours_busy"]))
+        ]
         if busy and max(busy) > 0.2:
-            out.append(f"{n} hosts: work outside our processes and their frames' interrupts (other programs, kernel "
-                       f"threads, the hypervisor's steal) used up to {max(busy) * 100:.0f}% of the cores during "
-                       "training; step times may be pessimistic")
+            out.append(
+                f"{n} hosts: work outside our processes and their frames' interrupts (other programs, kernel "
+                f"threads, the hypervisor's steal) used up to {max(busy) * 100:.0f}% of the cores during "
+                "training; step times may be pessimistic"
+            )
     return out
 
 
@@ -460,34 +568,85 @@ def table(summary: Mapping[str, Any]) -> str:
     cfg = TrainingConfig.from_dict(summary["config"])
     fab, tr = cfg.fabric, cfg.train
     shape = fab.shape
-    lines = [f"training {tr.steps} steps of an MLP {DIGITS_FEATURES}-{'-'.join(map(str, tr.hidden))}-{DIGITS_CLASSES} "
-             f"({cfg.elements} parameters) on digits, global batch {tr.batch}, lr {tr.lr:g}, momentum {tr.momentum:g}, "
-             f"seed {tr.seed}; {fab.topology} on the {fab.backend} switch, links {shape.bw_mbps or 'unshaped'} Mbit/s"
-             + (f", delay {shape.delay_ms:g} ms" if shape.delay_ms else "") + f"; tolerance {summary['tolerance_pp']} points"]
-    head = ["hosts", "method", "final acc", "vs exact", "check", "identical", "steps/s", "step ms", "compute ms",
-            "all-reduce ms", "other ms", "bound", "retx"]
+    lines = [
+        f"training {tr.steps} steps of an MLP {DIGITS_FEATURES}-{'-'.join(map(str, tr.hidden))}-{DIGITS_CLASSES} "
+        f"({cfg.elements} parameters) on digits, global batch {tr.batch}, lr {tr.lr:g}, momentum {tr.momentum:g}, "
+        f"seed {tr.seed}; {fab.topology} on the {fab.backend} switch, links {shape.bw_mbps or 'unshaped'} Mbit/s"
+        + (f", delay {shape.delay_ms:g} ms" if shape.delay_ms else "")
+        + f"; tolerance {summary['tolerance_pp']} points"
+    ]
+    head = [
+        "hosts",
+        "method",
+        "final acc",
+        "vs exact",
+        "check",
+        "identical",
+        "steps/s",
+        "step ms",
+        "compute ms",
+        "all-reduce ms",
+        "other ms",
+        "bound",
+        "retx",
+    ]
     rows = []
     for n, entry in summary["hosts"].items():
         ex = entry["exact"]
-        rows.append([n, "exact (float64, one process)", f"{ex['final_test_acc']:.4f}", "", "", "", "", "", "", "", "", "", ""])
+        rows.append(
+            [n, "exact (float64, one process)", f"{ex['final_test_acc']:.4f}", "", "", "", "", "", "", "", "", "", ""]
+        )
         for m, s in entry["methods"].items():
             acc = s["final_test_acc"]
-            rows.append([n, m, "-" if math.isnan(acc) else f"{acc:.4f}",
-                         "-" if math.isnan(acc) else f"{s['delta_pp']:+.2f}", "ok" if s["within_tolerance"] else "MISS",
-                         "yes" if s["identical_every_step"] else "NO", f"{s['steps_per_s']:.1f}", _ms(s["mean_step_s"]),
-                         _ms(s["mean_compute_s"]), _ms(s["mean_allreduce_s"]), _ms(s["mean_other_s"]), s["bound"] or "-",
-                         str(s["retransmissions"])])
+            rows.append(
+                [
+                    n,
+                    m,
+                    "-" if math.isnan(acc) else f"{acc:.4f}",
+                    "-" if math.isnan(acc) else f"{s['delta_pp']:+.2f}",
+                    "ok" if s["within_tolerance"] else "MISS",
+                    "yes" if s["identical_every_step"] else "NO",
+                    f"{s['steps_per_s']:.1f}",
+                    _ms(s["mean_step_s"]),
+                    _ms(s["mean_compute_s"]),
+                    _ms(s["mean_allreduce_s"]),
+                    _ms(s["mean_other_s"]),
+                    s["bound"] or "-",
+                    str(s["retransmissions"]),
+                ]
+            )
         if "control" in entry:
             c = entry["control"]
-            rows.append([n, f"control: {c['name']}", f"{c['final_test_acc']:.4f}", f"{c['delta_pp']:+.2f}",
-                         "caught" if c["caught"] else "NOT CAUGHT", "", "", "", "", "", "", "", ""])
+            rows.append(
+                [
+                    n,
+                    f"control: {c['name']}",
+                    f"{c['final_test_acc']:.4f}",
+                    f"{c['delta_pp']:+.2f}",
+                    "caught" if c["caught"] else "NOT CAUGHT",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     fmt = "  ".join(f"{{:>{w}}}" if i not in (1,) else f"{{:<{w}}}" for i, w in enumerate(widths))
     lines += [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows]
     lines += [f"note: {x}" for x in summary.get("notes", [])]
     lines += [f"problem: {x}" for x in summary.get("problems", [])]
-    lines.append("check: " + ("every method within tolerance, ranks identical after every step, control caught"
-                              if summary["ok"] else "FAILED (see the problems above)"))
+    lines.append(
+        "check: "
+        + (
+            "every method within tolerance, ranks identical after every step, control caught"
+            if summary["ok"]
+            else "FAILED (see the problems above)"
+        )
+    )
     return "\n".join(lines)
 
 
@@ -498,16 +657,27 @@ def curves(result: TrainingResult, hosts: int) -> dict[str, dict[str, list[float
     for m in result.config.fabric.methods:
         run = next((r for r in result.runs if r.hosts == hosts and r.method == m), None)
         t = step_table([r for r in result.ranks if r.hosts == hosts and r.method == m], run)
-        ev = sorted((e for e in result.evals if e.hosts == hosts and e.method == m and e.kind == "emulation"),
-                    key=lambda e: e.step)
+        ev = sorted(
+            (e for e in result.evals if e.hosts == hosts and e.method == m and e.kind == "emulation"),
+            key=lambda e: e.step,
+        )
         wall = {row["step"]: row["wall_s"] for row in t}
         wall[0] = 0.0
-        out[m] = {"step": [row["step"] for row in t], "loss": [row["loss"] for row in t], "wall_s": [row["wall_s"] for row in t],
-                  "eval_step": [e.step for e in ev], "eval_wall_s": [wall.get(e.step, math.nan) for e in ev],
-                  "train_loss": [e.train_loss for e in ev], "test_acc": [e.test_acc for e in ev]}
+        out[m] = {
+            "step": [row["step"] for row in t],
+            "loss": [row["loss"] for row in t],
+            "wall_s": [row["wall_s"] for row in t],
+            "eval_step": [e.step for e in ev],
+            "eval_wall_s": [wall.get(e.step, math.nan) for e in ev],
+            "train_loss": [e.train_loss for e in ev],
+            "test_acc": [e.test_acc for e in ev],
+        }
     ex = sorted((e for e in result.evals if e.hosts == hosts and e.kind == EXACT), key=lambda e: e.step)
-    out[EXACT] = {"eval_step": [e.step for e in ex], "train_loss": [e.train_loss for e in ex],
-                  "test_acc": [e.test_acc for e in ex]}
+    out[EXACT] = {
+        "eval_step": [e.step for e in ex],
+        "train_loss": [e.train_loss for e in ex],
+        "test_acc": [e.test_acc for e in ex],
+    }
     return out
 
 
@@ -532,8 +702,14 @@ def plot_training(result: TrainingResult, hosts: int, path: Path | None = None) 
         axes[2].plot(d["eval_step"], [100 * a for a in d["test_acc"]], color=color, linestyle=ls, label=label)
     ex = c[EXACT]
     axes[0].plot(ex["eval_step"], ex["train_loss"], color="black", linestyle=":", linewidth=2, label="exact (float64)")
-    axes[2].plot(ex["eval_step"], [100 * a for a in ex["test_acc"]], color="black", linestyle=":", linewidth=2,
-                 label="exact (float64)")
+    axes[2].plot(
+        ex["eval_step"],
+        [100 * a for a in ex["test_acc"]],
+        color="black",
+        linestyle=":",
+        linewidth=2,
+        label="exact (float64)",
+    )
     for ax in axes[:2]:
         ax.set_yscale("log")
         ax.set_ylabel("training loss, whole training set")
@@ -564,11 +740,15 @@ def plot_step_times(summary: Mapping[str, Any], hosts: int, path: Path | None = 
     methods = list(entry["methods"])
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     bottom = [0.0] * len(methods)
-    for key, color, label in (("mean_compute_s", "tab:gray", "compute (gradient + update, critical rank)"),
-                              ("mean_allreduce_s", "tab:blue", "all-reduce (release to its sum)"),
-                              ("mean_other_s", "tab:olive", "other (tail, waiting, coordination)")):
-        vals = [max(0.0, entry["methods"][m][key] * 1e3) if not math.isnan(entry["methods"][m][key]) else 0.0
-                for m in methods]
+    for key, color, label in (
+        ("mean_compute_s", "tab:gray", "compute (gradient + update, critical rank)"),
+        ("mean_allreduce_s", "tab:blue", "all-reduce (release to its sum)"),
+        ("mean_other_s", "tab:olive", "other (tail, waiting, coordination)"),
+    ):
+        vals = [
+            max(0.0, entry["methods"][m][key] * 1e3) if not math.isnan(entry["methods"][m][key]) else 0.0
+            for m in methods
+        ]
         ax.bar(methods, vals, bottom=bottom, color=color, label=label)
         bottom = [b + v for b, v in zip(bottom, vals)]
     for i, m in enumerate(methods):
@@ -610,8 +790,11 @@ def plot_final_accuracy(summary: Mapping[str, Any], hosts: int, path: Path | Non
         else:
             ax.plot([i], [v], marker="o", markersize=9, color=color)
             ax.text(i + 0.12, v, f"{v:.1f}", va="center", fontsize=8)
-    ax.set_xticks(range(len(names)), [f"control\n({entry['control']['name']})" if n == "control" else n for n in names],
-                  fontsize=8)
+    ax.set_xticks(
+        range(len(names)),
+        [f"control\n({entry['control']['name']})" if n == "control" else n for n in names],
+        fontsize=8,
+    )
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylim(lo, hi)
     ax.set_ylabel("final test accuracy, %")
@@ -631,10 +814,20 @@ def write_all(result: TrainingResult) -> Path:
     out = result.out_dir
     assert out is not None
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps({"experiment": "train", "config": result.config.to_dict(),
-                                                 "environment": result.environment, "startup_s": result.startup_s,
-                                                 "duration_s": result.duration_s, "problems": result.problems},
-                                                indent=1) + "\n")
+    (out / "config.json").write_text(
+        json.dumps(
+            {
+                "experiment": "train",
+                "config": result.config.to_dict(),
+                "environment": result.environment,
+                "startup_s": result.startup_s,
+                "duration_s": result.duration_s,
+                "problems": result.problems,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     _write_rows(result.ranks, RankStep, out / "raw.csv")
     _write_rows(result.evals, EvalRow, out / "evals.csv")
     _write_rows(result.runs, RunRow, out / "runs.csv")
@@ -657,8 +850,21 @@ def write_all(result: TrainingResult) -> Path:
 
 def _write_steps(result: TrainingResult, path: Path) -> None:
     """Per host count, method and step: loss, accuracy, the time split (derived from raw.csv, for reading)."""
-    names = ["hosts", "method", "step", "loss", "batch_acc", "compute_s", "allreduce_s", "other_s", "step_s", "wall_s",
-             "identical", "test_acc", "train_loss"]
+    names = [
+        "hosts",
+        "method",
+        "step",
+        "loss",
+        "batch_acc",
+        "compute_s",
+        "allreduce_s",
+        "other_s",
+        "step_s",
+        "wall_s",
+        "identical",
+        "test_acc",
+        "train_loss",
+    ]
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(names)
@@ -668,18 +874,38 @@ def _write_steps(result: TrainingResult, path: Path) -> None:
                 ev = {e.step: e for e in result.evals if e.hosts == n and e.method == m and e.kind == "emulation"}
                 for t in step_table([r for r in result.ranks if r.hosts == n and r.method == m], run):
                     e = ev.get(t["step"])
-                    w.writerow([n, m, t["step"], repr(t["loss"]), repr(t["correct"] / result.config.train.batch),
-                                repr(t["compute_s"]), repr(t["allreduce_s"]), repr(t["other_s"]), repr(t["step_s"]),
-                                repr(t["wall_s"]), int(t["identical"]), repr(e.test_acc) if e else "",
-                                repr(e.train_loss) if e else ""])
+                    w.writerow(
+                        [
+                            n,
+                            m,
+                            t["step"],
+                            repr(t["loss"]),
+                            repr(t["correct"] / result.config.train.batch),
+                            repr(t["compute_s"]),
+                            repr(t["allreduce_s"]),
+                            repr(t["other_s"]),
+                            repr(t["step_s"]),
+                            repr(t["wall_s"]),
+                            int(t["identical"]),
+                            repr(e.test_acc) if e else "",
+                            repr(e.train_loss) if e else "",
+                        ]
+                    )
 
 
 def load_results(folder: Path | str) -> tuple[TrainingResult, dict[str, Any]]:
     """A results folder read back, and its summary recomputed from the rows."""
     folder = Path(folder)
     meta = json.loads((folder / "config.json").read_text())
-    result = TrainingResult(TrainingConfig.from_dict(meta["config"]), _read_rows(RankStep, folder / "raw.csv"),
-                            _read_rows(EvalRow, folder / "evals.csv"), _read_rows(RunRow, folder / "runs.csv"), folder,
-                            meta.get("environment", {}), meta.get("startup_s"), meta.get("duration_s"),
-                            list(meta.get("problems", [])))
+    result = TrainingResult(
+        TrainingConfig.from_dict(meta["config"]),
+        _read_rows(RankStep, folder / "raw.csv"),
+        _read_rows(EvalRow, folder / "evals.csv"),
+        _read_rows(RunRow, folder / "runs.csv"),
+        folder,
+        meta.get("environment", {}),
+        meta.get("startup_s"),
+        meta.get("duration_s"),
+        list(meta.get("problems", [])),
+    )
     return result, summarize(result)

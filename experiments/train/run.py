@@ -30,9 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from experiments import bounds
-
+from experiments.harness import (
+    ExperimentError,
+    Runner,
+    StepFailed,
+    check_program,
+    emulated_fabric,
+    environment,
+    select_hosts,
+)
 from experiments.train import results as training
-from experiments.harness import ExperimentError, Runner, StepFailed, check_program, emulated_fabric, environment, select_hosts
 from experiments.train.results import EvalRow, RankStep, RunRow, TrainingConfig, TrainingResult
 from hosts import clock
 from hosts import training as model
@@ -73,29 +80,54 @@ class TrainingRunner(Runner):
                 for name in self.config.methods:
                     m = METHODS[name]
                     plan = jobs[name][0] if name in jobs else None
-                    t_path = bounds.path_bound(m, elements=self.training.elements, rate_bps=self.rate_bps,
-                                               delay_s=self.delay_s, plan=plan, slots=self.config.slots,
-                                               topo=self.model, ring_order=ring_order,
-                                               exponent_rounds=False)  # from step 2 on, speculated (inc_worker)
+                    t_path = bounds.path_bound(
+                        m,
+                        elements=self.training.elements,
+                        rate_bps=self.rate_bps,
+                        delay_s=self.delay_s,
+                        plan=plan,
+                        slots=self.config.slots,
+                        topo=self.model,
+                        ring_order=ring_order,
+                        exponent_rounds=False,
+                    )  # from step 2 on, speculated (inc_worker)
                     run = RunRow(hosts=n, method=name, t_path_s=t_path)
                     result.runs.append(run)
                     try:
-                        self.train_method(server, m, hosts, jobs[name][1] if name in jobs else None, run, result, progress)
+                        self.train_method(
+                            server, m, hosts, jobs[name][1] if name in jobs else None, run, result, progress
+                        )
                     except StepFailed as ex:
                         run.error = str(ex.args[0])
-                        self.problems.append(f"{n} hosts, {name}: {run.error}; the remaining methods of {n} hosts were skipped")
+                        self.problems.append(
+                            f"{n} hosts, {name}: {run.error}; the remaining methods of {n} hosts were skipped"
+                        )
                         LOG.error("%s", self.problems[-1])
                         return
         finally:
             self.remove_jobs()
 
-    def train_method(self, server: CoordinatorServer, m: Method, hosts: tuple[str, ...], job: dict[str, Any] | None,
-                     run: RunRow, result: TrainingResult, progress: ProgressFn | None) -> None:
+    def train_method(
+        self,
+        server: CoordinatorServer,
+        m: Method,
+        hosts: tuple[str, ...],
+        job: dict[str, Any] | None,
+        run: RunRow,
+        result: TrainingResult,
+        progress: ProgressFn | None,
+    ) -> None:
         cfg, n = self.training, len(hosts)
         steps, seg = cfg.train.steps, cfg.segment
         run_id = f"n{n}-{m.name}"
-        base: dict[str, Any] = {"op": "train", "method": m.name, "run": run_id, "train": cfg.train.to_dict(),
-                                "checker": CHECKER, "ring": {"window": self.config.ring_window, "timeout_s": self.tmo["ring"]}}
+        base: dict[str, Any] = {
+            "op": "train",
+            "method": m.name,
+            "run": run_id,
+            "train": cfg.train.to_dict(),
+            "checker": CHECKER,
+            "ring": {"window": self.config.ring_window, "timeout_s": self.tmo["ring"]},
+        }
         if job is not None:
             base["job"] = job
         posted: list[tuple[int, int, int]] = []  # (runner step, first training step, count)
@@ -114,8 +146,9 @@ class TrainingRunner(Runner):
                 for step, text in rep.get("snapshots", {}).items():
                     theta = model.decode_params(text)
                     e = model.evaluate(self.mlp, self.data, theta, int(step))
-                    result.evals.append(EvalRow(n, m.name, "emulation", cfg.train.seed, e.step, e.train_loss,
-                                                e.test_loss, e.test_acc))
+                    result.evals.append(
+                        EvalRow(n, m.name, "emulation", cfg.train.seed, e.step, e.train_loss, e.test_loss, e.test_acc)
+                    )
                 if rep.get("t_end_release") is not None:
                     run.t_end_release = float(rep["t_end_release"])
             done = [r for r in result.ranks if r.hosts == n and r.method == m.name and first <= r.step < first + count]
@@ -124,9 +157,12 @@ class TrainingRunner(Runner):
                 progress(f"{n} hosts, {m.name}, step {first + count - 1}/{steps}", count)
             if errors or len(reports) < n:
                 dead = [h for h, p in self._agents if p.poll() is not None]
-                raise StepFailed(f"steps {first}-{first + count - 1}: {len(reports)} of {n} agents reported"
-                                 + (f"; {'; '.join(errors[:3])}" if errors else "")
-                                 + (f"; agents on {', '.join(dead)} exited" if dead else "") + f"; logs in {self.log_dir}")
+                raise StepFailed(
+                    f"steps {first}-{first + count - 1}: {len(reports)} of {n} agents reported"
+                    + (f"; {'; '.join(errors[:3])}" if errors else "")
+                    + (f"; agents on {', '.join(dead)} exited" if dead else "")
+                    + f"; logs in {self.log_dir}"
+                )
             # the digests of every step of the segment must agree: a divergence stops the run (it cannot heal)
             by_step: dict[int, set[str]] = {}
             for r in done:
@@ -146,17 +182,34 @@ class TrainingRunner(Runner):
         n = server.size
         while True:
             reports = server.step_reports(step, min(1.0, max(0.0, deadline - clock.now())), alive=self.alive)
-            if len(reports) == n or any("error" in r for r in reports.values()) or not self.alive() \
-                    or clock.now() >= deadline:
+            if (
+                len(reports) == n
+                or any("error" in r for r in reports.values())
+                or not self.alive()
+                or clock.now() >= deadline
+            ):
                 return reports
 
 
 def _rank_step(n: int, method: str, rank: int, rec: dict[str, Any]) -> RankStep:
-    return RankStep(hosts=n, method=method, step=int(rec["step"]), rank=rank, t_begin=float(rec["t_begin"]),
-                    t_ready=float(rec["t_ready"]), t_release=float(rec["t_release"]), t_done=float(rec["t_done"]),
-                    t_back=float(rec["t_back"]), t_end=float(rec["t_end"]), loss=float(rec["loss"]), correct=int(rec["correct"]),
-                    digest=str(rec["digest"]), sum_digest=str(rec["sum_digest"]),
-                    retransmissions=int(rec.get("retransmissions", 0)), bytes_sent=int(rec.get("bytes_sent", 0)))
+    return RankStep(
+        hosts=n,
+        method=method,
+        step=int(rec["step"]),
+        rank=rank,
+        t_begin=float(rec["t_begin"]),
+        t_ready=float(rec["t_ready"]),
+        t_release=float(rec["t_release"]),
+        t_done=float(rec["t_done"]),
+        t_back=float(rec["t_back"]),
+        t_end=float(rec["t_end"]),
+        loss=float(rec["loss"]),
+        correct=int(rec["correct"]),
+        digest=str(rec["digest"]),
+        sum_digest=str(rec["sum_digest"]),
+        retransmissions=int(rec.get("retransmissions", 0)),
+        bytes_sent=int(rec.get("bytes_sent", 0)),
+    )
 
 
 def results_dir(config: TrainingConfig, when: datetime | None = None) -> Path:
@@ -164,8 +217,9 @@ def results_dir(config: TrainingConfig, when: datetime | None = None) -> Path:
     return config.fabric.results_root / f"{stamp}_{config.fabric.label()}"
 
 
-def run_training(config: TrainingConfig, *, out_dir: Path | None = None, progress: ProgressFn | None = None,
-                 write: bool = True) -> TrainingResult:
+def run_training(
+    config: TrainingConfig, *, out_dir: Path | None = None, progress: ProgressFn | None = None, write: bool = True
+) -> TrainingResult:
     """The exact runs here, then the network up, every method's training through it, all torn down; rows written."""
     check_program()
     from controller.topospec import load_topology
@@ -206,4 +260,3 @@ def run_training(config: TrainingConfig, *, out_dir: Path | None = None, progres
 
 def total_steps(config: TrainingConfig) -> int:
     return len(config.fabric.host_counts) * len(config.fabric.methods) * config.train.steps
-

@@ -155,7 +155,11 @@ def ctype(kind: Kind) -> str:
 
 def conv(text: str, have: Val, want: Kind) -> str:
     """text (of representation have.kind) converted to representation `want`."""
-    if have.kind is want or (want is Kind.MOD and have.kind is Kind.U64) or (want is Kind.U64 and have.kind is Kind.MOD):
+    if (
+        have.kind is want
+        or (want is Kind.MOD and have.kind is Kind.U64)
+        or (want is Kind.U64 and have.kind is Kind.MOD)
+    ):
         return text
     return f"(({ctype(want)})({text}))"
 
@@ -188,19 +192,45 @@ def _bits_span(*bounds: int) -> int:
 
 
 _HASH_BITS = {
-    ir.HashAlgo.CRC16: 16, ir.HashAlgo.CRC32: 32, ir.HashAlgo.CRC_CCITT: 16,
-    ir.HashAlgo.CSUM16: 16, ir.HashAlgo.XOR16: 16, ir.HashAlgo.IDENTITY: 64,
+    ir.HashAlgo.CRC16: 16,
+    ir.HashAlgo.CRC32: 32,
+    ir.HashAlgo.CRC_CCITT: 16,
+    ir.HashAlgo.CSUM16: 16,
+    ir.HashAlgo.XOR16: 16,
+    ir.HashAlgo.IDENTITY: 64,
 }
 _HASH_FN = {
-    ir.HashAlgo.CRC16: "rt_crc16", ir.HashAlgo.CRC32: "rt_crc32", ir.HashAlgo.CRC_CCITT: "rt_crc_ccitt",
-    ir.HashAlgo.CSUM16: "rt_csum16", ir.HashAlgo.XOR16: "rt_xor16", ir.HashAlgo.IDENTITY: "rt_identity",
+    ir.HashAlgo.CRC16: "rt_crc16",
+    ir.HashAlgo.CRC32: "rt_crc32",
+    ir.HashAlgo.CRC_CCITT: "rt_crc_ccitt",
+    ir.HashAlgo.CSUM16: "rt_csum16",
+    ir.HashAlgo.XOR16: "rt_xor16",
+    ir.HashAlgo.IDENTITY: "rt_identity",
 }
 _CMP = {ir.BinOp.EQ: "==", ir.BinOp.NE: "!=", ir.BinOp.GT: ">", ir.BinOp.GE: ">=", ir.BinOp.LT: "<", ir.BinOp.LE: "<="}
-_RING = {ir.BinOp.ADD: "+", ir.BinOp.SUB: "-", ir.BinOp.MUL: "*", ir.BinOp.AND: "&", ir.BinOp.OR: "|", ir.BinOp.XOR: "^"}
+_RING = {
+    ir.BinOp.ADD: "+",
+    ir.BinOp.SUB: "-",
+    ir.BinOp.MUL: "*",
+    ir.BinOp.AND: "&",
+    ir.BinOp.OR: "|",
+    ir.BinOp.XOR: "^",
+}
 _STD = (
-    "ingress_port", "egress_spec", "egress_port", "instance_type", "packet_length", "parser_error", "checksum_error",
-    "mcast_grp", "egress_rid", "ingress_global_timestamp", "egress_global_timestamp", "enq_timestamp",
-    "deq_timedelta", "priority",
+    "ingress_port",
+    "egress_spec",
+    "egress_port",
+    "instance_type",
+    "packet_length",
+    "parser_error",
+    "checksum_error",
+    "mcast_grp",
+    "egress_rid",
+    "ingress_global_timestamp",
+    "egress_global_timestamp",
+    "enq_timestamp",
+    "deq_timedelta",
+    "priority",
 )  # lower.STANDARD_FIELDS, the order of ir.Module.std
 DROP_PORT = 511
 INSTANCE_NORMAL = 0
@@ -326,7 +356,9 @@ class CEmitter:
         out = []
         for slot, (w, s) in enumerate(zip(m.slot_widths, m.slot_signed)):
             if w > MAX_BITS:
-                raise CUnsupported(f"a field of {_n(w)} bits (the C engine stores at most {_n(MAX_BITS)})", Where.SLOT, slot)
+                raise CUnsupported(
+                    f"a field of {_n(w)} bits (the C engine stores at most {_n(MAX_BITS)})", Where.SLOT, slot
+                )
             out.append((w, bool(s)))
         return out
 
@@ -535,7 +567,13 @@ class CEmitter:
             else:
                 k = _bits_span(va.lo, va.hi, vb.lo, vb.hi)
                 r = val(-(1 << k), (1 << k) - 1)
-        if r.exact and va.kind is Kind.I64 and vb.kind is Kind.I64 and r.kind is Kind.I64 and op in (B.AND, B.OR, B.XOR):
+        if (
+            r.exact
+            and va.kind is Kind.I64
+            and vb.kind is Kind.I64
+            and r.kind is Kind.I64
+            and op in (B.AND, B.OR, B.XOR)
+        ):
             return f"({a} {_RING[op]} {b})", r  # bitwise operations on int64 never overflow
         return self.from_u(f"({u(a, va)} {_RING[op]} {u(b, vb)})", r), r
 
@@ -646,8 +684,14 @@ class CEmitter:
         is a plain read (evaluating it unconditionally has no effect)."""
         plain = (ir.Field, ir.Temp, ir.Const, ir.Param)
         for const, (text, v), other, then_const in ((e.a, b, e.b, True), (e.b, a, e.a, False)):
-            if not (isinstance(const, ir.Const) and const.value in (0, 1) and isinstance(other, plain)
-                    and v.exact and 0 <= v.lo and v.hi <= 1):
+            if not (
+                isinstance(const, ir.Const)
+                and const.value in (0, 1)
+                and isinstance(other, plain)
+                and v.exact
+                and 0 <= v.lo
+                and v.hi <= 1
+            ):
                 continue
             on = f"((i64)(({c}) != 0))" if then_const else f"((i64)(({c}) == 0))"
             x = conv(text, v, Kind.I64)
@@ -729,8 +773,11 @@ class CEmitter:
         return _n(self._reg_off[reg])
 
     def block(self, stmts: tuple[ir.Stmt, ...], ind: int, em: ir.Lines) -> None:
-        runs = (reroll.find_runs(stmts, self.fn.refs, memo=self._temp_memo)
-                if self.fn.refs is not None and self.lanes is None else [])
+        runs = (
+            reroll.find_runs(stmts, self.fn.refs, memo=self._temp_memo)
+            if self.fn.refs is not None and self.lanes is None
+            else []
+        )
         i = 0
         for r in runs:
             for s in stmts[i : r.start]:
@@ -758,8 +805,10 @@ class CEmitter:
             size, base = slot_bytes(self.slot_types[s0][0]), self._slot_off[s0]
             step = self._slot_off[members[1]] - base
             # the same width and signedness, not only the same C type: the loop types every lane's value as group 0's
-            if step % size or any(self.slot_types[s] != self.slot_types[s0] or self._slot_off[s] != base + j * step
-                                  for j, s in enumerate(members)):
+            if step % size or any(
+                self.slot_types[s] != self.slot_types[s0] or self._slot_off[s] != base + j * step
+                for j, s in enumerate(members)
+            ):
                 return False
             slots[s0] = (ct, base, step // size)
             checks += [(s0, base), (members[-1], base + (r.count - 1) * step)]
@@ -772,8 +821,12 @@ class CEmitter:
                 return False
             base = self._reg_off[r0]
             step = self._reg_off[members[1]] - base
-            if any(self.m.registers[x] != self.m.registers[r0] or self._reg_stride[x] != self._reg_stride[r0]
-                   or self._reg_off[x] != base + j * step for j, x in enumerate(members)):
+            if any(
+                self.m.registers[x] != self.m.registers[r0]
+                or self._reg_stride[x] != self._reg_stride[r0]
+                or self._reg_off[x] != base + j * step
+                for j, x in enumerate(members)
+            ):
                 return False
             regs[r0] = (base, step)
         var = "j_"
@@ -784,7 +837,7 @@ class CEmitter:
             return False  # a slot kept in a local that some lane also reaches through an array: keep it straight
         em(ind, "{")
         for s, off in checks:
-            em(ind + 1, f"_Static_assert(offsetof(struct st, s{_n(s)}) == {_n(off)}, \"slot layout\");")
+            em(ind + 1, f'_Static_assert(offsetof(struct st, s{_n(s)}) == {_n(off)}, "slot layout");')
         # the fast loop: advancing registers at an invariant cell read and written directly (one range check for
         # the loop, not one per lane), an invariant `if` taken outside the loop: no branch left inside
         direct: dict[tuple[int, int], tuple[str, str, int]] = {}
@@ -798,8 +851,11 @@ class CEmitter:
                 continue
             idx, vi = self.exact(index)
             name = f"rb{_n(len(direct))}_"
-            em(ind + 1, f"uint8_t *const {name} = X->regs + (size_t){_n(off)} + "
-                        f"(size_t)({u(idx, vi)} < {_n(size)} ? {u(idx, vi)} : 0) * {_n(self._reg_stride[reg])};")
+            em(
+                ind + 1,
+                f"uint8_t *const {name} = X->regs + (size_t){_n(off)} + "
+                f"(size_t)({u(idx, vi)} < {_n(size)} ? {u(idx, vi)} : 0) * {_n(self._reg_stride[reg])};",
+            )
             direct[(reg, index.nid)] = (name, f"uint{_n(_cells(width))}_t", step // cell)
             guards.append(f"{u(idx, vi)} < {_n(size)}")
         cond = inv.switch_cond()
@@ -813,7 +869,9 @@ class CEmitter:
                 em(ind + 2, f"if ({c}) {{")
                 self._lane_body(inv.taking(cond, True), _Lanes(var, slots, regs, direct), r.count, ind + 3, em, carried)
                 em(ind + 2, "} else {")
-                self._lane_body(inv.taking(cond, False), _Lanes(var, slots, regs, direct), r.count, ind + 3, em, carried)
+                self._lane_body(
+                    inv.taking(cond, False), _Lanes(var, slots, regs, direct), r.count, ind + 3, em, carried
+                )
                 em(ind + 2, "}")
             em(ind + 1, "} else {")
         self._lane_body(group, _Lanes(var, slots, regs, {}), r.count, ind + 1 + fast, em, carried)
@@ -823,8 +881,9 @@ class CEmitter:
         self.lane_loops += 1
         return True
 
-    def _lane_body(self, group: tuple[ir.Stmt, ...], lanes: _Lanes, count: int, ind: int, em: ir.Lines,
-                   carried: list[int]) -> None:
+    def _lane_body(
+        self, group: tuple[ir.Stmt, ...], lanes: _Lanes, count: int, ind: int, em: ir.Lines, carried: list[int]
+    ) -> None:
         """One version of a lane loop. The slots every lane writes (`carried`: a flag, a scratch value) live in locals
         during the loop and go back to the state after it, so that no store in the loop has a fixed address."""
         em(ind, "{")
@@ -876,8 +935,11 @@ class CEmitter:
                 a, b = s.a + j, s.b + j
                 wa, sa = self.slot_types[a]
                 wb, sb = self.slot_types[b]
-                em(ind, f"{{ i64 x_ = (i64)S->s{_n(a)}; S->s{_n(a)} = ({slot_ctype(wa, sa)})S->s{_n(b)}; "
-                        f"S->s{_n(b)} = ({slot_ctype(wb, sb)})x_; }}")
+                em(
+                    ind,
+                    f"{{ i64 x_ = (i64)S->s{_n(a)}; S->s{_n(a)} = ({slot_ctype(wa, sa)})S->s{_n(b)}; "
+                    f"S->s{_n(b)} = ({slot_ctype(wb, sb)})x_; }}",
+                )
         elif isinstance(s, ir.ZeroFields):
             for j in range(s.count):
                 em(ind, f"S->s{_n(s.first + j)} = 0;")
@@ -892,13 +954,14 @@ class CEmitter:
                 em(ind, f"{hit} = (uint{_n(_cells(width))}_t)({u(value, vv)});")
                 return
             off, stride = self.reg_off(s.reg), self._reg_stride[s.reg]
-            em(ind, f"rt_regset{_n(_cells(width))}(X, {off}, {_n(stride)}, {_n(size)}, {u(idx, vi)}, "
-                    f"{u(value, vv)});")
+            em(ind, f"rt_regset{_n(_cells(width))}(X, {off}, {_n(stride)}, {_n(size)}, {u(idx, vi)}, {u(value, vv)});")
         elif isinstance(s, ir.Count):
             idx, vi = self.exact(s.index)
             size = self.m.counters[s.counter]
-            em(ind, f"rt_count(X, {_n(self._cnt_off[s.counter])}, {_n(size)}, {u(idx, vi)}, "
-                    f"(u64)S->s{_n(s.bytes_slot)});")
+            em(
+                ind,
+                f"rt_count(X, {_n(self._cnt_off[s.counter])}, {_n(size)}, {u(idx, vi)}, (u64)S->s{_n(s.bytes_slot)});",
+            )
         elif isinstance(s, ir.Fail):
             self.fail(ind, em, "RT_FAIL_ASSERT", _n(s.message))
         elif isinstance(s, ir.Loop):
@@ -931,8 +994,11 @@ class CEmitter:
             n, vn = self.exact(s.nbytes)
             if vn.kind is Kind.U64:
                 n = f"(i64)rt_clampu64({n})"
-            em(ind, f"{{ i64 adv_ = {n}; if (adv_ < 0 || L - o < adv_) {{ err = {_n(s.short_error)}; goto done; }} "
-                    f"o += adv_; }}")
+            em(
+                ind,
+                f"{{ i64 adv_ = {n}; if (adv_ < 0 || L - o < adv_) {{ err = {_n(s.short_error)}; goto done; }} "
+                f"o += adv_; }}",
+            )
         else:
             raise ir.IRError(f"unknown statement {type(s).__name__}")
 
@@ -967,8 +1033,11 @@ class CEmitter:
                 ct = slot_ctype(sw, ss)
                 self._assert_run(slot, k, ind, em)
                 read = self.field_read(bit, w, signed, f" + {_n(w // 8)} * j_")
-                em(ind, f"for (i64 j_ = 0; j_ < {_n(k)}; j_++) (({ct} *)(void *)((uint8_t *)S + "
-                        f"{_n(self._slot_off[slot])}))[j_] = ({ct})({read});")
+                em(
+                    ind,
+                    f"for (i64 j_ = 0; j_ < {_n(k)}; j_++) (({ct} *)(void *)((uint8_t *)S + "
+                    f"{_n(self._slot_off[slot])}))[j_] = ({ct})({read});",
+                )
                 self.lane_loops += 1
                 bit += w * k
                 j += k
@@ -990,15 +1059,19 @@ class CEmitter:
         first = h.first + j
         size = slot_bytes(self.slot_types[first][0])
         k = 1
-        while (j + k < len(h.widths) and h.widths[j + k] == w and h.signed[j + k] == signed
-               and self.slot_types[first + k] == self.slot_types[first]
-               and self._slot_off[first + k] == self._slot_off[first] + k * size):
+        while (
+            j + k < len(h.widths)
+            and h.widths[j + k] == w
+            and h.signed[j + k] == signed
+            and self.slot_types[first + k] == self.slot_types[first]
+            and self._slot_off[first + k] == self._slot_off[first] + k * size
+        ):
             k += 1
         return k if k >= reroll.MIN_COUNT else 0
 
     def _assert_run(self, first: int, k: int, ind: int, em: ir.Lines) -> None:
         for s in (first, first + k - 1):
-            em(ind, f"_Static_assert(offsetof(struct st, s{_n(s)}) == {_n(self._slot_off[s])}, \"slot layout\");")
+            em(ind, f'_Static_assert(offsetof(struct st, s{_n(s)}) == {_n(self._slot_off[s])}, "slot layout");')
 
     @staticmethod
     def field_read(bit: int, w: int, signed: bool, lane: str = "") -> str:
@@ -1036,7 +1109,8 @@ class CEmitter:
         self.block(a.body, 1, body)
         self.function(
             f"static void a_{_n(k)}(struct st *restrict S, const u64 *restrict P, struct rt_x *restrict X)",
-            self.fn, body,
+            self.fn,
+            body,
         )
 
     def calc(self, k: int, c: ir.Calc) -> None:
@@ -1144,13 +1218,16 @@ class CEmitter:
                 conds.append(f"S->s{_n(c.guard)}")
             if c.cond is not None:
                 conds.append(self.exact(c.cond)[0])
-            conds.append(f"(calc_{_n(c.calc)}(S) & UINT64_C({_n((1 << min(c.width, 64)) - 1)})) != (u64)S->s{_n(c.target)}")
+            conds.append(
+                f"(calc_{_n(c.calc)}(S) & UINT64_C({_n((1 << min(c.width, 64)) - 1)})) != (u64)S->s{_n(c.target)}"
+            )
             if c.error_slot >= 0:
                 em(1, f"if ({' && '.join(conds)}) S->s{_n(c.error_slot)} = 1;")
         em(1, "return o;")
         self.function(
             "static i64 parse(struct st *restrict S, const uint8_t *restrict D, i64 L, struct rt_x *restrict X)",
-            self.fn, em,
+            self.fn,
+            em,
         )
 
     def transition(self, s: ir.ParserState, em: ir.Lines) -> None:
@@ -1168,7 +1245,11 @@ class CEmitter:
             if c.mask < 0:
                 cond = self._cmp_const("k_", kv, c.value)
             else:
-                masked = f"(k_ & {lit(c.mask, vk.kind)})" if c.mask <= (I64_MAX if vk.kind is Kind.I64 else U64_MAX) else "k_"
+                masked = (
+                    f"(k_ & {lit(c.mask, vk.kind)})"
+                    if c.mask <= (I64_MAX if vk.kind is Kind.I64 else U64_MAX)
+                    else "k_"
+                )
                 cond = self._cmp_const(masked, val(0, max(vk.hi, 0)) if vk.lo >= 0 else kv, c.value)
             em(2, f"if ({cond}) {goto(c.next)}")
         em(2, goto(s.default))
@@ -1187,8 +1268,10 @@ class CEmitter:
         for c in d.updates:
             self.block(c.pre, 1, em)
             w, s = self.slot_types[c.target]
-            assign = (f"S->s{_n(c.target)} = ({slot_ctype(w, s)})(calc_{_n(c.calc)}(S) & "
-                      f"UINT64_C({_n((1 << min(c.width, 64)) - 1)}));")
+            assign = (
+                f"S->s{_n(c.target)} = ({slot_ctype(w, s)})(calc_{_n(c.calc)}(S) & "
+                f"UINT64_C({_n((1 << min(c.width, 64)) - 1)}));"
+            )
             if c.cond is not None:
                 em(1, f"if ({self.exact(c.cond)[0]}) {assign}")
             else:
@@ -1227,8 +1310,9 @@ class CEmitter:
             em(2, f"p += {_n(h.nbytes)};")
             em(1, "}")
         em(1, "return p - out;")
-        self.function("static i64 deparse(struct st *restrict S, uint8_t *restrict out, struct rt_x *restrict X)",
-                      self.fn, em)
+        self.function(
+            "static i64 deparse(struct st *restrict S, uint8_t *restrict out, struct rt_x *restrict X)", self.fn, em
+        )
         return total
 
     @staticmethod
@@ -1322,7 +1406,10 @@ class CEmitter:
                     raise CUnsupported("a direct action call with a parameter beyond 64 bits", Where.TABLE, node.table)
                 if ps:
                     em(1, "{")
-                    em(2, f"static const u64 dp_[{_n(len(ps))}] = {{{', '.join('UINT64_C(' + _n(p) + ')' for p in ps)}}};")
+                    em(
+                        2,
+                        f"static const u64 dp_[{_n(len(ps))}] = {{{', '.join('UINT64_C(' + _n(p) + ')' for p in ps)}}};",
+                    )
                     em(2, f"a_{_n(t.direct_action)}(S, dp_, X);")
                     em(1, "}")
                 else:
@@ -1342,7 +1429,11 @@ class CEmitter:
                     raise CUnsupported("a table key that may be negative", Where.TABLE, node.table)
                 keys.append(u(text, v))
             em(2, f"u64 k_[{_n(len(keys))}] = {{{', '.join(keys)}}};")
-            fn = {ir.TableKind.EXACT: "rt_exact_find", ir.TableKind.LPM: "rt_lpm_find", ir.TableKind.SCAN: "rt_scan_find"}[t.kind]
+            fn = {
+                ir.TableKind.EXACT: "rt_exact_find",
+                ir.TableKind.LPM: "rt_lpm_find",
+                ir.TableKind.SCAN: "rt_scan_find",
+            }[t.kind]
             em(2, f"r = {fn}(&X->tab[{tk}], k_);")
             em(2, f"if (!r) r = X->tab[{tk}].def;")
         em(2, "if (!r) { X->fail = RT_FAIL_INTERNAL; return; }")
@@ -1375,7 +1466,10 @@ class CEmitter:
         if ing is None or es is None:
             raise CUnsupported("a program without standard_metadata.egress_spec/ingress_port", Where.MODULE, 0)
         em(0, f"#define PROG_MAX_HDR {_n(max_hdr)}")
-        em(0, "static int prog_egress(struct rt_x *restrict X, struct st *restrict S, i64 port, const uint8_t *payload,")
+        em(
+            0,
+            "static int prog_egress(struct rt_x *restrict X, struct st *restrict S, i64 port, const uint8_t *payload,",
+        )
         em(0, "                       i64 plen, struct rt_outs *O)")
         em(0, "{")
         if ep is not None:
@@ -1421,7 +1515,10 @@ class CEmitter:
         em(0, "}")
         em(0, "")
         em(0, "/* One packet through parser, ingress, replication, egress and deparser; -1: the packet failed. */")
-        em(0, "static int prog_process(struct rt_x *restrict X, int port, const uint8_t *D, i64 len, struct rt_outs *O,")
+        em(
+            0,
+            "static int prog_process(struct rt_x *restrict X, int port, const uint8_t *D, i64 len, struct rt_outs *O,",
+        )
         em(0, "                        u64 *drops)")
         em(0, "{")
         em(1, "struct st *restrict S = (struct st *)X->s0;")
@@ -1443,7 +1540,10 @@ class CEmitter:
         em(1, f"S->s{_n(m.ingress_length_slot)} = len;")
         its = slot("ingress_global_timestamp")
         if o.ingress_clock and its is not None:
-            em(1, f"{its} = ({self.std_type('ingress_global_timestamp')})((u64)rt_now_us(X) & UINT64_C(281474976710655));")
+            em(
+                1,
+                f"{its} = ({self.std_type('ingress_global_timestamp')})((u64)rt_now_us(X) & UINT64_C(281474976710655));",
+            )
         em(1, "off = parse(S, D, len, X);")
         em(1, "if (X->fail) return -1;")
         em(1, "payload = D + off;")
@@ -1503,14 +1603,27 @@ class CEmitter:
         em(0, f"#define PROG_COUNTER_CELLS {_n(self._cnt_cells)}")
         rows = []
         for t in m.tables:
-            kind = {ir.TableKind.EXACT: "RT_EXACT", ir.TableKind.LPM: "RT_LPM", ir.TableKind.SCAN: "RT_SCAN"}.get(t.kind, "RT_KEYLESS")
+            kind = {ir.TableKind.EXACT: "RT_EXACT", ir.TableKind.LPM: "RT_LPM", ir.TableKind.SCAN: "RT_SCAN"}.get(
+                t.kind, "RT_KEYLESS"
+            )
             rows.append(f"{{{kind}, {_n(len(t.keys))}, {_n(max(t.lpm_index, 0))}}}")
-        em(0, f"static const struct rt_table_desc PROG_TABLES[{_n(max(1, len(rows)))}] = {{{', '.join(rows) or '{0, 0, 0}'}}};")
-        regs = [f"{{{_n(off)}, {_n(size)}, {_n(width)}, {_n(stride)}}}"
-                for off, stride, (size, width) in zip(self._reg_off, self._reg_stride, m.registers)]
-        em(0, f"static const struct rt_reg_desc PROG_REGS[{_n(max(1, len(regs)))}] = {{{', '.join(regs) or '{0, 0, 0}'}}};")
+        em(
+            0,
+            f"static const struct rt_table_desc PROG_TABLES[{_n(max(1, len(rows)))}] = {{{', '.join(rows) or '{0, 0, 0}'}}};",
+        )
+        regs = [
+            f"{{{_n(off)}, {_n(size)}, {_n(width)}, {_n(stride)}}}"
+            for off, stride, (size, width) in zip(self._reg_off, self._reg_stride, m.registers)
+        ]
+        em(
+            0,
+            f"static const struct rt_reg_desc PROG_REGS[{_n(max(1, len(regs)))}] = {{{', '.join(regs) or '{0, 0, 0}'}}};",
+        )
         cnts = [f"{{{_n(off)}, {_n(size)}}}" for off, size in zip(self._cnt_off, m.counters)]
-        em(0, f"static const struct rt_counter_desc PROG_COUNTERS[{_n(max(1, len(cnts)))}] = {{{', '.join(cnts) or '{0, 0}'}}};")
+        em(
+            0,
+            f"static const struct rt_counter_desc PROG_COUNTERS[{_n(max(1, len(cnts)))}] = {{{', '.join(cnts) or '{0, 0}'}}};",
+        )
         em(0, "")
 
     def state_struct(self) -> None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from softswitch.compiler import ir, pyemit
-from softswitch.errors import ProgramLimitError
 from softswitch.compiler.lower import (  # noqa: F401 - re-exported for the runtime
     DROP_PORT,
     INSTANCE_NORMAL,
@@ -28,6 +27,7 @@ from softswitch.compiler.lower import (  # noqa: F401 - re-exported for the runt
     Refused,
 )
 from softswitch.compiler.program import Limits, Program, TableDef
+from softswitch.errors import ProgramLimitError
 
 LOG = logging.getLogger(__name__)
 
@@ -46,7 +46,9 @@ class Compiled:
     read_slots: frozenset[int]  # slots the program reads, copies or emits
 
 
-def lower(prog: Program, limits: Limits | None = None, eliminate_common: bool = True) -> tuple[Lowering, ir.Module, ir.Names]:
+def lower(
+    prog: Program, limits: Limits | None = None, eliminate_common: bool = True
+) -> tuple[Lowering, ir.Module, ir.Names]:
     low = Lowering(prog, limits, eliminate_common)
     try:
         module, names = low.lower()
@@ -58,4 +60,6 @@ def lower(prog: Program, limits: Limits | None = None, eliminate_common: bool = 
 def compile_program(prog: Program, limits: Limits | None = None, eliminate_common: bool = True) -> Compiled:
     low, module, names = lower(prog, limits, eliminate_common)
     py = pyemit.emit(module)
-    return Compiled(prog, low.lay, module, names, tuple(low.table_defs), py.source, py.constants, frozenset(low.read_slots))
+    return Compiled(
+        prog, low.lay, module, names, tuple(low.table_defs), py.source, py.constants, frozenset(low.read_slots)
+    )

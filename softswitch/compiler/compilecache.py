@@ -20,7 +20,17 @@ from softswitch.compiler.once import SharedBuilds
 LOG = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-_SOURCES = ("codegen.py", "lower.py", "ir.py", "cse.py", "pyemit.py", "program.py", "hashing.py", "compilecache.py", "once.py")
+_SOURCES = (
+    "codegen.py",
+    "lower.py",
+    "ir.py",
+    "cse.py",
+    "pyemit.py",
+    "program.py",
+    "hashing.py",
+    "compilecache.py",
+    "once.py",
+)
 FINGERPRINT = hashlib.sha256(b"".join((_HERE / name).read_bytes() for name in _SOURCES)).hexdigest()[:16]
 
 _MEMORY: SharedBuilds[codegen.Compiled] = SharedBuilds(keep=4)

@@ -268,5 +268,7 @@ class Spiller:
         if isinstance(s, ir.GotoUnless):
             return ir.GotoUnless(ex(s.cond), s.target)
         if isinstance(s, ir.Loop):
-            return ir.Loop(tuple(ir.Block(b.start, self.block(b.body), b.fall) for b in s.blocks), s.end, s.limit, s.message)
+            return ir.Loop(
+                tuple(ir.Block(b.start, self.block(b.body), b.fall) for b in s.blocks), s.end, s.limit, s.message
+            )
         return s

@@ -21,8 +21,9 @@ common-subexpression elimination (cse.py) and emitters may compare and key them 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Any, Iterator, Union
+from typing import Any, Union
 
 
 class IRError(ValueError):
@@ -92,7 +93,7 @@ class Expr:
     swidth: int | None
     is_bool: bool
 
-    def children(self) -> tuple["Expr", ...]:
+    def children(self) -> tuple[Expr, ...]:
         return ()
 
 
@@ -251,7 +252,9 @@ class Pool:
         self._interned: dict[tuple[Any, ...], Expr] = {}
         self._rand = 0
 
-    def _make(self, cls: type, key: tuple[Any, ...], bits: int | None, swidth: int | None, is_bool: bool, *args: Any) -> Any:
+    def _make(
+        self, cls: type, key: tuple[Any, ...], bits: int | None, swidth: int | None, is_bool: bool, *args: Any
+    ) -> Any:
         full = (cls, *key)
         node = self._interned.get(full)
         if node is None:
@@ -273,8 +276,14 @@ class Pool:
         return self._make(Param, (check_int(index, "parameter"), width), width, None, False, index)
 
     def temp(self, index: int, like: Expr) -> Temp:
-        return self._make(Temp, (check_int(index, "temporary"), like.bits, like.swidth, like.is_bool),
-                          like.bits, like.swidth, like.is_bool, index)
+        return self._make(
+            Temp,
+            (check_int(index, "temporary"), like.bits, like.swidth, like.is_bool),
+            like.bits,
+            like.swidth,
+            like.is_bool,
+            index,
+        )
 
     def binary(self, op: BinOp, a: Expr, b: Expr, bits: int | None = None, swidth: int | None = None) -> Expr:
         is_bool = op in COMPARISONS or op in LOGICAL
@@ -291,23 +300,30 @@ class Pool:
         return self._make(Mux, (cond.nid, a.nid, b.nid), bits, sw, is_bool, cond, a, b)
 
     def clamp(self, a: Expr, lo: int, hi: int, bits: int | None, swidth: int | None) -> Expr:
-        return self._make(Clamp, (a.nid, check_int(lo, "bound"), check_int(hi, "bound"), bits, swidth),
-                          bits, swidth, False, a, lo, hi)
+        return self._make(
+            Clamp, (a.nid, check_int(lo, "bound"), check_int(hi, "bound"), bits, swidth), bits, swidth, False, a, lo, hi
+        )
 
     def sign_wrap(self, a: Expr, width: int) -> Expr:
         return self._make(SignWrap, (a.nid, check_int(width, "width")), None, width, False, a, width)
 
     def in_range(self, a: Expr, size: int, nonneg: bool) -> Expr:
-        return self._make(InRange, (a.nid, check_int(size, "size"), bool(nonneg)), None, None, True, a, size, bool(nonneg))
+        return self._make(
+            InRange, (a.nid, check_int(size, "size"), bool(nonneg)), None, None, True, a, size, bool(nonneg)
+        )
 
     def stack_field(self, next_slot: int, slots: tuple[int, ...], bits: int | None, swidth: int | None) -> Expr:
         slots = tuple(check_int(s, "slot") for s in slots)
-        return self._make(StackField, (check_int(next_slot, "slot"), slots, bits, swidth), bits, swidth, False, next_slot, slots)
+        return self._make(
+            StackField, (check_int(next_slot, "slot"), slots, bits, swidth), bits, swidth, False, next_slot, slots
+        )
 
     def lookahead(self, offset: int, width: int, padded: bool) -> Expr:
         offset, width = check_int(offset, "lookahead offset"), check_int(width, "lookahead width")
         nbytes = (offset + width + 7) // 8
-        return self._make(Lookahead, (offset, width, bool(padded)), width, None, False, offset, width, nbytes, bool(padded))
+        return self._make(
+            Lookahead, (offset, width, bool(padded)), width, None, False, offset, width, nbytes, bool(padded)
+        )
 
     def hash(self, calc: int) -> Expr:
         return self._make(Hash, (check_int(calc, "calculation"),), None, None, False, calc)
@@ -374,8 +390,8 @@ class Let:
 @dataclass(frozen=True, slots=True)
 class If:
     cond: Expr
-    then: tuple["Stmt", ...]
-    orelse: tuple["Stmt", ...]
+    then: tuple[Stmt, ...]
+    orelse: tuple[Stmt, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,7 +447,7 @@ class Block:
     """A basic block of a `Loop`: starts at program counter `start`, falls through to `fall`."""
 
     start: int
-    body: tuple["Stmt", ...]
+    body: tuple[Stmt, ...]
     fall: int
 
 
@@ -511,8 +527,26 @@ class Advance:
     short_error: int
 
 
-Stmt = Union[Assign, Let, If, Return, CopyFields, SwapFields, ZeroFields, RegWrite, Count, Fail, Loop, Goto, GotoUnless,
-             Extract, ExtractStack, Require, Verify, Advance]
+Stmt = Union[
+    Assign,
+    Let,
+    If,
+    Return,
+    CopyFields,
+    SwapFields,
+    ZeroFields,
+    RegWrite,
+    Count,
+    Fail,
+    Loop,
+    Goto,
+    GotoUnless,
+    Extract,
+    ExtractStack,
+    Require,
+    Verify,
+    Advance,
+]
 
 ACCEPT = -1  # parser: the accept state; control: no next node
 
@@ -540,7 +574,7 @@ class ChecksumIR:
     cond: Expr | None
     error_slot: int  # verify: checksum_error's slot, -1 when the program has none
     guard: int  # verify: the validity slot that must be set for the check to run; -1: always
-    pre: tuple["Stmt", ...] = ()  # temporaries the condition uses (spilled deep subexpressions)
+    pre: tuple[Stmt, ...] = ()  # temporaries the condition uses (spilled deep subexpressions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -618,7 +652,7 @@ class CondNode:
     cond: Expr
     true_next: int
     false_next: int
-    pre: tuple["Stmt", ...] = ()  # temporaries the condition uses (spilled deep subexpressions)
+    pre: tuple[Stmt, ...] = ()  # temporaries the condition uses (spilled deep subexpressions)
 
 
 @dataclass(frozen=True, slots=True)

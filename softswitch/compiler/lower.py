@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from softswitch.compiler import cse, ir
-from softswitch.errors import ProgramLimitError, UnsupportedProgramError
 from softswitch.compiler.program import (
     ActionDef,
     HeaderInstance,
@@ -24,6 +23,7 @@ from softswitch.compiler.program import (
     TableDef,
     parse_hexstr,
 )
+from softswitch.errors import ProgramLimitError, UnsupportedProgramError
 
 LOG = logging.getLogger(__name__)
 
@@ -105,12 +105,34 @@ PRIMITIVES = {
     "shift_left",
     "shift_right",
 }
-_P414_BINARY = {"add": "+", "subtract": "-", "bit_and": "&", "bit_or": "|", "bit_xor": "^", "shift_left": "<<", "shift_right": ">>"}
+_P414_BINARY = {
+    "add": "+",
+    "subtract": "-",
+    "bit_and": "&",
+    "bit_or": "|",
+    "bit_xor": "^",
+    "shift_left": "<<",
+    "shift_right": ">>",
+}
 _BINOPS = {
-    "+": ir.BinOp.ADD, "-": ir.BinOp.SUB, "*": ir.BinOp.MUL, "/": ir.BinOp.DIV, "%": ir.BinOp.MOD,
-    "&": ir.BinOp.AND, "|": ir.BinOp.OR, "^": ir.BinOp.XOR, "<<": ir.BinOp.SHL, ">>": ir.BinOp.SHR,
-    "==": ir.BinOp.EQ, "!=": ir.BinOp.NE, ">": ir.BinOp.GT, ">=": ir.BinOp.GE, "<": ir.BinOp.LT, "<=": ir.BinOp.LE,
-    "and": ir.BinOp.LAND, "or": ir.BinOp.LOR,
+    "+": ir.BinOp.ADD,
+    "-": ir.BinOp.SUB,
+    "*": ir.BinOp.MUL,
+    "/": ir.BinOp.DIV,
+    "%": ir.BinOp.MOD,
+    "&": ir.BinOp.AND,
+    "|": ir.BinOp.OR,
+    "^": ir.BinOp.XOR,
+    "<<": ir.BinOp.SHL,
+    ">>": ir.BinOp.SHR,
+    "==": ir.BinOp.EQ,
+    "!=": ir.BinOp.NE,
+    ">": ir.BinOp.GT,
+    ">=": ir.BinOp.GE,
+    "<": ir.BinOp.LT,
+    "<=": ir.BinOp.LE,
+    "and": ir.BinOp.LAND,
+    "or": ir.BinOp.LOR,
 }
 _ALGORITHMS = {
     "crc16": ir.HashAlgo.CRC16,
@@ -355,7 +377,9 @@ class Lowering:
 
     def refuse_unreadable_copy(self, slot: int) -> Refused:
         name = self.unreadable[slot]
-        return self.refuse(f"a header copy of standard_metadata.{name} ({UNREADABLE[name]}), which the embedded switch cannot provide")
+        return self.refuse(
+            f"a header copy of standard_metadata.{name} ({UNREADABLE[name]}), which the embedded switch cannot provide"
+        )
 
     def refuse_unreadable(self, slot: int) -> None:
         name = self.unreadable[slot]
@@ -489,7 +513,9 @@ class Lowering:
         if not isinstance(w, ir.Const) or w.value <= 0:
             raise self.refuse(f"{op} with a non-constant width")
         if w.value > self.limits.max_field_bits:
-            raise ProgramLimitError(f"limit max_field_bits={self.limits.max_field_bits}: {op} to {w.value} bits in {self.where}")
+            raise ProgramLimitError(
+                f"limit max_field_bits={self.limits.max_field_bits}: {op} to {w.value} bits in {self.where}"
+            )
         return w.value
 
     def op(self, j: dict[str, Json], params: tuple[int, ...] | None, depth: int) -> ir.Expr:
@@ -505,9 +531,21 @@ class Lowering:
                 return pool.binary(bop, a, b)
             if bop is B.AND:
                 # drop p4c's width masks when the other side already fits them
-                if isinstance(b, ir.Const) and b.value > 0 and b.value == _mask(b.value.bit_length()) and a.bits is not None and a.bits <= b.value.bit_length():
+                if (
+                    isinstance(b, ir.Const)
+                    and b.value > 0
+                    and b.value == _mask(b.value.bit_length())
+                    and a.bits is not None
+                    and a.bits <= b.value.bit_length()
+                ):
                     return a
-                if isinstance(a, ir.Const) and a.value > 0 and a.value == _mask(a.value.bit_length()) and b.bits is not None and b.bits <= a.value.bit_length():
+                if (
+                    isinstance(a, ir.Const)
+                    and a.value > 0
+                    and a.value == _mask(a.value.bit_length())
+                    and b.bits is not None
+                    and b.bits <= a.value.bit_length()
+                ):
                     return b
                 known = [x for x in (a.bits, b.bits) if x is not None]
                 return pool.binary(B.AND, a, b, bits=min(known) if known else None)
@@ -659,7 +697,9 @@ class Lowering:
             if hi.metadata:
                 return out
             v = lay.valid[h]
-            out.append(ir.If(self.is_valid(v), (ir.Assign(v, pool.const(0)), self.add_length(-(hi.type.width // 8))), ()))
+            out.append(
+                ir.If(self.is_valid(v), (ir.Assign(v, pool.const(0)), self.add_length(-(hi.type.width // 8))), ())
+            )
         elif op in ("mark_to_drop", "drop"):
             es, mg = lay.std("egress_spec"), lay.std("mcast_grp")
             if es is None:
@@ -707,7 +747,9 @@ class Lowering:
             out.append(ir.Assign(lay.EXIT, pool.const(1)))
         elif op in ("assert", "assume"):
             cond = self.rv(args[0], params)
-            out.append(ir.If(pool.unary(ir.UnOp.NOT, cond), (ir.Fail(self.message(f"{op} failed in {self.where}")),), ()))
+            out.append(
+                ir.If(pool.unary(ir.UnOp.NOT, cond), (ir.Fail(self.message(f"{op} failed in {self.where}")),), ())
+            )
         elif op in ("push", "pop"):
             out.extend(self.stack_shift(args, push=op == "push"))
         elif op == "assign_header_stack":
@@ -716,8 +758,15 @@ class Lowering:
                 raise ValueError(f"{self.where}: assign_header_stack between stacks of different sizes")
             out.append(ir.Assign(lay.stack_next[dst.name], pool.field(lay.stack_next[src.name], None, None)))
             for d, h in zip(dst.headers, src.headers):
-                out.extend(self.primitive({"op": "assign_header", "parameters": [
-                    {"type": "header", "value": d}, {"type": "header", "value": h}]}, params))
+                out.extend(
+                    self.primitive(
+                        {
+                            "op": "assign_header",
+                            "parameters": [{"type": "header", "value": d}, {"type": "header", "value": h}],
+                        },
+                        params,
+                    )
+                )
         elif op in ("log_msg", "no_op"):
             pass
         else:  # _jump / _jump_if_zero are handled by the action structurer
@@ -811,22 +860,34 @@ class Lowering:
                 hdr, fld = _pair(item.get("value"), "calculation input")
                 w, signed = lay.width(hdr, fld)
                 guard = -1 if lay.headers[hdr].metadata else lay.valid[hdr]
-                parts.append(ir.CalcPart(ir.CalcKind.FIELD, self.read(hdr, fld), w, 0, guard, signed or fld == "$valid$"))
+                parts.append(
+                    ir.CalcPart(ir.CalcKind.FIELD, self.read(hdr, fld), w, 0, guard, signed or fld == "$valid$")
+                )
             elif t == "hexstr":
                 w = item.get("bitwidth") or 0
                 if type(w) is not int or w <= 0:
                     raise Refused(f"constant without bitwidth in calculation {name!r}")
                 if w > self.limits.max_field_bits:
-                    raise ProgramLimitError(f"limit max_field_bits={self.limits.max_field_bits}: a {w}-bit constant in calculation {name!r}")
-                parts.append(ir.CalcPart(ir.CalcKind.CONST, 0, w, self.constant(item.get("value")) & _mask(w), -1, False))
+                    raise ProgramLimitError(
+                        f"limit max_field_bits={self.limits.max_field_bits}: a {w}-bit constant in calculation {name!r}"
+                    )
+                parts.append(
+                    ir.CalcPart(ir.CalcKind.CONST, 0, w, self.constant(item.get("value")) & _mask(w), -1, False)
+                )
             elif t == "header":
                 hdr = self.header_name(item)
                 self.read_header(hdr)
                 hi = lay.headers[hdr]
                 parts.append(
                     ir.CalcPart(
-                        ir.CalcKind.HEADER, lay.first[hdr], hi.type.width, 0, lay.valid[hdr], False,
-                        tuple(f.width for f in hi.type.fields), tuple(f.signed for f in hi.type.fields),
+                        ir.CalcKind.HEADER,
+                        lay.first[hdr],
+                        hi.type.width,
+                        0,
+                        lay.valid[hdr],
+                        False,
+                        tuple(f.width for f in hi.type.fields),
+                        tuple(f.signed for f in hi.type.fields),
                     )
                 )
             else:
@@ -926,7 +987,12 @@ class Lowering:
                     continue
                 body.extend(self.primitive(p, params))
             blocks.append(ir.Block(s, tuple(body), e))
-        return ir.Loop(tuple(blocks), n, MAX_LOOP_BLOCKS, self.message(f"a loop ran more than {MAX_LOOP_BLOCKS} steps in {self.where}"))
+        return ir.Loop(
+            tuple(blocks),
+            n,
+            MAX_LOOP_BLOCKS,
+            self.message(f"a loop ran more than {MAX_LOOP_BLOCKS} steps in {self.where}"),
+        )
 
     # ------------------------------------------------------------------ control flow
     def pipeline(self, pl: PipelineDef) -> int:
@@ -941,7 +1007,9 @@ class Lowering:
             )
         for ac in pl.action_calls:
             self.where = f"action call {ac.name!r}"
-            self.nodes[self.node(pl.name, ac.name)] = ir.CallNode(self.action_of(ac.action_id), self.node(pl.name, ac.next_node))
+            self.nodes[self.node(pl.name, ac.name)] = ir.CallNode(
+                self.action_of(ac.action_id), self.node(pl.name, ac.next_node)
+            )
         return self.node(pl.name, pl.init)
 
     def table(self, pipeline: str, t: TableDef) -> None:
@@ -956,7 +1024,9 @@ class Lowering:
             if signed:
                 e = pool.binary(ir.BinOp.AND, e, pool.const(_mask(w)), bits=w)
             if key.mask is not None:
-                e = pool.binary(ir.BinOp.AND, e, pool.const(key.mask), bits=min(w, key.mask.bit_length()) if key.mask >= 0 else None)
+                e = pool.binary(
+                    ir.BinOp.AND, e, pool.const(key.mask), bits=min(w, key.mask.bit_length()) if key.mask >= 0 else None
+                )
             keys.append(e)
         node = lambda name: self.node(pipeline, name)  # noqa: E731
         by_action = []
@@ -988,7 +1058,9 @@ class Lowering:
             kind = ir.TableKind.SCAN
         else:
             raise self.refuse(f"table match type {t.match_type!r:.80}")
-        lpm_index = next((i for i, k in enumerate(t.keys) if k.match_type == "lpm"), -1) if kind is ir.TableKind.LPM else -1
+        lpm_index = (
+            next((i for i, k in enumerate(t.keys) if k.match_type == "lpm"), -1) if kind is ir.TableKind.LPM else -1
+        )
         if kind is ir.TableKind.LPM and lpm_index < 0:
             raise ValueError(f"table {t.name!r} has match type lpm but no lpm key")
         runs = [self.action_of(aid) for aid in t.action_ids]
@@ -997,8 +1069,18 @@ class Lowering:
         runs.extend(self.action_of(e.action_id) for e in t.const_entries)
         self.tables.append(
             ir.Table(
-                kind, tuple(keys), lpm_index, direct_action, tuple(direct_params), direct_next,
-                tuple(by_action), t.uses_hit_miss, base, hit_next, miss_next, tuple(sorted(set(runs))),
+                kind,
+                tuple(keys),
+                lpm_index,
+                direct_action,
+                tuple(direct_params),
+                direct_next,
+                tuple(by_action),
+                t.uses_hit_miss,
+                base,
+                hit_next,
+                miss_next,
+                tuple(sorted(set(runs))),
             )
         )
         self.table_defs.append(t)
@@ -1010,9 +1092,13 @@ class Lowering:
         if h.type.width % 8:
             raise Refused(f"header {hname!r} is {h.type.width} bits, not a whole number of bytes")
         return ir.HeaderShape(
-            self.lay.valid[hname], self.lay.first[hname],
-            tuple(f.width for f in h.type.fields), tuple(f.signed for f in h.type.fields),
-            h.type.width // 8, tuple(self.lay.valid[s] for s in self.lay.union_of.get(hname, ())), h.metadata,
+            self.lay.valid[hname],
+            self.lay.first[hname],
+            tuple(f.width for f in h.type.fields),
+            tuple(f.signed for f in h.type.fields),
+            h.type.width // 8,
+            tuple(self.lay.valid[s] for s in self.lay.union_of.get(hname, ())),
+            h.metadata,
         )
 
     def parser(self) -> ir.Parser:
@@ -1046,13 +1132,26 @@ class Lowering:
             cond, pre = self.checksum_cond(c.if_cond)
             ce = lay.std("checksum_error")
             verify.append(
-                ir.ChecksumIR(self.calculation(c.calculation), lay.slot(*c.target), lay.width(*c.target)[0], cond,
-                              -1 if ce is None else ce, lay.valid[c.target[0]], pre)
+                ir.ChecksumIR(
+                    self.calculation(c.calculation),
+                    lay.slot(*c.target),
+                    lay.width(*c.target)[0],
+                    cond,
+                    -1 if ce is None else ce,
+                    lay.valid[c.target[0]],
+                    pre,
+                )
             )
         pe = lay.std("parser_error")
         steps = self.limits.max_parser_steps if _cyclic(out_states, init_index) else 0
-        return ir.Parser(tuple(out_states), init_index, -1 if pe is None else pe, steps,
-                         prog.errors.get("ParserTimeout", 5), tuple(verify))
+        return ir.Parser(
+            tuple(out_states),
+            init_index,
+            -1 if pe is None else pe,
+            steps,
+            prog.errors.get("ParserTimeout", 5),
+            tuple(verify),
+        )
 
     def parser_op(self, opj: Json, pts: int) -> list[ir.Stmt]:
         if not isinstance(opj, dict):
@@ -1072,8 +1171,14 @@ class Lowering:
                 st = next((s for s in self.prog.stacks if s.name == p.get("value")), None)
                 if st is None:
                     raise ValueError(f"{self.where}: unknown stack {p.get('value')!r:.80}")
-                return [ir.ExtractStack(self.lay.stack_next[st.name], tuple(self.shape(h) for h in st.headers),
-                                        self.prog.errors["StackOutOfBounds"], pts)]
+                return [
+                    ir.ExtractStack(
+                        self.lay.stack_next[st.name],
+                        tuple(self.shape(h) for h in st.headers),
+                        self.prog.errors["StackOutOfBounds"],
+                        pts,
+                    )
+                ]
             raise self.refuse(f"extract into {kind!r:.80}")
         if op == "set":
             dst, src = params[0], params[1]
@@ -1193,7 +1298,9 @@ class Lowering:
             self.where = f"checksum {c.name!r}"
             cond, pre = self.checksum_cond(c.if_cond)
             updates.append(
-                ir.ChecksumIR(self.calculation(c.calculation), lay.slot(*c.target), lay.width(*c.target)[0], cond, -1, -1, pre)
+                ir.ChecksumIR(
+                    self.calculation(c.calculation), lay.slot(*c.target), lay.width(*c.target)[0], cond, -1, -1, pre
+                )
             )
         self.where = "deparser"
         emits = []

@@ -299,7 +299,9 @@ def load(bmv2_json: str | bytes, limits: Limits | None = None) -> Program:
     """Parse and validate a BMv2 JSON document; refuse what the switch cannot execute."""
     limits = limits or Limits()
     if len(bmv2_json) > limits.max_json_bytes:
-        raise ProgramLimitError(f"limit max_json_bytes={limits.max_json_bytes}: the program JSON has {len(bmv2_json)} bytes")
+        raise ProgramLimitError(
+            f"limit max_json_bytes={limits.max_json_bytes}: the program JSON has {len(bmv2_json)} bytes"
+        )
     try:
         doc = json.loads(bmv2_json)
     except RecursionError as ex:
@@ -321,7 +323,9 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
         if not isinstance(version, list) or type(version[0]) is not int:
             raise ValueError(f"BMv2 JSON: __meta__.version must be [major, minor], got {version!r:.40}")
         if version[0] != SUPPORTED_MAJOR_VERSION:
-            raise UnsupportedProgramError(f"BMv2 JSON format version {version!r:.40} (need {SUPPORTED_MAJOR_VERSION}.x)")
+            raise UnsupportedProgramError(
+                f"BMv2 JSON format version {version!r:.40} (need {SUPPORTED_MAJOR_VERSION}.x)"
+            )
 
     _refuse_nonempty(doc, "meter_arrays", "meters (meter_arrays)")
     _refuse_nonempty(doc, "learn_lists", "digests/learning (learn_lists)")
@@ -351,7 +355,9 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
             fields.append(FieldDef(name, width, signed))
         htype = HeaderType(tname, tuple(fields))
         if htype.width > limits.max_header_bits:
-            raise ProgramLimitError(f"limit max_header_bits={limits.max_header_bits}: header type {tname!r} has {htype.width} bits")
+            raise ProgramLimitError(
+                f"limit max_header_bits={limits.max_header_bits}: header type {tname!r} has {htype.width} bits"
+            )
         types[tname] = htype
 
     headers = []
@@ -360,7 +366,9 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
         hname = _str(h["name"], "header name")
         if h["header_type"] not in types:
             raise ValueError(f"header {hname!r} has unknown type {h['header_type']!r:.80}")
-        headers.append(HeaderInstance(hname, types[h["header_type"]], _bool(h.get("metadata"), f"metadata of header {hname!r}")))
+        headers.append(
+            HeaderInstance(hname, types[h["header_type"]], _bool(h.get("metadata"), f"metadata of header {hname!r}"))
+        )
         by_id[_int(h["id"], f"id of header {hname!r}")] = hname
 
     def members(x: dict[str, Json], what: str) -> tuple[str, ...]:
@@ -378,7 +386,9 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
     )
     slots = sum(1 + len(h.type.fields) for h in headers) + len(stacks) + 4
     if slots > limits.max_slots:
-        raise ProgramLimitError(f"limit max_slots={limits.max_slots}: the program's headers have {slots} fields and validity bits")
+        raise ProgramLimitError(
+            f"limit max_slots={limits.max_slots}: the program's headers have {slots} fields and validity bits"
+        )
     unions = tuple(
         HeaderUnion(_str(u["name"], "header union name"), members(u, f"header union {u['name']!r}"))
         for u in _nonempty(doc, "header_unions")
@@ -397,7 +407,10 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
             raise ValueError(f"BMv2 JSON: two actions have id {aid}")
         seen_ids.add(aid)
         params = tuple(
-            ActionParam(_str(p["name"], "parameter name"), _int(p["bitwidth"], f"parameter width in action {aname!r}", 0, limits.max_field_bits))
+            ActionParam(
+                _str(p["name"], "parameter name"),
+                _int(p["bitwidth"], f"parameter width in action {aname!r}", 0, limits.max_field_bits),
+            )
             for p in a.get("runtime_data") or []
         )
         prims = a.get("primitives") or []
@@ -432,11 +445,20 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
             raise UnsupportedProgramError(f"action profiles/selectors {names!r:.200} in pipeline {plname!r}")
         tables = tuple(_table(t, action_ids, limits) for t in pl.get("tables") or [])
         conds = tuple(
-            ConditionalDef(_str(c["name"], "conditional name"), c["expression"], _opt_str(c.get("true_next")), _opt_str(c.get("false_next")))
+            ConditionalDef(
+                _str(c["name"], "conditional name"),
+                c["expression"],
+                _opt_str(c.get("true_next")),
+                _opt_str(c.get("false_next")),
+            )
             for c in pl.get("conditionals") or []
         )
         calls = tuple(
-            ActionCallDef(_str(c["name"], "action call name"), _int(c["action_id"], "action id", None), _opt_str(c.get("next_node")))
+            ActionCallDef(
+                _str(c["name"], "action call name"),
+                _int(c["action_id"], "action id", None),
+                _opt_str(c.get("next_node")),
+            )
             for c in pl.get("action_calls") or []
         )
         pipelines[plname] = PipelineDef(plname, _opt_str(pl.get("init_table")), tables, conds, calls)
@@ -452,17 +474,23 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
         counters.append(CounterDef(cname, _int(c["size"], f"size of counter {cname!r}")))
     cells = sum(c.size for c in counters)
     if cells > limits.max_counter_cells:
-        raise ProgramLimitError(f"limit max_counter_cells={limits.max_counter_cells}: the counter arrays have {cells} cells")
+        raise ProgramLimitError(
+            f"limit max_counter_cells={limits.max_counter_cells}: the counter arrays have {cells} cells"
+        )
     registers = []
     for r in _nonempty(doc, "register_arrays"):
         rname = _str(r["name"], "register name")
         width = _int(r["bitwidth"], f"width of register {rname!r}", 1)
         if width > limits.max_field_bits:
-            raise ProgramLimitError(f"limit max_field_bits={limits.max_field_bits}: register {rname!r} is {width} bits wide")
+            raise ProgramLimitError(
+                f"limit max_field_bits={limits.max_field_bits}: register {rname!r} is {width} bits wide"
+            )
         registers.append(RegisterDef(rname, _int(r["size"], f"size of register {rname!r}"), width))
     cells = sum(r.size for r in registers)
     if cells > limits.max_register_cells:
-        raise ProgramLimitError(f"limit max_register_cells={limits.max_register_cells}: the register arrays have {cells} cells")
+        raise ProgramLimitError(
+            f"limit max_register_cells={limits.max_register_cells}: the register arrays have {cells} cells"
+        )
     calculations = {}
     for c in _nonempty(doc, "calculations"):
         cname = _str(c["name"], "calculation name")
@@ -515,7 +543,9 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
 def _table_size(value: Any, name: str, limits: Limits) -> int:
     size = _int(value, f"size of table {name!r}")
     if size > limits.max_table_entries:
-        raise ProgramLimitError(f"limit max_table_entries={limits.max_table_entries}: table {name!r} declares {size} entries")
+        raise ProgramLimitError(
+            f"limit max_table_entries={limits.max_table_entries}: table {name!r} declares {size} entries"
+        )
     return size
 
 
@@ -577,7 +607,9 @@ def _table(t: dict[str, Json], actions: dict[int, ActionDef], limits: Limits) ->
             if mt == "exact":
                 key.append(("exact", parse_hexstr(part["key"]), 0))
             elif mt == "lpm":
-                key.append(("lpm", parse_hexstr(part["key"]), _int(part["prefix_length"], f"prefix length in table {name!r}")))
+                key.append(
+                    ("lpm", parse_hexstr(part["key"]), _int(part["prefix_length"], f"prefix length in table {name!r}"))
+                )
             elif mt == "ternary":
                 key.append(("ternary", parse_hexstr(part["key"]), parse_hexstr(part["mask"])))
             elif mt == "range":

@@ -34,9 +34,20 @@ BUILTINS: dict[str, Any] = {"len": len, "int": int, "min": min, "max": max}
 PIPELINE_FUNCTIONS = ("run_ingress", "run_egress")
 
 _BIN = {
-    ir.BinOp.ADD: "+", ir.BinOp.SUB: "-", ir.BinOp.MUL: "*", ir.BinOp.AND: "&", ir.BinOp.OR: "|",
-    ir.BinOp.XOR: "^", ir.BinOp.EQ: "==", ir.BinOp.NE: "!=", ir.BinOp.GT: ">", ir.BinOp.GE: ">=",
-    ir.BinOp.LT: "<", ir.BinOp.LE: "<=", ir.BinOp.LAND: "and", ir.BinOp.LOR: "or",
+    ir.BinOp.ADD: "+",
+    ir.BinOp.SUB: "-",
+    ir.BinOp.MUL: "*",
+    ir.BinOp.AND: "&",
+    ir.BinOp.OR: "|",
+    ir.BinOp.XOR: "^",
+    ir.BinOp.EQ: "==",
+    ir.BinOp.NE: "!=",
+    ir.BinOp.GT: ">",
+    ir.BinOp.GE: ">=",
+    ir.BinOp.LT: "<",
+    ir.BinOp.LE: "<=",
+    ir.BinOp.LAND: "and",
+    ir.BinOp.LOR: "or",
 }
 _STRUCT_CODES = {8: "B", 16: "H", 32: "I", 64: "Q"}
 _RETURN = "\x00return"  # placeholder for an early return of a function with cached slots
@@ -163,7 +174,7 @@ class Emitter:
         if name is None:
             name = f"SF_{_n(len(self._stack_lists))}"
             self._stack_lists[slots] = name
-            self.constants[name] = tuple(ir.check_int(s, 'slot') for s in slots)
+            self.constants[name] = tuple(ir.check_int(s, "slot") for s in slots)
         return name
 
     def struct_for(self, shape: ir.HeaderShape) -> str | None:
@@ -391,7 +402,10 @@ class Emitter:
         if isinstance(node, ir.CondNode):
             for s in node.pre:
                 self.stmt(s, 1, fn, em)
-            em(1, f"return {self.node_ref(node.true_next)} if {self.ex(node.cond, fn)} else {self.node_ref(node.false_next)}")
+            em(
+                1,
+                f"return {self.node_ref(node.true_next)} if {self.ex(node.cond, fn)} else {self.node_ref(node.false_next)}",
+            )
         elif isinstance(node, ir.CallNode):
             em(1, f"a_{_n(node.action)}(F, ())")
             self.exit_check(1)

@@ -132,7 +132,9 @@ def _shape(s: ir.Stmt) -> _Shape | None:
         return None
 
 
-def temp_refs(stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, dict[int, int]] | None = None) -> Counter[int]:
+def temp_refs(
+    stmts: tuple[ir.Stmt, ...] | list[ir.Stmt], memo: dict[int, dict[int, int]] | None = None
+) -> Counter[int]:
     """How often each temporary is named (defined or read, counted as in the expression trees) in these statements,
     nested ones included. Counted per shared node once (memo by node id): expressions are DAGs."""
     memo = {} if memo is None else memo
@@ -198,8 +200,14 @@ def _group_fits(shapes: list[_Shape | None], start: int, period: int, j: int, st
     return True
 
 
-def _temps_ok(stmts: tuple[ir.Stmt, ...], shapes: list[_Shape | None], run: tuple[int, int, int],
-              strides: dict[Leaf, int], refs: Counter[int], memo: dict[int, dict[int, int]]) -> bool:
+def _temps_ok(
+    stmts: tuple[ir.Stmt, ...],
+    shapes: list[_Shape | None],
+    run: tuple[int, int, int],
+    strides: dict[Leaf, int],
+    refs: Counter[int],
+    memo: dict[int, dict[int, int]],
+) -> bool:
     """Temporaries: those defined in the run are read only inside it; the others do not advance; and two of group
     0's temporaries never become one in a later group (the loop names each by group 0's, so they must stay apart)."""
     start, period, count = run
@@ -218,8 +226,13 @@ def _temps_ok(stmts: tuple[ir.Stmt, ...], shapes: list[_Shape | None], run: tupl
     return all(refs[t] <= inside[t] for t in defined)
 
 
-def find_runs(stmts: tuple[ir.Stmt, ...], refs: Counter[int], min_count: int = MIN_COUNT,
-              max_period: int = MAX_PERIOD, memo: dict[int, dict[int, int]] | None = None) -> list[Run]:
+def find_runs(
+    stmts: tuple[ir.Stmt, ...],
+    refs: Counter[int],
+    min_count: int = MIN_COUNT,
+    max_period: int = MAX_PERIOD,
+    memo: dict[int, dict[int, int]] | None = None,
+) -> list[Run]:
     """The runs in stmts, left to right, none overlapping; `refs` counts temporaries over the whole function
     (temp_refs; `memo` is the one it used, if the caller kept it)."""
     memo = {} if memo is None else memo
@@ -252,9 +265,15 @@ def find_runs(stmts: tuple[ir.Stmt, ...], refs: Counter[int], min_count: int = M
             i += 1
             continue
         p, count, strides = best
-        runs.append(Run(i, p, count,
-                        {x: d for (k, x), d in strides.items() if k == "S"},
-                        {x: d for (k, x), d in strides.items() if k == "R"},
-                        {x: d for (k, x), d in strides.items() if k == "T"}))
+        runs.append(
+            Run(
+                i,
+                p,
+                count,
+                {x: d for (k, x), d in strides.items() if k == "S"},
+                {x: d for (k, x), d in strides.items() if k == "R"},
+                {x: d for (k, x), d in strides.items() if k == "T"},
+            )
+        )
         i += p * count
     return runs

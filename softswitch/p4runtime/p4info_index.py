@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
@@ -172,9 +172,7 @@ class P4InfoIndex:
         self.p4info = p4info
         self.actions: dict[int, ActionSpec] = {}
         for a in p4info.actions:
-            params = tuple(
-                ParamSpec(p.id, p.name, p.bitwidth) for p in sorted(a.params, key=lambda p: p.id)
-            )
+            params = tuple(ParamSpec(p.id, p.name, p.bitwidth) for p in sorted(a.params, key=lambda p: p.id))
             self.actions[a.preamble.id] = ActionSpec(a.preamble.id, a.preamble.name, params)
         self.tables: dict[int, TableSpec] = {}
         self._translated: dict[int, set[int]] = {}  # table id -> ids of match fields of translated types
@@ -188,19 +186,25 @@ class P4InfoIndex:
                     )
                 fields.append(MatchFieldSpec(f.id, f.name, f.bitwidth, MATCH_KINDS[f.match_type]))
             translated = {
-                f.id for f in t.match_fields
+                f.id
+                for f in t.match_fields
                 if f.HasField("type_name") and p4info.type_info.new_types[f.type_name.name].HasField("translated_type")
             }
             if translated:
                 self._translated[t.preamble.id] = translated
             scopes = {r.id: r.scope for r in t.action_refs}
             self.tables[t.preamble.id] = TableSpec(
-                t.preamble.id, t.preamble.name, tuple(fields), scopes, t.const_default_action_id, t.size,
-                t.is_const_table, t.idle_timeout_behavior != p4info_pb2.Table.NO_TIMEOUT,
+                t.preamble.id,
+                t.preamble.name,
+                tuple(fields),
+                scopes,
+                t.const_default_action_id,
+                t.size,
+                t.is_const_table,
+                t.idle_timeout_behavior != p4info_pb2.Table.NO_TIMEOUT,
             )
         self.counters: dict[int, CounterSpec] = {
-            c.preamble.id: CounterSpec(c.preamble.id, c.preamble.name, c.spec.unit, c.size)
-            for c in p4info.counters
+            c.preamble.id: CounterSpec(c.preamble.id, c.preamble.name, c.spec.unit, c.size) for c in p4info.counters
         }
         self.registers: dict[int, RegisterSpec] = {}
         for r in p4info.registers:
@@ -268,7 +272,9 @@ class P4InfoIndex:
                 )
             else:
                 for i, (f, k) in enumerate(zip(t.match_fields, info.keys)):
-                    if k.match_type in _JSON_KINDS[f.kind] and (f.bitwidth == 0 or f.id in self._translated.get(t.id, ())):
+                    if k.match_type in _JSON_KINDS[f.kind] and (
+                        f.bitwidth == 0 or f.id in self._translated.get(t.id, ())
+                    ):
                         # a field that is not a bit string (an `error`, say: P4Info gives no width) or
                         # of a @p4runtime_translation type (P4Info gives the controller's width): this
                         # switch translates none, so values are the data plane's, in its width
@@ -383,7 +389,8 @@ class P4InfoIndex:
         scope = table.action_scopes[action.id]
         if default and scope == p4info_pb2.ActionRef.TABLE_ONLY:
             raise P4RuntimeStatusError(
-                code_pb2.PERMISSION_DENIED, f"table {table.name!r}: action {action.name!r} cannot be the default action (@tableonly)"
+                code_pb2.PERMISSION_DENIED,
+                f"table {table.name!r}: action {action.name!r} cannot be the default action (@tableonly)",
             )
         if not default and scope == p4info_pb2.ActionRef.DEFAULT_ONLY:
             raise P4RuntimeStatusError(

@@ -13,10 +13,11 @@ import ipaddress
 import logging
 import queue
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Callable, Iterator, Mapping, NamedTuple
+from typing import NamedTuple
 
 import grpc
 from google.protobuf import any_pb2
@@ -393,7 +394,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         try:
             scratch.load_program(config.p4_device_config)
         except errors.ProgramLimitError as ex:
-            raise P4RuntimeStatusError(code_pb2.RESOURCE_EXHAUSTED, f"Error when loading the device config: {ex}") from ex
+            raise P4RuntimeStatusError(
+                code_pb2.RESOURCE_EXHAUSTED, f"Error when loading the device config: {ex}"
+            ) from ex
         except (errors.SoftSwitchError, ValueError) as ex:
             raise invalid(f"Error when loading the device config: {ex}") from ex
         except Exception as ex:  # an interpreter bug must not take the server down
@@ -420,7 +423,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         dev.entry_metadata.clear()
         LOG.info(
             "pipeline committed: %d tables, %d actions, %d counters",
-            len(index.tables), len(index.actions), len(index.counters),
+            len(index.tables),
+            len(index.actions),
+            len(index.counters),
         )
 
     def GetForwardingPipelineConfig(  # noqa: N802
@@ -434,9 +439,12 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         with dev.lock:
             config = dev.config
             if config is None:
-                _abort(context, P4RuntimeStatusError(
-                    code_pb2.FAILED_PRECONDITION, "No forwarding pipeline config set for this device"
-                ))
+                _abort(
+                    context,
+                    P4RuntimeStatusError(
+                        code_pb2.FAILED_PRECONDITION, "No forwarding pipeline config set for this device"
+                    ),
+                )
             kind = request.response_type
             if config.HasField("cookie"):
                 out.cookie.CopyFrom(config.cookie)
@@ -532,7 +540,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 sw.table_reset_default(table.name)
             return
         if table.is_const:
-            raise P4RuntimeStatusError(code_pb2.PERMISSION_DENIED, f"table {table.name!r} is const (entries from the program)")
+            raise P4RuntimeStatusError(
+                code_pb2.PERMISSION_DENIED, f"table {table.name!r} is const (entries from the program)"
+            )
         if e.idle_timeout_ns < 0:
             raise invalid(f"table {table.name!r}: idle_timeout_ns must not be negative")
         if e.idle_timeout_ns > 0 and not table.idle_timeout:
@@ -642,7 +652,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             _abort(context, _status_error(ex))
         yield from sink.responses
 
-    def _read(self, dev: _Device, index: P4InfoIndex, wanted: p4runtime_pb2.Entity, sink: "_ResponseSink") -> None:
+    def _read(self, dev: _Device, index: P4InfoIndex, wanted: p4runtime_pb2.Entity, sink: _ResponseSink) -> None:
         kind = wanted.WhichOneof("entity")
         if kind == "table_entry":
             self._read_tables(dev, index, wanted.table_entry, sink)
@@ -655,7 +665,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         else:
             raise P4RuntimeStatusError(code_pb2.UNIMPLEMENTED, f"Reading {kind} entities is not supported")
 
-    def _read_tables(self, dev: _Device, index: P4InfoIndex, q: p4runtime_pb2.TableEntry, sink: "_ResponseSink") -> None:
+    def _read_tables(self, dev: _Device, index: P4InfoIndex, q: p4runtime_pb2.TableEntry, sink: _ResponseSink) -> None:
         sw = dev.switch
         if q.table_id == 0:
             if len(q.match) or q.is_default_action:
@@ -682,7 +692,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 if meta is not None:
                     out.controller_metadata, out.metadata = meta
 
-    def _read_counters(self, dev: _Device, index: P4InfoIndex, q: p4runtime_pb2.CounterEntry, sink: "_ResponseSink") -> None:
+    def _read_counters(
+        self, dev: _Device, index: P4InfoIndex, q: p4runtime_pb2.CounterEntry, sink: _ResponseSink
+    ) -> None:
         specs = list(index.counters.values()) if q.counter_id == 0 else [index.counter(q.counter_id)]
         for spec in specs:
             packets_too = spec.unit in (p4info_pb2.CounterSpec.PACKETS, p4info_pb2.CounterSpec.BOTH)
@@ -700,7 +712,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 if bytes_too:
                     c.data.byte_count = bytes_
 
-    def _read_registers(self, dev: _Device, index: P4InfoIndex, q: p4runtime_pb2.RegisterEntry, sink: "_ResponseSink") -> None:
+    def _read_registers(
+        self, dev: _Device, index: P4InfoIndex, q: p4runtime_pb2.RegisterEntry, sink: _ResponseSink
+    ) -> None:
         specs = list(index.registers.values()) if q.register_id == 0 else [index.register(q.register_id)]
         for spec in specs:
             indices = self._indices(spec.size, q.HasField("index"), q.index.index, f"register {spec.name!r}")
@@ -711,10 +725,12 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 r.index.index = i
                 r.data.bitstring = encode_int(cells[i] if cells is not None else dev.switch.register_read(spec.name, i))
 
-    def _read_pre(self, dev: _Device, q: p4runtime_pb2.PacketReplicationEngineEntry, sink: "_ResponseSink") -> None:
+    def _read_pre(self, dev: _Device, q: p4runtime_pb2.PacketReplicationEngineEntry, sink: _ResponseSink) -> None:
         which = q.WhichOneof("type")
         if which != "multicast_group_entry":
-            raise P4RuntimeStatusError(code_pb2.UNIMPLEMENTED, f"Reading {which} is not supported (multicast groups only)")
+            raise P4RuntimeStatusError(
+                code_pb2.UNIMPLEMENTED, f"Reading {which} is not supported (multicast groups only)"
+            )
         wanted = q.multicast_group_entry.multicast_group_id
         groups = dev.switch.mc_groups()
         if wanted and wanted not in groups:
@@ -807,7 +823,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         return True
 
 
-def _stream_error(req: p4runtime_pb2.StreamMessageRequest, code: int, message: str) -> p4runtime_pb2.StreamMessageResponse:
+def _stream_error(
+    req: p4runtime_pb2.StreamMessageRequest, code: int, message: str
+) -> p4runtime_pb2.StreamMessageResponse:
     msg = p4runtime_pb2.StreamMessageResponse()
     msg.error.canonical_code = code
     msg.error.message = message
@@ -868,7 +886,7 @@ class P4RuntimeServer:
             self._server.stop(grace).wait()
             self._server = None
 
-    def __enter__(self) -> "P4RuntimeServer":
+    def __enter__(self) -> P4RuntimeServer:
         self.start()
         return self
 

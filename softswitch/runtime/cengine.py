@@ -22,9 +22,9 @@ from typing import Any
 
 from native import cbuild
 from softswitch.compiler import cemit, codegen
+from softswitch.compiler.once import SharedBuilds
 from softswitch.runtime import engine
 from softswitch.runtime.engine import ProgramRuntime
-from softswitch.compiler.once import SharedBuilds
 
 LOG = logging.getLogger(__name__)
 
@@ -45,22 +45,37 @@ class OutDesc(ctypes.Structure):
 
 class Outs(ctypes.Structure):
     _fields_ = [
-        ("buf", ctypes.c_void_p), ("cap", ctypes.c_uint64), ("used", ctypes.c_uint64),
-        ("d", ctypes.POINTER(OutDesc)), ("n", ctypes.c_uint32), ("dcap", ctypes.c_uint32),
+        ("buf", ctypes.c_void_p),
+        ("cap", ctypes.c_uint64),
+        ("used", ctypes.c_uint64),
+        ("d", ctypes.POINTER(OutDesc)),
+        ("n", ctypes.c_uint32),
+        ("dcap", ctypes.c_uint32),
     ]
 
 
 def runtime_source(program_c: str) -> str:
     """The whole translation unit: the runtime's head, the program, the runtime's body."""
-    return "".join((
-        (C_DIR / "rt_abi.h").read_text(), (C_DIR / "rt_head.h").read_text(), program_c, (C_DIR / "rt_body.c").read_text(),
-    ))
+    return "".join(
+        (
+            (C_DIR / "rt_abi.h").read_text(),
+            (C_DIR / "rt_head.h").read_text(),
+            program_c,
+            (C_DIR / "rt_body.c").read_text(),
+        )
+    )
 
 
 def _bind(lib: ctypes.CDLL) -> None:
     """Argument and result types of the library's exported functions (c/rt_body.c)."""
-    vp, i32, u32, u64, i64, c_int = (ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32, ctypes.c_uint64,
-                                     ctypes.c_int64, ctypes.c_int)
+    vp, i32, u32, u64, i64, c_int = (
+        ctypes.c_void_p,
+        ctypes.c_int32,
+        ctypes.c_uint32,
+        ctypes.c_uint64,
+        ctypes.c_int64,
+        ctypes.c_int,
+    )
     sigs: dict[str, tuple[Any, list[Any]]] = {
         "p4sw_abi": (c_int, []),
         "p4sw_state_size": (u64, []),
@@ -86,7 +101,10 @@ def _bind(lib: ctypes.CDLL) -> None:
         "p4sw_counter_read_all": (c_int, [vp, c_int, u64p]),
         "p4sw_counter_write": (c_int, [vp, c_int, u64, u64, u64]),
         "p4sw_stats": (None, [vp, u64p]),
-        "p4sw_process": (c_int, [vp, c_int, ctypes.c_char_p, u32, ctypes.POINTER(c_int), ctypes.POINTER(ctypes.POINTER(Outs))]),
+        "p4sw_process": (
+            c_int,
+            [vp, c_int, ctypes.c_char_p, u32, ctypes.POINTER(c_int), ctypes.POINTER(ctypes.POINTER(Outs))],
+        ),
         "p4sw_run": (u64, [vp, ctypes.c_char_p, u64p, ctypes.POINTER(u32), ctypes.POINTER(i32), u32, u32, u64p]),
         "p4sw_batch_fn": (vp, []),
     }
@@ -123,8 +141,10 @@ def options_for(comp: codegen.Compiled) -> cemit.Options:
     deq = reads("deq_timedelta")
     tc = cbuild.toolchain()
     return cemit.Options(
-        ingress_clock=reads("ingress_global_timestamp"), egress_clock=reads("egress_global_timestamp"),
-        enq_clock=reads("enq_timestamp") or (deq and std.get("enq_timestamp", -1) >= 0), deq_clock=deq,
+        ingress_clock=reads("ingress_global_timestamp"),
+        egress_clock=reads("egress_global_timestamp"),
+        enq_clock=reads("enq_timestamp") or (deq and std.get("enq_timestamp", -1) >= 0),
+        deq_clock=deq,
         lane_loops=tc is not None and any(arch in tc.version for arch in LANE_LOOP_TARGETS),
     )
 
@@ -160,8 +180,11 @@ def describe(ex: cemit.CUnsupported, comp: codegen.Compiled) -> str:
                 return f"field {hdr}.{fld}"
         return f"slot {i}"
     table = {
-        w.ACTION: ("action", names.actions), w.NODE: ("control node", names.nodes), w.TABLE: ("table", names.tables),
-        w.STATE: ("parser state", names.states), w.CALC: ("calculation", names.calcs),
+        w.ACTION: ("action", names.actions),
+        w.NODE: ("control node", names.nodes),
+        w.TABLE: ("table", names.tables),
+        w.STATE: ("parser state", names.states),
+        w.CALC: ("calculation", names.calcs),
         w.REGISTER: ("register", names.registers),
     }
     if ex.where in table:
@@ -171,24 +194,30 @@ def describe(ex: cemit.CUnsupported, comp: codegen.Compiled) -> str:
 
 
 def default_engine() -> str:
-    """"c" where a C compiler is present, else "python"."""
+    """ "c" where a C compiler is present, else "python"."""
     return "c" if cbuild.toolchain() is not None else "python"
 
 
-def runtime_or_none(comp: codegen.Compiled, switch: Any, required: bool) -> "CRuntime | None":
+def runtime_or_none(comp: codegen.Compiled, switch: Any, required: bool) -> CRuntime | None:
     """The program on the C engine, or None (logged, saying why) when it must run on the Python engine."""
     global _NO_COMPILER_LOGGED
     if cbuild.toolchain() is None:
         if required or not _NO_COMPILER_LOGGED:
-            LOG.warning("%s: no C compiler (cc) on PATH: the program runs on the Python engine "
-                        "(install gcc for the C engine)", switch.name)
+            LOG.warning(
+                "%s: no C compiler (cc) on PATH: the program runs on the Python engine (install gcc for the C engine)",
+                switch.name,
+            )
             _NO_COMPILER_LOGGED = True
         return None
     try:
         prog = program_for(comp, f"{switch.name}'s program")
     except cemit.CUnsupported as ex:
-        LOG.warning("%s: the C engine cannot run this program (%s in %s); it runs on the Python engine",
-                    switch.name, ex.what, describe(ex, comp))
+        LOG.warning(
+            "%s: the C engine cannot run this program (%s in %s); it runs on the Python engine",
+            switch.name,
+            ex.what,
+            describe(ex, comp),
+        )
         return None
     except (cbuild.CompileError, cbuild.CacheUnsafeError, OSError) as ex:
         LOG.error("%s: the C engine failed to build this program (%s); it runs on the Python engine", switch.name, ex)
@@ -214,7 +243,7 @@ def _u64s(values: tuple[int, ...] | list[int]) -> Any:
 class _CTable:
     """A MatchTable's mirror on the C side: one locked C call per change (tables.TableMirror)."""
 
-    def __init__(self, rt: "CRuntime", index: int) -> None:
+    def __init__(self, rt: CRuntime, index: int) -> None:
         self.rt, self.t = rt, index
 
     def _check(self, rc: int, what: str) -> None:
@@ -308,7 +337,9 @@ class CRuntime(ProgramRuntime):
     # ---- packets -------------------------------------------------------------------------------
     def process(self, port: int, data: bytes) -> tuple[list[tuple[int, bytes]], int, int]:
         """One packet: (outputs, status 0/1 assertion/2 internal error, the assertion's message number)."""
-        status = self.lib.p4sw_process(self.sw, port, data, len(data), ctypes.byref(self._msg), ctypes.byref(self._outs))
+        status = self.lib.p4sw_process(
+            self.sw, port, data, len(data), ctypes.byref(self._msg), ctypes.byref(self._outs)
+        )
         o = self._outs.contents
         out = []
         if o.n:
@@ -331,7 +362,7 @@ class CRuntime(ProgramRuntime):
         return int(buf[_NSTATS - 1])
 
     @staticmethod
-    def prepare(traffic: list[tuple[int, bytes]]) -> "Prepared":
+    def prepare(traffic: list[tuple[int, bytes]]) -> Prepared:
         """Traffic laid out for `run` (done once, outside what a benchmark times)."""
         blob = b"".join(d for _, d in traffic)
         offs, o = [], 0
@@ -340,16 +371,27 @@ class CRuntime(ProgramRuntime):
             o += len(d)
         n = len(traffic)
         return Prepared(
-            n, ctypes.create_string_buffer(blob, max(1, len(blob))), _u64s(offs),
-            (ctypes.c_uint32 * max(1, n))(*[len(d) for _, d in traffic]), (ctypes.c_int32 * max(1, n))(*[p for p, _ in traffic]),
+            n,
+            ctypes.create_string_buffer(blob, max(1, len(blob))),
+            _u64s(offs),
+            (ctypes.c_uint32 * max(1, n))(*[len(d) for _, d in traffic]),
+            (ctypes.c_int32 * max(1, n))(*[p for p, _ in traffic]),
         )
 
-    def run(self, traffic: "Prepared", batch: int = 32) -> tuple[int, int]:
+    def run(self, traffic: Prepared, batch: int = 32) -> tuple[int, int]:
         """The benchmark's loop in C: every packet in batches as the port loop makes them, outputs counted
         and dropped (returns the outputs and their bytes)."""
         nbytes = ctypes.c_uint64(0)
-        outs = self.lib.p4sw_run(self.sw, ctypes.cast(traffic.blob, ctypes.c_char_p), traffic.offsets, traffic.lengths,
-                                 traffic.ports, traffic.n, batch, ctypes.byref(nbytes))
+        outs = self.lib.p4sw_run(
+            self.sw,
+            ctypes.cast(traffic.blob, ctypes.c_char_p),
+            traffic.offsets,
+            traffic.lengths,
+            traffic.ports,
+            traffic.n,
+            batch,
+            ctypes.byref(nbytes),
+        )
         return int(outs), int(nbytes.value)
 
     def batch_entry(self) -> tuple[int, int]:

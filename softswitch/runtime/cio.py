@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from native import cbuild
 from softswitch.compiler import cemit
 from softswitch.runtime.delayline import PortDelays
-from native import cbuild
 
 LOG = logging.getLogger(__name__)
 
@@ -61,9 +61,16 @@ def library() -> ctypes.CDLL:
 class CPortLoop:
     """One C thread moving frames between the given sockets and an attached C program."""
 
-    def __init__(self, ports: list[tuple[int, int, int, str]], max_frame: int, cpu_port: int | None,
-                 on_punt: Callable[[bytes], None] | None = None, name: str = "softswitch",
-                 delays: PortDelays | None = None, hold_cap: int | None = None) -> None:
+    def __init__(
+        self,
+        ports: list[tuple[int, int, int, str]],
+        max_frame: int,
+        cpu_port: int | None,
+        on_punt: Callable[[bytes], None] | None = None,
+        name: str = "softswitch",
+        delays: PortDelays | None = None,
+        hold_cap: int | None = None,
+    ) -> None:
         """ports: (switch port, socket descriptor, interface index, interface name); delays: the seconds each port
         holds the frames it receives (ingress) and sends (egress), held in C (a link's propagation delay), at
         most hold_cap frames a port and direction (65,536 unless given; more are dropped and counted)."""
@@ -145,7 +152,9 @@ class CPortLoop:
     def stats(self) -> dict[str, int]:
         buf = (ctypes.c_uint64 * 6)()
         self.lib.cio_stats(self.io, buf)
-        return dict(zip(("tx_no_port", "punt_dropped", "batches", "frames", "held", "held_dropped"), (int(x) for x in buf)))
+        return dict(
+            zip(("tx_no_port", "punt_dropped", "batches", "frames", "held", "held_dropped"), (int(x) for x in buf))
+        )
 
     def send(self, port: int, frame: bytes) -> bool:
         return self.lib.cio_send(self.io, port, frame, len(frame)) == 0

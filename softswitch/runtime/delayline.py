@@ -14,8 +14,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 MAX_DELAY_S = 10.0
 

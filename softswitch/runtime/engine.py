@@ -61,7 +61,9 @@ class ProgramRuntime:
             for k in t.keys:
                 w, _ = self.lay.width(k.header, k.field)
                 specs.append(KeySpec(k.name, k.match_type, w))
-            self.tables[t.name] = MatchTable(t.name, t.match_type, tuple(specs), t.max_size, immutable=bool(t.const_entries))
+            self.tables[t.name] = MatchTable(
+                t.name, t.match_type, tuple(specs), t.max_size, immutable=bool(t.const_entries)
+            )
             self.table_defs[t.name] = t
             self.table_index[t.name] = i
         self.actions_by_id = {a.id: a for a in self.prog.actions}
@@ -73,7 +75,9 @@ class ProgramRuntime:
             )
         self.std = {name: self.lay.std(name) for name in codegen.STANDARD_FIELDS}
         if self.std["egress_spec"] is None or self.std["ingress_port"] is None:
-            raise program.UnsupportedProgramError("standard_metadata.egress_spec/ingress_port missing (v1model expected)")
+            raise program.UnsupportedProgramError(
+                "standard_metadata.egress_spec/ingress_port missing (v1model expected)"
+            )
         # clocks cost a system call per packet: set them only where the program can see them
         seen = comp.read_slots
         self.clock = {name: self.std[name] if self.std[name] in seen else None for name in CLOCKS}

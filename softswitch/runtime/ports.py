@@ -32,8 +32,9 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from softswitch.runtime.delayline import EGRESS, INGRESS, DelayLine, PortDelays
 
@@ -138,8 +139,14 @@ def open_port_socket(iface: str) -> tuple[socket.socket, int]:
 class PortIO:
     """Moves frames between the given interfaces and one switch, on one background thread."""
 
-    def __init__(self, switch: PacketProcessor, ports: Mapping[int, str], name: str = "", max_frame: int = MAX_FRAME,
-                 delays: PortDelays | None = None) -> None:
+    def __init__(
+        self,
+        switch: PacketProcessor,
+        ports: Mapping[int, str],
+        name: str = "",
+        max_frame: int = MAX_FRAME,
+        delays: PortDelays | None = None,
+    ) -> None:
         self.switch = switch
         self.delays = delays or PortDelays()
         unknown = sorted((set(self.delays.egress) | set(self.delays.ingress)) - set(ports))
@@ -229,8 +236,12 @@ class PortIO:
             listeners.append(self._bind)
         if hasattr(self.switch, "transmit"):
             self.switch.transmit = self.inject
-        LOG.info("%s: ports %s (%s loop)", self.name, ", ".join(f"{p}@{i}" for p, i in sorted(self._wanted.items())),
-                 self.mode)
+        LOG.info(
+            "%s: ports %s (%s loop)",
+            self.name,
+            ", ".join(f"{p}@{i}" for p, i in sorted(self._wanted.items())),
+            self.mode,
+        )
 
     # -- which loop ---------------------------------------------------------------------------------
     def _c_entry(self) -> tuple[int, int] | None:
@@ -254,9 +265,14 @@ class PortIO:
 
                     cpu = getattr(self.switch, "cpu_port", None)
                     deliver = getattr(self.switch, "deliver_packet_in", None)
-                    loop = CPortLoop([(p.port, p.sock.fileno(), p.ifindex, p.iface) for p in self._ports.values()],
-                                     self.max_frame, cpu, deliver if cpu is not None else None, name=self.name,
-                                     delays=PortDelays(self._egress_delay, self._ingress_delay))
+                    loop = CPortLoop(
+                        [(p.port, p.sock.fileno(), p.ifindex, p.iface) for p in self._ports.values()],
+                        self.max_frame,
+                        cpu,
+                        deliver if cpu is not None else None,
+                        name=self.name,
+                        delays=PortDelays(self._egress_delay, self._ingress_delay),
+                    )
                     loop.attach(entry)
                     loop.start()
                     self._cloop = loop
@@ -324,8 +340,13 @@ class PortIO:
             for key, level in (("assertions", logging.WARNING), ("errors", logging.ERROR)):
                 grew = now.get(key, 0) - last.get(key, 0)
                 if grew > 0:
-                    LOG.log(level, "%s: %d packets dropped by %s in the last 5 s (C engine)", self.name, grew,
-                            "failed assert()/assume()" if key == "assertions" else "internal errors")
+                    LOG.log(
+                        level,
+                        "%s: %d packets dropped by %s in the last 5 s (C engine)",
+                        self.name,
+                        grew,
+                        "failed assert()/assume()" if key == "assertions" else "internal errors",
+                    )
             last = now
 
     def inject(self, egress: int, frame: bytes) -> None:
@@ -372,7 +393,7 @@ class PortIO:
             p.sock.close()
         self._by_fd.clear()
 
-    def __enter__(self) -> "PortIO":
+    def __enter__(self) -> PortIO:
         self.start()
         return self
 

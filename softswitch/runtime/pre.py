@@ -23,7 +23,9 @@ class ReplicationEngine:
             try:
                 port, rid = rep
             except (TypeError, ValueError) as ex:
-                raise InvalidEntryError(f"multicast group {group_id}: replica {rep!r} is not (egress_port, rid)") from ex
+                raise InvalidEntryError(
+                    f"multicast group {group_id}: replica {rep!r} is not (egress_port, rid)"
+                ) from ex
             if not isinstance(port, int) or not 0 <= port <= MAX_PORT:
                 raise InvalidEntryError(f"multicast group {group_id}: egress port {port!r} outside 0..{MAX_PORT}")
             if not isinstance(rid, int) or not 0 <= rid <= MAX_RID:

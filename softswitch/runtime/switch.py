@@ -20,15 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from softswitch.compiler import codegen, compilecache, ir, program, pyemit
-
-from softswitch.runtime import heap
-from softswitch.runtime.engine import ActionCall, ActionInfo, ProgramAssertion, ProgramRuntime
 from softswitch.errors import (
     ConstDefaultActionError,
     InvalidEntryError,
     NoProgramError,
     UnknownObjectError,
 )
+from softswitch.runtime import heap
+from softswitch.runtime.engine import ActionCall, ActionInfo, ProgramAssertion, ProgramRuntime
 from softswitch.runtime.pre import ReplicationEngine
 from softswitch.runtime.tables import Exact, Lpm, MatchKey, MatchTable, Range, Ternary
 
@@ -47,6 +46,7 @@ __all__ = [
     "TableInfo",
     "Ternary",
 ]
+
 
 @dataclass(frozen=True)
 class TableEntry:
@@ -309,8 +309,14 @@ class SoftSwitch:
     what, by name) runs on the Python engine.
     """
 
-    def __init__(self, device_id: int = 0, name: str = "", priority_queues: int = 1, cpu_port: int | None = None,
-                 engine: str = "auto") -> None:
+    def __init__(
+        self,
+        device_id: int = 0,
+        name: str = "",
+        priority_queues: int = 1,
+        cpu_port: int | None = None,
+        engine: str = "auto",
+    ) -> None:
         if not 1 <= priority_queues <= 8:
             raise ValueError(f"priority_queues must be 1..8 (v1model's priority is 3 bits), got {priority_queues}")
         if cpu_port is not None and not 0 < cpu_port < codegen.DROP_PORT:
@@ -369,8 +375,13 @@ class SoftSwitch:
             listener()
         if old is not None:
             self._retire(old)
-        LOG.info("%s: loaded program (%d tables, %d actions) on the %s engine", self.name, len(rt.tables),
-                 len(rt.action_infos), rt.engine)
+        LOG.info(
+            "%s: loaded program (%d tables, %d actions) on the %s engine",
+            self.name,
+            len(rt.tables),
+            len(rt.action_infos),
+            rt.engine,
+        )
 
     def _build_runtime(self, raw: bytes) -> ProgramRuntime:
         with heap.paused():  # the collector would walk the growing program over and over (heap.py)
@@ -382,7 +393,7 @@ class SoftSwitch:
         if want == "auto":  # P4INA_SOFTSWITCH_ENGINE=c|python says what "auto" means (tests run the suite on either)
             want = os.environ.get("P4INA_SOFTSWITCH_ENGINE", "auto")
         if want != "python":
-            from softswitch.runtime import cengine# the C engine needs a compiler; imported on demand
+            from softswitch.runtime import cengine  # the C engine needs a compiler; imported on demand
 
             rt = cengine.runtime_or_none(comp, self, required=want == "c")
             if rt is not None:
@@ -594,13 +605,18 @@ class SoftSwitch:
             stats = self._stats
             stats["rx"] += 1
             try:
-                out, drops = rt.process(int(ingress_port), bytes(data), self._t0, self._pre.groups, self.priority_queues)
+                out, drops = rt.process(
+                    int(ingress_port), bytes(data), self._t0, self._pre.groups, self.priority_queues
+                )
             except ProgramAssertion as ex:
                 stats["assertions"] += 1
                 stats["dropped"] += 1
                 self._assert_log.report(
-                    "%s: %s (a %d-byte packet from port %s; dropped)", self.name,
-                    rt.assertion_message(ex.args[0] if ex.args else None), len(data), ingress_port,
+                    "%s: %s (a %d-byte packet from port %s; dropped)",
+                    self.name,
+                    rt.assertion_message(ex.args[0] if ex.args else None),
+                    len(data),
+                    ingress_port,
                 )
                 return []
             except Exception as ex:  # noqa: BLE001 - one bad packet must not take the switch down
@@ -608,7 +624,11 @@ class SoftSwitch:
                 stats["dropped"] += 1
                 self._error_log.report(
                     "%s: internal error processing a %d-byte packet from port %s; dropped: %r",
-                    self.name, len(data), ingress_port, ex, exc=ex,
+                    self.name,
+                    len(data),
+                    ingress_port,
+                    ex,
+                    exc=ex,
                 )
                 return []
             stats["dropped"] += drops
@@ -623,12 +643,18 @@ class SoftSwitch:
         out, status, msg = rt.process(port, data)
         if status == 1:
             self._assert_log.report(
-                "%s: %s (a %d-byte packet from port %s; dropped)", self.name, rt.assertion_message(msg), len(data), port,
+                "%s: %s (a %d-byte packet from port %s; dropped)",
+                self.name,
+                rt.assertion_message(msg),
+                len(data),
+                port,
             )
         elif status:
             self._error_log.report(
                 "%s: internal error in the C engine processing a %d-byte packet from port %s; dropped",
-                self.name, len(data), port,
+                self.name,
+                len(data),
+                port,
             )
         cpu = self.cpu_port
         if cpu is not None and out and any(p == cpu for p, _ in out):

@@ -130,7 +130,9 @@ class MatchTable:
             if priority <= 0:
                 raise InvalidEntryError(f"table {self.name!r}: ternary/range tables need a priority > 0")
         elif priority != 0:
-            raise InvalidEntryError(f"table {self.name!r}: priority {priority} given for a table without ternary/range keys")
+            raise InvalidEntryError(
+                f"table {self.name!r}: priority {priority} given for a table without ternary/range keys"
+            )
         parts: list[Any] = []
         for spec, k in zip(self.keys, key):
             want = _KIND[spec.match_type]
@@ -166,7 +168,9 @@ class MatchTable:
                 _fits(self.name, spec, k.low)
                 _fits(self.name, spec, k.high)
                 if k.low > k.high:
-                    raise InvalidEntryError(f"table {self.name!r}: range of {spec.name!r} has low {k.low} > high {k.high}")
+                    raise InvalidEntryError(
+                        f"table {self.name!r}: range of {spec.name!r} has low {k.low} > high {k.high}"
+                    )
                 parts.append((k.low, k.high))
         return (tuple(parts), priority)
 
@@ -292,7 +296,8 @@ class MatchTable:
 
     def _rebuild_lpm_list(self) -> None:
         self.lpm[:] = [
-            (_prefix_mask(plen, self._lpm_width), self._lpm_by_len[plen]) for plen in sorted(self._lpm_by_len, reverse=True)
+            (_prefix_mask(plen, self._lpm_width), self._lpm_by_len[plen])
+            for plen in sorted(self._lpm_by_len, reverse=True)
         ]
 
     def _matcher(self, parts: tuple) -> tuple[tuple[int, int], ...]:
@@ -328,7 +333,9 @@ def _prefix_mask(plen: int, width: int) -> int:
 
 def _fits(table: str, spec: KeySpec, value: int) -> None:
     if not isinstance(value, int) or value < 0 or value >> spec.width:
-        raise InvalidEntryError(f"table {table!r}: value {value!r} does not fit key field {spec.name!r} (bit<{spec.width}>)")
+        raise InvalidEntryError(
+            f"table {table!r}: value {value!r} does not fit key field {spec.name!r} (bit<{spec.width}>)"
+        )
 
 
 def _prio(priority: int) -> str:

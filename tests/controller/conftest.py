@@ -10,14 +10,48 @@ from controller.p4info import P4Schema
 
 # (table, [(key, bits, match)], [actions]); action -> [(param, bits)]
 TABLES = [
-    (N.T_JOB_CONFIG, [("job_id", 16, "exact")], ["P4inaIngress.aggregation.set_job", "P4inaIngress.aggregation.unknown_job"]),
-    (N.T_JOB_PORTS, [("job_id", 16, "exact"), ("ingress_port", 9, "exact")], ["P4inaIngress.aggregation.from_child", "P4inaIngress.aggregation.from_parent", "P4inaIngress.aggregation.bad_port"]),
-    (N.T_IPV4_LPM, [("dst_addr", 32, "lpm")], ["P4inaIngress.forwarding.forward", "P4inaIngress.forwarding.ecmp", "P4inaIngress.forwarding.no_route"]),
-    (N.T_ECMP_MEMBERS, [("group", 16, "exact"), ("index", 16, "exact")], ["P4inaIngress.forwarding.forward", "P4inaIngress.forwarding.no_route"]),
+    (
+        N.T_JOB_CONFIG,
+        [("job_id", 16, "exact")],
+        ["P4inaIngress.aggregation.set_job", "P4inaIngress.aggregation.unknown_job"],
+    ),
+    (
+        N.T_JOB_PORTS,
+        [("job_id", 16, "exact"), ("ingress_port", 9, "exact")],
+        [
+            "P4inaIngress.aggregation.from_child",
+            "P4inaIngress.aggregation.from_parent",
+            "P4inaIngress.aggregation.bad_port",
+        ],
+    ),
+    (
+        N.T_IPV4_LPM,
+        [("dst_addr", 32, "lpm")],
+        ["P4inaIngress.forwarding.forward", "P4inaIngress.forwarding.ecmp", "P4inaIngress.forwarding.no_route"],
+    ),
+    (
+        N.T_ECMP_MEMBERS,
+        [("group", 16, "exact"), ("index", 16, "exact")],
+        ["P4inaIngress.forwarding.forward", "P4inaIngress.forwarding.no_route"],
+    ),
     (N.T_HOST_PORT, [("egress_port", 9, "exact")], ["P4inaEgress.set_host", "NoAction"]),
 ]
 ACTIONS = {
-    "P4inaIngress.aggregation.set_job": [("job_index", 8), ("role", 8), ("fan_in", 8), ("slot_base", 16), ("slot_count", 16), ("mcast_grp", 16), ("up_port", 9), ("result_type", 8), ("shift", 8), ("token", 8), ("up_type", 8), ("up_shift", 8), ("in_shift", 8)],
+    "P4inaIngress.aggregation.set_job": [
+        ("job_index", 8),
+        ("role", 8),
+        ("fan_in", 8),
+        ("slot_base", 16),
+        ("slot_count", 16),
+        ("mcast_grp", 16),
+        ("up_port", 9),
+        ("result_type", 8),
+        ("shift", 8),
+        ("token", 8),
+        ("up_type", 8),
+        ("up_shift", 8),
+        ("in_shift", 8),
+    ],
     "P4inaIngress.aggregation.unknown_job": [],
     "P4inaIngress.aggregation.from_child": [("child_index", 8)],
     "P4inaIngress.aggregation.from_parent": [],

@@ -49,7 +49,9 @@ def test_errors_are_one_line_with_exit_1(tmp_path: Path, capsys: pytest.CaptureF
     code, _, err = run(capsys, "job", "show", "--job", "3", "--topology", "fat-tree:4", *st)
     assert code == 1 and "job 3 is not installed" in err
     # a switch command on a topology without P4Runtime addresses names the switch and the fix
-    code, _, err = run(capsys, "routes", "install", "--topology", "fat-tree:2", *st, "--p4info", str(tmp_path / "none.txtpb"))
+    code, _, err = run(
+        capsys, "routes", "install", "--topology", "fat-tree:2", *st, "--p4info", str(tmp_path / "none.txtpb")
+    )
     assert code == 1 and "switch e1" in err and "grpc_addr" in err
 
 
@@ -60,7 +62,18 @@ def test_job_list_and_show_from_state(tmp_path: Path, capsys: pytest.CaptureFixt
     state.jobs[4] = plan_job(topo, JobSpec.make(4, ["h1", "h2", "h5"], "int16"))
     state.save()
     code, out, _ = run(capsys, "job", "list", "--state", str(path), "--json")
-    assert json.loads(out) == [{"job_id": 4, "hosts": ["h1", "h2", "h5"], "root": state.jobs[4].root, "switches": 5, "quantize": "int16", "contrib": "int16", "shift": 2, "slots": 128}]
+    assert json.loads(out) == [
+        {
+            "job_id": 4,
+            "hosts": ["h1", "h2", "h5"],
+            "root": state.jobs[4].root,
+            "switches": 5,
+            "quantize": "int16",
+            "contrib": "int16",
+            "shift": 2,
+            "slots": 128,
+        }
+    ]
     code, out, _ = run(capsys, "job", "show", "--job", "4", "--state", str(path))
     assert code == 0 and out.splitlines()[0].startswith("job 4: 3 hosts, int16 up, int16 results (shift 2), 128 slots")
     assert "→ h5" in out
@@ -73,7 +86,13 @@ def test_state_round_trip_and_corruption(tmp_path: Path) -> None:
     st.installs = {"e1": 5}
     st.save()
     back = State.load(path)
-    assert (back.topology, back.routes, back.pipeline_cookie, back.jobs, back.installs) == ("fat-tree:4", True, 12345, st.jobs, {"e1": 5})
+    assert (back.topology, back.routes, back.pipeline_cookie, back.jobs, back.installs) == (
+        "fat-tree:4",
+        True,
+        12345,
+        st.jobs,
+        {"e1": 5},
+    )
     assert back.jobs[9].on("e1").token == 5
     path.write_text("{")
     with pytest.raises(StateError, match="unreadable"):
@@ -85,7 +104,17 @@ def test_state_round_trip_and_corruption(tmp_path: Path) -> None:
 
 def test_parser_knows_every_command() -> None:
     p = build_parser()
-    for argv in (["topo", "show"], ["pipeline", "push"], ["routes", "install"], ["job", "install", "--job", "1", "--hosts", "h1"], ["job", "remove", "--job", "1"], ["job", "list"], ["job", "show", "--job", "1"], ["counters"], ["verify"]):
+    for argv in (
+        ["topo", "show"],
+        ["pipeline", "push"],
+        ["routes", "install"],
+        ["job", "install", "--job", "1", "--hosts", "h1"],
+        ["job", "remove", "--job", "1"],
+        ["job", "list"],
+        ["job", "show", "--job", "1"],
+        ["counters"],
+        ["verify"],
+    ):
         assert p.parse_args(argv + ["--json"]).json
 
 

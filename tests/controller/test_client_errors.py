@@ -27,15 +27,28 @@ def details(*codes: int) -> bytes:
 
 
 def test_statuses_are_decoded_per_update() -> None:
-    got = _statuses(FakeRpcError((("other", b"x"), ("grpc-status-details-bin", details(code_pb2.OK, code_pb2.ALREADY_EXISTS, code_pb2.OK)))))
-    assert [(s.index, s.ok, s.code_name) for s in got] == [(0, True, "OK"), (1, False, "ALREADY_EXISTS"), (2, True, "OK")]
+    got = _statuses(
+        FakeRpcError(
+            (("other", b"x"), ("grpc-status-details-bin", details(code_pb2.OK, code_pb2.ALREADY_EXISTS, code_pb2.OK)))
+        )
+    )
+    assert [(s.index, s.ok, s.code_name) for s in got] == [
+        (0, True, "OK"),
+        (1, False, "ALREADY_EXISTS"),
+        (2, True, "OK"),
+    ]
     assert _statuses(FakeRpcError(())) == []
 
 
 def test_write_error_names_switch_entry_and_reason() -> None:
     statuses = [UpdateStatus(0, code_pb2.OK, ""), UpdateStatus(1, code_pb2.ALREADY_EXISTS, "entry exists")]
-    err = WriteError("e3", "UNKNOWN", "Write failure.", statuses, ["job_ports[...] a", "job_config[job_id=7] -> set_job(...)"])
-    assert str(err) == "switch e3: write of 2 update(s) failed: update 1 (job_config[job_id=7] -> set_job(...)): ALREADY_EXISTS entry exists"
+    err = WriteError(
+        "e3", "UNKNOWN", "Write failure.", statuses, ["job_ports[...] a", "job_config[job_id=7] -> set_job(...)"]
+    )
+    assert (
+        str(err)
+        == "switch e3: write of 2 update(s) failed: update 1 (job_config[job_id=7] -> set_job(...)): ALREADY_EXISTS entry exists"
+    )
     assert err.succeeded() == [0] and err.failed_codes() == {"ALREADY_EXISTS"}
     blind = WriteError("c1", "UNAVAILABLE", "connection reset", [], ["a", "b"])
     assert blind.succeeded() is None and "UNAVAILABLE connection reset" in str(blind)

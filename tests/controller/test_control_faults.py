@@ -40,8 +40,14 @@ def net() -> Iterator[tuple[Topology, dict[str, Any]]]:
 
 
 def controller(topo: Topology, path: Path, election_id: int = 1) -> Controller:
-    return Controller(topo, p4info=DEFAULT_P4INFO, device_config=DEFAULT_BMV2_JSON, state=State.load(path),
-                      election_id=election_id, timeout=TIMEOUT)
+    return Controller(
+        topo,
+        p4info=DEFAULT_P4INFO,
+        device_config=DEFAULT_BMV2_JSON,
+        state=State.load(path),
+        election_id=election_id,
+        timeout=TIMEOUT,
+    )
 
 
 @pytest.fixture
@@ -54,8 +60,11 @@ def topo(net: tuple[Topology, dict[str, Any]], tmp_path: Path) -> Iterator[Topol
 
 
 def job_entries_on(ctl: Controller, switch: str, job_id: int) -> list:
-    return [e for e in read_entities(ctl.fabric.client(switch), ctl.schema, N.JOB_TABLES, groups=())
-            if dict(e.match).get(N.K_JOB_ID) == job_id]
+    return [
+        e
+        for e in read_entities(ctl.fabric.client(switch), ctl.schema, N.JOB_TABLES, groups=())
+        if dict(e.match).get(N.K_JOB_ID) == job_id
+    ]
 
 
 def test_restarted_controller_reconciles_with_its_state(topo: Topology, tmp_path: Path) -> None:
@@ -92,12 +101,31 @@ def test_restarted_controller_reconciles_with_its_state(topo: Topology, tmp_path
 
 def stray_job(job_id: int, token: int) -> TableEntry:
     """A job_config entry no state file knows (left by another controller), on slots no plan here uses."""
-    return TableEntry.make(N.T_JOB_CONFIG, {N.K_JOB_ID: job_id}, N.A_SET_JOB, dict(
-        job_index=9, role=1, fan_in=1, slot_base=400, slot_count=1, mcast_grp=99, up_port=0, result_type=0,
-        shift=0, token=token, up_type=0, up_shift=0, in_shift=0))
+    return TableEntry.make(
+        N.T_JOB_CONFIG,
+        {N.K_JOB_ID: job_id},
+        N.A_SET_JOB,
+        dict(
+            job_index=9,
+            role=1,
+            fan_in=1,
+            slot_base=400,
+            slot_count=1,
+            mcast_grp=99,
+            up_port=0,
+            result_type=0,
+            shift=0,
+            token=token,
+            up_type=0,
+            up_shift=0,
+            in_shift=0,
+        ),
+    )
 
 
-def test_a_lost_state_file_reuses_no_token(net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path) -> None:
+def test_a_lost_state_file_reuses_no_token(
+    net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path
+) -> None:
     _, handles = net
     h1 = topo.host("h1")
     path = tmp_path / "state.json"
@@ -123,13 +151,14 @@ def test_a_lost_state_file_reuses_no_token(net: tuple[Topology, dict[str, Any]],
 
 
 def _lanes_of(frame: bytes) -> tuple[dict[str, int], tuple[int, ...]]:
-    agg = frame[14 + 20 + 8:]
+    agg = frame[14 + 20 + 8 :]
     h = AGG.unpack_header(agg)
     return h, AGG.lane_struct(h["elem_type"]).unpack_from(agg, AGG.header_bytes)
 
 
 def test_two_controllers_with_their_own_state_files_keep_apart(
-        net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path) -> None:
+    net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path
+) -> None:
     """A second controller (its own state file) plans around the jobs the switches hold for the first: other
     job indexes, multicast groups and slots; the first's job id is refused by name. Without the read-back both
     jobs get slots from 0 on and their rounds overwrite each other's cells (the traffic below checks it)."""
@@ -166,7 +195,8 @@ def test_two_controllers_with_their_own_state_files_keep_apart(
 
 
 def test_restarted_switch_is_found_and_reinstalled_by_verify_repair(
-        net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, handles = net
     path, topo_file = tmp_path / "state.json", tmp_path / "topo.json"
     topo.save(topo_file)
@@ -204,7 +234,8 @@ def test_restarted_switch_is_found_and_reinstalled_by_verify_repair(
 
 
 def test_the_liveness_probe_finds_the_killed_switch_and_a_restarted_one_alive(
-        net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path) -> None:
+    net: tuple[Topology, dict[str, Any]], topo: Topology, tmp_path: Path
+) -> None:
     """The fail-over's probe on running switches: all alive; a killed one dead (its address refuses connections);
     the same address served by a restarted process alive again."""
     _, handles = net
@@ -244,7 +275,8 @@ def test_safe_installs_skips_the_tokens_a_switch_holds() -> None:
 
 
 def test_a_session_reads_each_switch_back_once_and_remembers_its_own_installs(
-        topo: Topology, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    topo: Topology, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """While this session is primary nothing changes on a switch but what it writes, so a second install
     (a fail-over's re-plan) reuses the first read-back; the tokens its own installs left in the cells are
     still not handed out again, and a lost primary (another controller took over) forgets it all."""
@@ -311,7 +343,10 @@ def test_fail_over_moves_the_job_in_place_and_leaves_nothing_behind(tmp_path: Pa
                 # job_config (the new token, the new up port) and the entry for the up port to the new spine
                 assert {e.table for e in changed} == {N.T_JOB_CONFIG, N.T_JOB_PORTS}, (name, changed)
                 assert [e for e in changed if e.table == N.T_JOB_PORTS] == [
-                    e for e in now if e.table == N.T_JOB_PORTS and dict(e.match)[N.K_INGRESS_PORT] == new.on(name).up_port]
+                    e
+                    for e in now
+                    if e.table == N.T_JOB_PORTS and dict(e.match)[N.K_INGRESS_PORT] == new.on(name).up_port
+                ]
                 assert new.on(name).token != old.on(name).token
             with pytest.raises(HostsCutOffError, match="edge switch l2 has no live path to the others"):
                 ctl.fail_over(7, [new.root])

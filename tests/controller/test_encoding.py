@@ -31,15 +31,47 @@ def test_canonical_bytes() -> None:
 
 
 def test_golden_set_job(tiny_schema: P4Schema) -> None:
-    e = TableEntry.make(N.T_JOB_CONFIG, {"job_id": 7}, "set_job", dict(job_index=1, role=1, fan_in=4, slot_base=0, slot_count=128, mcast_grp=1, up_port=0, result_type=0, shift=0, token=3, up_type=0, up_shift=0, in_shift=0))
+    e = TableEntry.make(
+        N.T_JOB_CONFIG,
+        {"job_id": 7},
+        "set_job",
+        dict(
+            job_index=1,
+            role=1,
+            fan_in=4,
+            slot_base=0,
+            slot_count=128,
+            mcast_grp=1,
+            up_port=0,
+            result_type=0,
+            shift=0,
+            token=3,
+            up_type=0,
+            up_shift=0,
+            in_shift=0,
+        ),
+    )
     msg = e.encode(tiny_schema).table_entry
     table = tiny_schema.table(N.T_JOB_CONFIG)
     assert msg.table_id == table.id
     assert [(m.field_id, m.exact.value) for m in msg.match] == [(1, b"\x07")]
     assert msg.action.action.action_id == tiny_schema.action(table, "set_job").id
     got = {p.param_id: p.value for p in msg.action.action.params}
-    assert got == {1: b"\x01", 2: b"\x01", 3: b"\x04", 4: b"\x00", 5: b"\x80", 6: b"\x01", 7: b"\x00", 8: b"\x00", 9: b"\x00", 10: b"\x03",
-                   11: b"\x00", 12: b"\x00", 13: b"\x00"}
+    assert got == {
+        1: b"\x01",
+        2: b"\x01",
+        3: b"\x04",
+        4: b"\x00",
+        5: b"\x80",
+        6: b"\x01",
+        7: b"\x00",
+        8: b"\x00",
+        9: b"\x00",
+        10: b"\x03",
+        11: b"\x00",
+        12: b"\x00",
+        13: b"\x00",
+    }
 
 
 def test_lpm_masks_host_bits(tiny_schema: P4Schema) -> None:
@@ -115,7 +147,9 @@ def test_committed_p4info_has_what_the_controller_uses(real_schema: P4Schema, ti
     """The test P4Info above mirrors the real one: same tables, keys, actions, params and widths."""
     for name in N.JOB_TABLES + N.ROUTE_TABLES:
         real, tiny = real_schema.table(name), tiny_schema.table(name)
-        assert [(f.name, f.bitwidth, f.match_type) for f in real.match_fields] == [(f.name, f.bitwidth, f.match_type) for f in tiny.match_fields], name
+        assert [(f.name, f.bitwidth, f.match_type) for f in real.match_fields] == [
+            (f.name, f.bitwidth, f.match_type) for f in tiny.match_fields
+        ], name
         for aid in tiny.action_ids:
             short = tiny_schema.action_by_id(aid).name.rsplit(".", 1)[-1]
             if short in ("unknown_job", "bad_port", "no_route", "NoAction"):
@@ -129,7 +163,9 @@ def test_committed_p4info_has_what_the_controller_uses(real_schema: P4Schema, ti
 def test_every_entry_encodes_against_the_committed_p4info(real_schema: P4Schema) -> None:
     t = fat_tree(4)
     plans = []
-    for j, (hosts, q) in enumerate([(["h1", "h2"], "none"), (["h1", "h3", "h9"], "int8"), ([h.name for h in t.hosts], "int16")], start=1):
+    for j, (hosts, q) in enumerate(
+        [(["h1", "h2"], "none"), (["h1", "h3", "h9"], "int8"), ([h.name for h in t.hosts], "int16")], start=1
+    ):
         plans.append(plan_job(t, JobSpec.make(j, hosts, q), plans))
     entries = [e for ents in all_route_entries(t).values() for e in ents]
     entries += [e for p in plans for ents in job_entries(p).values() for e in ents]

@@ -116,7 +116,6 @@ def test_a_listener_that_never_answers_is_alive_and_a_malformed_address_is_refus
         refused({"s1": "nowhere"}, timeout=1.0)
 
 
-
 def tree_links(plan) -> set[frozenset[str]]:  # type: ignore[no-untyped-def]
     return {frozenset((sp.switch, sp.parent)) for sp in plan.switches if sp.parent is not None}
 

@@ -25,10 +25,10 @@ from controller.client import SwitchClient, WriteError, update
 from controller.entities import TableEntry
 from controller.fattree import fat_tree
 from controller.installer import InstallError, read_entities
-from emulation.localnet import bmv2_switches, embedded_switches
 from controller.planner import DuplicateJobError, JobSpec, UnknownHostError, plan_job
 from controller.state import State
 from controller.topology import Topology
+from emulation.localnet import bmv2_switches, embedded_switches
 from wireformat import AGG
 
 BACKENDS = ["embedded", pytest.param("bmv2", marks=pytest.mark.bmv2)]
@@ -37,9 +37,13 @@ TIMEOUT = 120.0  # generous: a loaded machine makes RPCs slow, and no test here 
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def net(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Topology, dict]]:
+def net(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Topology, dict]]:
     topo = fat_tree(TOPO_K[request.param])
-    cm = embedded_switches(topo) if request.param == "embedded" else bmv2_switches(topo, tmp_path_factory.mktemp("bmv2"))
+    cm = (
+        embedded_switches(topo) if request.param == "embedded" else bmv2_switches(topo, tmp_path_factory.mktemp("bmv2"))
+    )
     with cm as (live, handles):
         with Controller(live, p4info=DEFAULT_P4INFO, device_config=DEFAULT_BMV2_JSON, timeout=TIMEOUT) as first:
             assert set(first.push_pipeline().values()) == {"pushed"}
@@ -49,14 +53,22 @@ def net(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture
 def ctl(net: tuple[str, Topology, dict], tmp_path: Path) -> Iterator[Controller]:
     _, topo, _ = net
-    with Controller(topo, p4info=DEFAULT_P4INFO, device_config=DEFAULT_BMV2_JSON, state=State(tmp_path / "state.json"), timeout=TIMEOUT) as c:
+    with Controller(
+        topo,
+        p4info=DEFAULT_P4INFO,
+        device_config=DEFAULT_BMV2_JSON,
+        state=State(tmp_path / "state.json"),
+        timeout=TIMEOUT,
+    ) as c:
         I.repair(c.fabric, State())  # an empty state: delete whatever an earlier test left
         yield c
 
 
 def job_entries_on(ctl: Controller, switch: str, job_id: int) -> list:
     cl = ctl.fabric.client(switch)
-    return [e for e in read_entities(cl, ctl.schema, N.JOB_TABLES, groups=()) if dict(e.match).get(N.K_JOB_ID) == job_id]
+    return [
+        e for e in read_entities(cl, ctl.schema, N.JOB_TABLES, groups=()) if dict(e.match).get(N.K_JOB_ID) == job_id
+    ]
 
 
 def test_pipeline_push_is_skipped_when_unchanged(ctl: Controller) -> None:
@@ -79,7 +91,9 @@ def test_job_install_verify_counters_remove(ctl: Controller) -> None:
     plan = ctl.install_job(7, hosts, "int16")
     assert all(d.clean for d in ctl.verify().values())
     on_root = {str(e) for e in job_entries_on(ctl, plan.root, 7)}
-    assert any(s.startswith("job_config[job_id=7] -> set_job(") and "role=1" in s and "result_type=1" in s for s in on_root)
+    assert any(
+        s.startswith("job_config[job_id=7] -> set_job(") and "role=1" in s and "result_type=1" in s for s in on_root
+    )
 
     counters = ctl.counters(7)
     assert set(counters) == {sp.switch for sp in plan.switches}
@@ -117,7 +131,26 @@ def test_drift_is_detected_and_repaired(ctl: Controller) -> None:
     victim = [e for e in job_entries_on(ctl, edge, 3) if e.table == N.T_JOB_PORTS][0]
     cl = ctl.fabric.client(edge)
     cl.write([update("delete", victim.encode(ctl.schema))])
-    stray = TableEntry.make(N.T_JOB_CONFIG, {N.K_JOB_ID: 999}, N.A_SET_JOB, dict(job_index=9, role=1, fan_in=1, slot_base=0, slot_count=1, mcast_grp=9, up_port=0, result_type=0, shift=0, token=1, up_type=0, up_shift=0, in_shift=0))
+    stray = TableEntry.make(
+        N.T_JOB_CONFIG,
+        {N.K_JOB_ID: 999},
+        N.A_SET_JOB,
+        dict(
+            job_index=9,
+            role=1,
+            fan_in=1,
+            slot_base=0,
+            slot_count=1,
+            mcast_grp=9,
+            up_port=0,
+            result_type=0,
+            shift=0,
+            token=1,
+            up_type=0,
+            up_shift=0,
+            in_shift=0,
+        ),
+    )
     cl.write([update("insert", stray.encode(ctl.schema))])
     drift = ctl.verify()
     assert drift[edge].missing == [str(victim)] and drift[edge].unexpected == [str(stray)]
@@ -131,7 +164,9 @@ def test_rollback_when_a_switch_refuses(ctl: Controller) -> None:
     hosts = [h.name for h in ctl.topo.hosts]
     plan = plan_job(ctl.topo, JobSpec.make(42, hosts), ctl.state.plans())
     blocker = plan.switches[len(plan.switches) // 2].switch
-    conflict = TableEntry.make(N.T_JOB_PORTS, {N.K_JOB_ID: 42, N.K_INGRESS_PORT: plan.on(blocker).children[-1].port}, N.A_FROM_PARENT)
+    conflict = TableEntry.make(
+        N.T_JOB_PORTS, {N.K_JOB_ID: 42, N.K_INGRESS_PORT: plan.on(blocker).children[-1].port}, N.A_FROM_PARENT
+    )
 
     ctl.fabric.client(blocker).write([update("insert", conflict.encode(ctl.schema))])
     with pytest.raises(InstallError, match=rf"job 42 not installed.*switch {blocker}: job_ports\[.*ALREADY_EXISTS"):
@@ -154,7 +189,7 @@ def test_rollback_when_a_write_fails_without_details(ctl: Controller, monkeypatc
     plan = plan_job(ctl.topo, JobSpec.make(43, hosts), ctl.state.plans())
     real = SwitchClient.write
 
-    def flaky(self: SwitchClient, updates, labels=None):  # noqa: ANN001
+    def flaky(self: SwitchClient, updates, labels=None):
         inserting = updates and updates[0].type == p4runtime_pb2.Update.INSERT
         if self.name == plan.root and inserting and any("job_config" in lab for lab in (labels or ())):
             real(self, updates, labels)  # the switch takes it, then the "network" loses the answer
@@ -179,10 +214,31 @@ def test_refusals_write_nothing(ctl: Controller) -> None:
 def _contribution(src_ip: str, job_id: int, slot: int, value: int) -> bytes:
     """Ethernet/IPv4/UDP/agg/NUM_LANES int32 lanes from src to the aggregation address (docs/DESIGN.md)."""
     checksum = AGG.checksum(value * AGG.num_lanes, slot * AGG.num_lanes, job_id, 1)  # the lane checksum (DESIGN)
-    payload = AGG.pack_header(op=AGG.ops["OP_CONTRIB"], elem_type=AGG.elem_types["ELEM_INT32"], job_id=job_id, slot=slot,
-                              offset=slot * AGG.num_lanes, epoch=1, checksum=checksum) + struct.pack(f">{AGG.num_lanes}i", *([value] * AGG.num_lanes))
+    payload = AGG.pack_header(
+        op=AGG.ops["OP_CONTRIB"],
+        elem_type=AGG.elem_types["ELEM_INT32"],
+        job_id=job_id,
+        slot=slot,
+        offset=slot * AGG.num_lanes,
+        epoch=1,
+        checksum=checksum,
+    ) + struct.pack(f">{AGG.num_lanes}i", *([value] * AGG.num_lanes))
     udp = struct.pack(">HHHH", AGG.udp_port, AGG.udp_port, 8 + len(payload), 0) + payload
-    ip = bytearray(struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, ipaddress.IPv4Address(src_ip).packed, ipaddress.IPv4Address("10.255.255.254").packed))
+    ip = bytearray(
+        struct.pack(
+            ">BBHHHBBH4s4s",
+            0x45,
+            0,
+            20 + len(udp),
+            0,
+            0,
+            64,
+            17,
+            0,
+            ipaddress.IPv4Address(src_ip).packed,
+            ipaddress.IPv4Address("10.255.255.254").packed,
+        )
+    )
     words = sum(struct.unpack(">10H", bytes(ip)))
     while words >> 16:
         words = (words & 0xFFFF) + (words >> 16)
@@ -209,7 +265,9 @@ def test_counters_count_traffic(net: tuple[str, Topology, dict], ctl: Controller
     assert ctl.unattributed_drops()["e1"].drops["unknown_job"] == drops_before + 1
 
 
-def test_cli_end_to_end(net: tuple[str, Topology, dict], ctl: Controller, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_end_to_end(
+    net: tuple[str, Topology, dict], ctl: Controller, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, topo, _ = net
     topo_file = tmp_path / "topo.json"
     topo.save(topo_file)

@@ -23,8 +23,9 @@ def test_a_pushed_program_is_compiled_once_and_frozen_out_of_the_collector(tmp_p
     P4Runtime call slow: routes and a job on twenty switches, 1.18 s and 2.91 s against 0.19 s and 0.77 s)."""
     out, log = tmp_path / "topo.json", tmp_path / "localnet.log"
     with log.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "emulation.localnet", "fat-tree:2", str(out), "-v"],
-                                cwd=REPO, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "emulation.localnet", "fat-tree:2", str(out), "-v"], cwd=REPO, stderr=err
+        )
     try:
         deadline = time.monotonic() + 120
         while not out.exists():
@@ -32,8 +33,13 @@ def test_a_pushed_program_is_compiled_once_and_frozen_out_of_the_collector(tmp_p
             assert time.monotonic() < deadline, "the switches did not come up"
             time.sleep(0.05)
         topo = Topology.load(out)
-        with Controller(topo, p4info=DEFAULT_P4INFO, device_config=DEFAULT_BMV2_JSON,
-                        state=State(tmp_path / "state.json"), timeout=120.0) as ctl:
+        with Controller(
+            topo,
+            p4info=DEFAULT_P4INFO,
+            device_config=DEFAULT_BMV2_JSON,
+            state=State(tmp_path / "state.json"),
+            timeout=120.0,
+        ) as ctl:
             assert set(ctl.push_pipeline().values()) == {"pushed"}
             ctl.install_routes()
             ctl.install_job(1, [h.name for h in topo.hosts])

@@ -31,4 +31,8 @@ def test_constants_match_types_p4() -> None:
 
 
 def test_elem_types_come_from_the_wire_format() -> None:
-    assert (N.ELEM_INT32, N.ELEM_INT16, N.ELEM_INT8) == (AGG.elem_types["ELEM_INT32"], AGG.elem_types["ELEM_INT16"], AGG.elem_types["ELEM_INT8"])
+    assert (N.ELEM_INT32, N.ELEM_INT16, N.ELEM_INT8) == (
+        AGG.elem_types["ELEM_INT32"],
+        AGG.elem_types["ELEM_INT16"],
+        AGG.elem_types["ELEM_INT8"],
+    )

@@ -10,7 +10,15 @@ from controller import names as N
 from controller.fattree import fat_tree
 from controller.jobentries import job_entries
 from controller.leafspine import leaf_spine
-from controller.planner import DuplicateJobError, JobDoesNotFitError, JobPlan, JobSpec, PlanError, UnknownHostError, plan_job
+from controller.planner import (
+    DuplicateJobError,
+    JobDoesNotFitError,
+    JobPlan,
+    JobSpec,
+    PlanError,
+    UnknownHostError,
+    plan_job,
+)
 from controller.topology import Topology
 
 K4 = fat_tree(4)
@@ -25,7 +33,9 @@ def check_plan(topo: Topology, plan: JobPlan) -> None:
     host_children = [c.node for sp in plan.switches for c in sp.children if c.node not in nodes]
     assert sorted(host_children) == sorted(plan.spec.hosts), "fan-ins at the edges add up to the members"
     total_fan_in = sum(sp.fan_in for sp in plan.switches)
-    assert total_fan_in == len(plan.spec.hosts) + len(plan.switches) - 1, "each member and each non-root switch is exactly one child"
+    assert total_fan_in == len(plan.spec.hosts) + len(plan.switches) - 1, (
+        "each member and each non-root switch is exactly one child"
+    )
     for sp in plan.switches:
         assert sp.fan_in <= N.MAX_FAN_IN
         assert [c.index for c in sp.children] == list(range(sp.fan_in))
@@ -70,7 +80,13 @@ def check_disjoint(plans: list[JobPlan]) -> None:
 
 @pytest.mark.parametrize(
     ("hosts", "root_tier", "n_switches"),
-    [(["h1"], 0, 1), (["h1", "h2"], 0, 1), (["h1", "h3"], 1, 3), (["h1", "h5"], 2, 5), ([f"h{i}" for i in range(1, 17)], 2, 13)],
+    [
+        (["h1"], 0, 1),
+        (["h1", "h2"], 0, 1),
+        (["h1", "h3"], 1, 3),
+        (["h1", "h5"], 2, 5),
+        ([f"h{i}" for i in range(1, 17)], 2, 13),
+    ],
 )
 def test_tree_shapes(hosts: list[str], root_tier: int, n_switches: int) -> None:
     plan = plan_job(K4, JobSpec.make(1, hosts))
@@ -105,7 +121,9 @@ def test_jobs_do_not_overlap_and_slots_run_out() -> None:
         plans.append(plan_job(K4, JobSpec.make(j, ["h1", "h2"]), plans))
     check_disjoint(plans)
     assert sorted(p.on("e1").slot_base for p in plans) == list(range(0, N.NUM_SLOTS, 128))
-    with pytest.raises(JobDoesNotFitError, match=r"job 99 does not fit: root e1: switch e1 has 0 contiguous free slots, job needs 128"):
+    with pytest.raises(
+        JobDoesNotFitError, match=r"job 99 does not fit: root e1: switch e1 has 0 contiguous free slots, job needs 128"
+    ):
         plan_job(K4, JobSpec.make(99, ["h1"]), plans)
     # a smaller job still fits on a switch that is not full; a freed range is reused
     plan_job(K4, JobSpec.make(50, ["h3"], slots=128), plans)
@@ -141,10 +159,16 @@ def test_refusals_name_the_reason() -> None:
 def test_quantize_defaults_and_plan_round_trip() -> None:
     hosts = [f"h{i}" for i in range(1, 17)]
     # narrow lanes both ways: the shift is the headroom of 16 contributions (log2 16 = 4)
-    assert (JobSpec.make(1, hosts, "int8").shift, JobSpec.make(1, hosts, "int16").shift, JobSpec.make(1, hosts).shift) == (4, 4, 0)
+    assert (
+        JobSpec.make(1, hosts, "int8").shift,
+        JobSpec.make(1, hosts, "int16").shift,
+        JobSpec.make(1, hosts).shift,
+    ) == (4, 4, 0)
     assert JobSpec.make(1, hosts, "int8").contrib == "int8" and JobSpec.make(1, hosts).contrib == "int32"
     assert JobSpec.make(1, hosts, "int8", contrib="int32").shift == 24  # int32 up, int8 down
-    with pytest.raises(PlanError, match=r"job 1: 16 workers with int8 contributions and int8 results, shift 24: .* use shift 4"):
+    with pytest.raises(
+        PlanError, match=r"job 1: 16 workers with int8 contributions and int8 results, shift 24: .* use shift 4"
+    ):
         JobSpec.make(1, hosts, "int8", shift=24)
     plan = plan_job(K4, JobSpec.make(3, ["h1", "h9"], "int8", contrib="int32", slots=64))
     assert all(sp.result_type == N.ELEM_INT8 and sp.shift == 24 for sp in plan.switches)
@@ -163,7 +187,9 @@ def test_job_entries_follow_design() -> None:
         "job_ports[ingress_port=2, job_id=12] -> from_child(child_index=1)",
         f"job_ports[ingress_port={up}, job_id=12] -> from_parent()",
     ]
-    assert e1[-1].startswith("job_config[job_id=12] -> set_job(fan_in=2, in_shift=0, job_index=1, mcast_grp=1, result_type=0, role=2, shift=0, slot_base=0, slot_count=128,")
+    assert e1[-1].startswith(
+        "job_config[job_id=12] -> set_job(fan_in=2, in_shift=0, job_index=1, mcast_grp=1, result_type=0, role=2, shift=0, slot_base=0, slot_count=128,"
+    )
     root = [str(e) for e in entries[plan.root]]
     assert not any("from_parent" in e for e in root) and root[-1].endswith("up_port=0, up_shift=0, up_type=0)")
 
@@ -235,7 +261,11 @@ def test_narrow_partials_never_overflow_their_lanes(members: set[int], lanes: st
     plan = plan_job(K4, JobSpec.make(1, [f"h{i}" for i in sorted(members)], lanes))
     bits = fxp.ELEM_NAMES[lanes]
     q = plan.q_limit  # the hosts' limit, lowered by the planner where rounding could push a sum over
-    assert fxp.q_limit(len(members), bits, bits, plan.spec.shift) - 3 <= q <= fxp.q_limit(len(members), bits, bits, plan.spec.shift)
+    assert (
+        fxp.q_limit(len(members), bits, bits, plan.spec.shift) - 3
+        <= q
+        <= fxp.q_limit(len(members), bits, bits, plan.spec.shift)
+    )
     by = {sp.switch: sp for sp in plan.switches}
     bound: dict[str, int] = {}
 

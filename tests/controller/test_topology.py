@@ -62,7 +62,9 @@ def test_fat_tree_refuses_odd_k() -> None:
         fat_tree(3)
 
 
-@pytest.mark.parametrize("topo", [fat_tree(4), fat_tree(2), leaf_spine(3, 2, 3)], ids=["fat-tree4", "fat-tree2", "leaf-spine"])
+@pytest.mark.parametrize(
+    "topo", [fat_tree(4), fat_tree(2), leaf_spine(3, 2, 3)], ids=["fat-tree4", "fat-tree2", "leaf-spine"]
+)
 def test_every_host_pair_reachable(topo: Topology) -> None:
     entries = all_route_entries(topo)
     for a, b in itertools.permutations([h.name for h in topo.hosts], 2):
@@ -89,7 +91,7 @@ def test_k8_route_entries_are_compressed() -> None:
     assert walk(t, entries, "h1", "h128", 5)[-1] == t.host("h128").switch
 
 
-def test_json_round_trip(tmp_path) -> None:  # noqa: ANN001
+def test_json_round_trip(tmp_path) -> None:
     t = fat_tree(4).with_grpc({"e1": "127.0.0.1:50001"})
     t.save(tmp_path / "t.json")
     back = Topology.load(tmp_path / "t.json")
@@ -100,7 +102,7 @@ def test_json_round_trip(tmp_path) -> None:  # noqa: ANN001
     assert Topology.from_dict(json.loads(json.dumps(ls.to_dict()))) == ls
 
 
-def test_validation_names_the_problem(tmp_path) -> None:  # noqa: ANN001
+def test_validation_names_the_problem(tmp_path) -> None:
     sw = (Switch("s1", 0, "edge", 1), Switch("s2", 0, "edge", 2))
     with pytest.raises(TopologyError, match="port 1 of 's1' is already used"):
         Topology("x", {}, sw, (Host("h1", "10.0.0.2", "02:00:0a:00:00:02", "s1", 1),), (Link("s1", 1, "s2", 1),))
@@ -111,7 +113,16 @@ def test_validation_names_the_problem(tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(TopologyError, match="outside 1..511"):
         Topology("x", {}, sw, (), (Link("s1", 0, "s2", 1),))
     with pytest.raises(TopologyError, match="share IP"):
-        Topology("x", {}, sw, (Host("h1", "10.0.0.2", "02:00:0a:00:00:02", "s1", 1), Host("h2", "10.0.0.2", "02:00:0a:00:00:03", "s2", 1)), ())
+        Topology(
+            "x",
+            {},
+            sw,
+            (
+                Host("h1", "10.0.0.2", "02:00:0a:00:00:02", "s1", 1),
+                Host("h2", "10.0.0.2", "02:00:0a:00:00:03", "s2", 1),
+            ),
+            (),
+        )
     bad = tmp_path / "bad.json"
     bad.write_text('{"switches": [{"name": "s1"}]}')
     with pytest.raises(TopologyError, match="bad.json: malformed topology element"):

@@ -18,11 +18,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from p4.v1 import p4runtime_pb2
+
 from controller.client import SwitchClient
 from controller.entities import MulticastGroup, TableEntry
 from controller.p4info import P4Schema
 from emulation.netns import NetnsLab
-from p4.v1 import p4runtime_pb2
 
 LOG = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +117,7 @@ class Bmv2Dut(Dut):
         self.socks: dict[int, socket.socket] = {}
         try:
             ns = self.lab.ns("dut")
-            self.sw_ifaces = {p: f"p4ina{self.lab.tag}s{p}" for p in PORTS}   # root side, BMv2's ports
+            self.sw_ifaces = {p: f"p4ina{self.lab.tag}s{p}" for p in PORTS}  # root side, BMv2's ports
             for p in PORTS:
                 self.lab.veth_to_root(self.sw_ifaces[p], ns, f"h{p}")
             self.socks = {p: self.lab.packet_socket(ns, f"h{p}") for p in PORTS}
@@ -124,8 +125,13 @@ class Bmv2Dut(Dut):
                 s.setblocking(False)
             port = _free_port()
             log = os.environ.get("P4INA_BMV2_LOG")  # a file for BMv2's per-packet debug log, to chase a divergence
-            cmd = ["simple_switch_grpc", "--device-id", str(DEVICE_ID), "--no-p4",
-                   *(["--log-level", "debug", "--log-file", log, "--log-flush"] if log else ["--log-level", "off"])]
+            cmd = [
+                "simple_switch_grpc",
+                "--device-id",
+                str(DEVICE_ID),
+                "--no-p4",
+                *(["--log-level", "debug", "--log-file", log, "--log-flush"] if log else ["--log-level", "off"]),
+            ]
             for p in PORTS:
                 cmd += ["-i", f"{p}@{self.sw_ifaces[p]}"]
             cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{port}"]
@@ -174,7 +180,7 @@ class Bmv2Dut(Dut):
                 self._proc.wait()
         for s in self.socks.values():
             s.close()
-        self.lab.close()   # deleting the namespace deletes both ends of every veth
+        self.lab.close()  # deleting the namespace deletes both ends of every veth
 
 
 def _free_port() -> int:
@@ -187,7 +193,9 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"simple_switch_grpc exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(
+                f"simple_switch_grpc exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}"
+            )
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -197,7 +205,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> 
 
 @contextlib.contextmanager
 def open_dut(kind: str) -> Iterator[Dut]:
-    """"embedded" (its default engine: C where a compiler is present), "embedded-c", "embedded-python" or "bmv2"."""
+    """ "embedded" (its default engine: C where a compiler is present), "embedded-c", "embedded-python" or "bmv2"."""
     if kind.startswith("embedded"):
         engine = kind.partition("-")[2] or "auto"
         dut: Dut = EmbeddedDut(engine)

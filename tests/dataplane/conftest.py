@@ -11,7 +11,9 @@ from native import cbuild
 from tests.dataplane.backends import Dut, open_dut
 
 
-@pytest.fixture(params=["embedded-c", "embedded-python", pytest.param("bmv2", marks=[pytest.mark.bmv2, pytest.mark.netns])])
+@pytest.fixture(
+    params=["embedded-c", "embedded-python", pytest.param("bmv2", marks=[pytest.mark.bmv2, pytest.mark.netns])]
+)
 def dut(request: pytest.FixtureRequest) -> Iterator[Dut]:
     if request.param == "embedded-c" and cbuild.toolchain() is None:
         pytest.skip("[cc] no C compiler (cc) on PATH: the C engine cannot be built")

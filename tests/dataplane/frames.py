@@ -40,8 +40,19 @@ def ipv4(src: bytes, dst: bytes, payload_len: int, proto: int = 17, ttl: int = 6
     return hdr[:10] + struct.pack(">H", csum) + hdr[12:]
 
 
-def udp_frame(src_port: int, dst_mac: bytes, dst_ip: bytes, payload: bytes, *, sport: int, dport: int,
-              src_mac: bytes | None = None, src_ip: bytes | None = None, ttl: int = 64, bad_checksum: bool = False) -> bytes:
+def udp_frame(
+    src_port: int,
+    dst_mac: bytes,
+    dst_ip: bytes,
+    payload: bytes,
+    *,
+    sport: int,
+    dport: int,
+    src_mac: bytes | None = None,
+    src_ip: bytes | None = None,
+    ttl: int = 64,
+    bad_checksum: bool = False,
+) -> bytes:
     udp = struct.pack(">HHHH", sport, dport, UDP_LEN + len(payload), 0) + payload
     eth = dst_mac + (src_mac or host_mac(src_port)) + b"\x08\x00"
     return eth + ipv4(src_ip or host_ip(src_port), dst_ip, len(udp), ttl=ttl, bad_checksum=bad_checksum) + udp
@@ -53,18 +64,41 @@ def checksum(lane_sum: int, offset: int, job: int, epoch: int) -> int:
     return (lane_sum + salt) % 2**32
 
 
-def contribution(port: int, values: list[int], *, job: int = 7, slot: int = 0, shadow: int = 0, epoch: int = 1,
-                 elem_type: int = INT32, exponent: int = 0, flags: int = 0, offset: int = 0, op: int = CONTRIB,
-                 trailer: bytes = b"", **overrides: int) -> bytes:
+def contribution(
+    port: int,
+    values: list[int],
+    *,
+    job: int = 7,
+    slot: int = 0,
+    shadow: int = 0,
+    epoch: int = 1,
+    elem_type: int = INT32,
+    exponent: int = 0,
+    flags: int = 0,
+    offset: int = 0,
+    op: int = CONTRIB,
+    trailer: bytes = b"",
+    **overrides: int,
+) -> bytes:
     """A contribution as the host behind `port` sends it (to the aggregation address)."""
     if len(values) != AGG.num_lanes:
         values = (list(values) * AGG.num_lanes)[: AGG.num_lanes]
-    lane_type = elem_type if elem_type in AGG.elem_types.values() else INT32   # an invalid type still needs lanes
+    lane_type = elem_type if elem_type in AGG.elem_types.values() else INT32  # an invalid type still needs lanes
     lanes = b"" if lane_type == NONE else AGG.lane_struct(lane_type).pack(*values)  # an exponent round has none
     lane_sum = 0 if lane_type == NONE else sum(values)
-    fields = dict(op=op, flags=flags, elem_type=elem_type, job_id=job, shadow=shadow, slot=slot,
-                  contributor=port, exponent=exponent, epoch=epoch, offset=offset,
-                  checksum=checksum(lane_sum, offset, job, epoch))  # right unless a test passes another
+    fields = dict(
+        op=op,
+        flags=flags,
+        elem_type=elem_type,
+        job_id=job,
+        shadow=shadow,
+        slot=slot,
+        contributor=port,
+        exponent=exponent,
+        epoch=epoch,
+        offset=offset,
+        checksum=checksum(lane_sum, offset, job, epoch),
+    )  # right unless a test passes another
     fields.update(overrides)
     payload = AGG.pack_header(**fields) + lanes + trailer
     return udp_frame(port, AGG_MAC, AGG_IP, payload, sport=AGG.udp_port, dport=AGG.udp_port)
@@ -99,6 +133,13 @@ def parse(frame: bytes) -> AggPacket:
         lanes_struct = AGG.lane_struct(header["elem_type"])
         lanes = list(lanes_struct.unpack(body[AGG.header_bytes : AGG.header_bytes + lanes_struct.size]))
     return AggPacket(
-        eth_dst=frame[:6], eth_src=frame[6:12], ip_dst=ip[16:20], ip_src=ip[12:16], ip_total_len=struct.unpack(">H", ip[2:4])[0],
-        ip_checksum_ok=ipv4_checksum(ip) == 0, udp_len=ulen, header=header, lanes=lanes,
+        eth_dst=frame[:6],
+        eth_src=frame[6:12],
+        ip_dst=ip[16:20],
+        ip_src=ip[12:16],
+        ip_total_len=struct.unpack(">H", ip[2:4])[0],
+        ip_checksum_ok=ipv4_checksum(ip) == 0,
+        udp_len=ulen,
+        header=header,
+        lanes=lanes,
     )

@@ -36,16 +36,35 @@ class Job:
 
 def install_hosts(dut: Dut) -> None:
     for p in PORTS:
-        dut.insert(HOST_PORT, {"egress_port": p}, "set_host",
-                   {"mac": int.from_bytes(host_mac(p), "big"), "ip": int.from_bytes(host_ip(p), "big")})
+        dut.insert(
+            HOST_PORT,
+            {"egress_port": p},
+            "set_host",
+            {"mac": int.from_bytes(host_mac(p), "big"), "ip": int.from_bytes(host_ip(p), "big")},
+        )
 
 
 def install_job(dut: Dut, job: Job) -> None:
-    dut.insert(JOB_CONFIG, {"job_id": job.job_id}, "set_job", dict(
-        job_index=job.job_index, role=job.role, fan_in=len(job.children), slot_base=job.slot_base,
-        slot_count=job.slot_count, mcast_grp=job.mcast_grp, up_port=job.up_port,
-        result_type=job.result_type, shift=job.shift, token=job.token, up_type=job.up_type,
-        up_shift=job.up_shift, in_shift=job.in_shift))
+    dut.insert(
+        JOB_CONFIG,
+        {"job_id": job.job_id},
+        "set_job",
+        dict(
+            job_index=job.job_index,
+            role=job.role,
+            fan_in=len(job.children),
+            slot_base=job.slot_base,
+            slot_count=job.slot_count,
+            mcast_grp=job.mcast_grp,
+            up_port=job.up_port,
+            result_type=job.result_type,
+            shift=job.shift,
+            token=job.token,
+            up_type=job.up_type,
+            up_shift=job.up_shift,
+            in_shift=job.in_shift,
+        ),
+    )
     for i, p in enumerate(job.children):
         dut.insert(JOB_PORTS, {"job_id": job.job_id, "ingress_port": p}, "from_child", {"child_index": i})
     if job.up_port:

@@ -25,9 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from softswitch import ActionCall, Exact, Lpm, Range, SoftSwitch, TableEntry, Ternary
-
-from softswitch import bmv2diff
+from softswitch import ActionCall, Exact, Lpm, Range, SoftSwitch, TableEntry, Ternary, bmv2diff
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
@@ -103,11 +101,17 @@ def _ipv4_udp(extra: bytes) -> bytes:
 
 
 def _tables(sw: SoftSwitch) -> None:
-    sw.table_insert("TIngress.t_exact", TableEntry((Exact(0x1234), Exact(0x12)), ActionCall("TIngress.set_exact", (7,))))
+    sw.table_insert(
+        "TIngress.t_exact", TableEntry((Exact(0x1234), Exact(0x12)), ActionCall("TIngress.set_exact", (7,)))
+    )
     for prefix, plen, v in ((0x0A000000, 8, 1), (0x0A010000, 16, 2), (0x0A010200, 24, 3)):
         sw.table_insert("TIngress.t_lpm", TableEntry((Lpm(prefix, plen),), ActionCall("TIngress.set_lpm", (v,))))
-    sw.table_insert("TIngress.t_tern", TableEntry((Ternary(0x10, 0xF0), Exact(0x1234)), ActionCall("TIngress.set_tern", (1,)), 10))
-    sw.table_insert("TIngress.t_tern", TableEntry((Ternary(0x12, 0xFF), Exact(0x1234)), ActionCall("TIngress.set_tern", (2,)), 20))
+    sw.table_insert(
+        "TIngress.t_tern", TableEntry((Ternary(0x10, 0xF0), Exact(0x1234)), ActionCall("TIngress.set_tern", (1,)), 10)
+    )
+    sw.table_insert(
+        "TIngress.t_tern", TableEntry((Ternary(0x12, 0xFF), Exact(0x1234)), ActionCall("TIngress.set_tern", (2,)), 20)
+    )
     sw.table_insert("TIngress.t_range", TableEntry((Range(100, 200),), ActionCall("TIngress.set_range", (1,)), 1))
     sw.table_insert("TIngress.t_range", TableEntry((Range(150, 160),), ActionCall("TIngress.set_range", (2,)), 5))
     sw.table_insert("TIngress.t_switch", TableEntry((Exact(0x1234),), ActionCall("TIngress.path_a")))
@@ -115,8 +119,12 @@ def _tables(sw: SoftSwitch) -> None:
 
 def _tables_seeds() -> list[tuple[int, bytes]]:
     probe = struct.Struct(">HIBHBBBBBBB")
-    return [(1, probe.pack(k, a, t, p, 0, 0, 0, 0, 0, 0, 0)) for k in (0x1234, 0x1235)
-            for a in (0x0A010203, 0x0A010909, 0x0A090909, 0x0B000000) for t, p in ((0x12, 155), (0x15, 120), (0x05, 300))]
+    return [
+        (1, probe.pack(k, a, t, p, 0, 0, 0, 0, 0, 0, 0))
+        for k in (0x1234, 0x1235)
+        for a in (0x0A010203, 0x0A010909, 0x0A090909, 0x0B000000)
+        for t, p in ((0x12, 155), (0x15, 120), (0x05, 300))
+    ]
 
 
 def _mcast(sw: SoftSwitch) -> None:
@@ -125,13 +133,22 @@ def _mcast(sw: SoftSwitch) -> None:
 
 def _mcast_seeds() -> list[tuple[int, bytes]]:
     mc = struct.Struct(">HHHIBBI")
-    return [(4, mc.pack(5, 0, 0, 0, 0, 0, 0) + b"x"), (4, mc.pack(0, 7, 0, 0, 0, 0, 0)), (2, mc.pack(0xFFFF, 0, 0, 0, 0, 0, 0))]
+    return [
+        (4, mc.pack(5, 0, 0, 0, 0, 0, 0) + b"x"),
+        (4, mc.pack(0, 7, 0, 0, 0, 0, 0)),
+        (2, mc.pack(0xFFFF, 0, 0, 0, 0, 0, 0)),
+    ]
 
 
 def _quirks_seeds() -> list[tuple[int, bytes]]:
     probe = struct.Struct(">BIBBHBBBBB")
-    return [(1, probe.pack(t, a, s, p, 7, 0, 0, 0, 0, 0) + b"\x11\x11\x22\x22") for t in (0x1F, 0x3F, 0x00, 0x12)
-            for a in (0x0AFFFFFF, 0x0B000000) for s in (0, 1) for p in (0, 1)]
+    return [
+        (1, probe.pack(t, a, s, p, 7, 0, 0, 0, 0, 0) + b"\x11\x11\x22\x22")
+        for t in (0x1F, 0x3F, 0x00, 0x12)
+        for a in (0x0AFFFFFF, 0x0B000000)
+        for s in (0, 1)
+        for p in (0, 1)
+    ]
 
 
 def _lanes_seeds() -> list[tuple[int, bytes]]:
@@ -142,8 +159,10 @@ def _lanes_seeds() -> list[tuple[int, bytes]]:
     out = []
     for op in (1, 0, 3, 0, 2):
         for cell in (0, 3, 7, 8, 200):
-            lanes = struct.pack(">16i", *(rng.choice(big) if rng.random() < 0.4 else rng.randrange(-1 << 31, 1 << 31)
-                                          for _ in range(16)))
+            lanes = struct.pack(
+                ">16i",
+                *(rng.choice(big) if rng.random() < 0.4 else rng.randrange(-1 << 31, 1 << 31) for _ in range(16)),
+            )
             narrow = struct.pack(">16h", *(rng.randrange(-1 << 15, 1 << 15) for _ in range(16)))
             out.append((0, bytes([op, cell, rng.randrange(2), 0]) + lanes + narrow))
     return out
@@ -152,14 +171,34 @@ def _lanes_seeds() -> list[tuple[int, bytes]]:
 def _p4ina(sw: SoftSwitch) -> None:
     c = AGG.constants()
     names = {n.rsplit(".", 1)[-1]: n for n in list(sw.actions()) + list(sw.tables())}
-    job = dict(job_index=1, role=1, fan_in=2, slot_base=0, slot_count=16, mcast_grp=1, up_port=0,
-               result_type=c["ELEM_INT32"], shift=0, token=1, up_type=c["ELEM_INT32"], up_shift=0, in_shift=0)
+    job = dict(
+        job_index=1,
+        role=1,
+        fan_in=2,
+        slot_base=0,
+        slot_count=16,
+        mcast_grp=1,
+        up_port=0,
+        result_type=c["ELEM_INT32"],
+        shift=0,
+        token=1,
+        up_type=c["ELEM_INT32"],
+        up_shift=0,
+        in_shift=0,
+    )
     params = tuple(job[p] for p in sw.actions()[names["set_job"]].param_names)  # by name, in the program's order
     sw.table_insert(names["job_config"], TableEntry((Exact(1),), ActionCall(names["set_job"], params)))
     for child, port in enumerate((1, 2)):
-        sw.table_insert(names["job_ports"], TableEntry((Exact(1), Exact(port)), ActionCall(names["from_child"], (child,))))
-        sw.table_insert(names["ipv4_lpm"], TableEntry((Lpm(0x0A000001 + child, 32),), ActionCall(names["forward"], (port,))))
-        sw.table_insert(names["host_port"], TableEntry((Exact(port),), ActionCall(names["set_host"], (0x020000000001 + child, 0x0A000001 + child))))
+        sw.table_insert(
+            names["job_ports"], TableEntry((Exact(1), Exact(port)), ActionCall(names["from_child"], (child,)))
+        )
+        sw.table_insert(
+            names["ipv4_lpm"], TableEntry((Lpm(0x0A000001 + child, 32),), ActionCall(names["forward"], (port,)))
+        )
+        sw.table_insert(
+            names["host_port"],
+            TableEntry((Exact(port),), ActionCall(names["set_host"], (0x020000000001 + child, 0x0A000001 + child))),
+        )
     sw.mc_group_set(1, [(1, 0), (2, 1)])
 
 
@@ -170,39 +209,101 @@ def _p4ina_seeds() -> list[tuple[int, bytes]]:
         for child, port in enumerate((1, 2)):
             values = [(child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)]
             agg = AGG.pack_header(
-                version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=c["ELEM_INT32"], shift=0, job_id=1,
-                shadow=0, slot=slot, contributor=child, exponent=0, epoch=1, offset=0,
+                version=c["AGG_VERSION"],
+                op=c["OP_CONTRIB"],
+                flags=0,
+                elem_type=c["ELEM_INT32"],
+                shift=0,
+                job_id=1,
+                shadow=0,
+                slot=slot,
+                contributor=child,
+                exponent=0,
+                epoch=1,
+                offset=0,
                 checksum=AGG.checksum(sum(values), 0, 1, 1),
             )
             lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(*values)
             udp = struct.pack(">HHHH", c["UDP_PORT_AGG"], c["UDP_PORT_AGG"], 8 + len(agg) + len(lanes), 0)
-            ip = bytearray(struct.pack(">BBHHHBBHII", 0x45, 0, 28 + len(agg) + len(lanes), 0, 0, 64, 17, 0, 0x0A000001 + child, 0x0AFFFFFE))
+            ip = bytearray(
+                struct.pack(
+                    ">BBHHHBBHII", 0x45, 0, 28 + len(agg) + len(lanes), 0, 0, 64, 17, 0, 0x0A000001 + child, 0x0AFFFFFE
+                )
+            )
             total = sum(struct.unpack(">10H", bytes(ip)))
             while total >> 16:
                 total = (total & 0xFFFF) + (total >> 16)
             struct.pack_into(">H", ip, 10, ~total & 0xFFFF)
-            seeds.append((port, bytes.fromhex("027034696e61") + bytes(5) + bytes([child + 1]) + b"\x08\x00" + bytes(ip) + udp + agg + lanes))
+            seeds.append(
+                (
+                    port,
+                    bytes.fromhex("027034696e61")
+                    + bytes(5)
+                    + bytes([child + 1])
+                    + b"\x08\x00"
+                    + bytes(ip)
+                    + udp
+                    + agg
+                    + lanes,
+                )
+            )
     seeds.append((1, _ipv4_udp(b"hello")))
     return seeds
 
 
-CASES: dict[str, Case] = {c.name: c for c in (
-    Case("arith", PROGRAMS / "arith.json", _nothing, lambda: _random_bytes(1, 20, 10, 1, b"pl")),
-    Case("parse_csum", PROGRAMS / "parse_csum.json", _nothing, lambda: [
-        (1, _ipv4_udp(b"\x7eab")), (1, _ipv4_udp(b"")), (2, _ipv4_udp(b"\x01")), (1, bytes(12) + b"\x88\x01zz")]),
-    Case("hash", PROGRAMS / "hash.json", _nothing, lambda: _random_bytes(4, 30, 34, 0)),
-    Case("stack_union", PROGRAMS / "stack_union.json", _nothing, lambda: [
-        (0, bytes([1, 10, 2, 20, 0, 30, 0xAA, 0xBB, 1])), (0, bytes([0, 5, 1, 2, 3, 4, 5])), (0, bytes([1, 1] * 4))]),
-    Case("tables", PROGRAMS / "tables.json", _tables, _tables_seeds),
-    Case("mcast", PROGRAMS / "mcast.json", _mcast, _mcast_seeds, frozenset({1, 2, 3, 7}), ordered=False),
-    Case("quirks", PROGRAMS / "quirks.json", _nothing, _quirks_seeds),
-    Case("csum_invalid", PROGRAMS / "csum_invalid.json", _nothing, lambda: [
-        (0, bytes([0, 1, 2, 3])), (0, bytes([0xFF, 1, 0xFE, 0xFD])), (0, bytes([0xFF, 1, 0xFE, 0xFE])), (0, bytes([0xFF]))]),
-    Case("stack_ops", PROGRAMS / "stack_ops.json", _nothing, lambda: [
-        (0, bytes([op, n, 0x11, 0x22]) + b"tail") for op in (0, 1, 2, 3) for n in (1, 2)] + [(0, bytes([1, 1, 5]))]),
-    Case("lanes", PROGRAMS / "lanes.json", _nothing, _lanes_seeds, frozenset({1})),
-    Case("p4ina", P4INA, _p4ina, _p4ina_seeds, frozenset({1, 2})),
-)}
+CASES: dict[str, Case] = {
+    c.name: c
+    for c in (
+        Case("arith", PROGRAMS / "arith.json", _nothing, lambda: _random_bytes(1, 20, 10, 1, b"pl")),
+        Case(
+            "parse_csum",
+            PROGRAMS / "parse_csum.json",
+            _nothing,
+            lambda: [
+                (1, _ipv4_udp(b"\x7eab")),
+                (1, _ipv4_udp(b"")),
+                (2, _ipv4_udp(b"\x01")),
+                (1, bytes(12) + b"\x88\x01zz"),
+            ],
+        ),
+        Case("hash", PROGRAMS / "hash.json", _nothing, lambda: _random_bytes(4, 30, 34, 0)),
+        Case(
+            "stack_union",
+            PROGRAMS / "stack_union.json",
+            _nothing,
+            lambda: [
+                (0, bytes([1, 10, 2, 20, 0, 30, 0xAA, 0xBB, 1])),
+                (0, bytes([0, 5, 1, 2, 3, 4, 5])),
+                (0, bytes([1, 1] * 4)),
+            ],
+        ),
+        Case("tables", PROGRAMS / "tables.json", _tables, _tables_seeds),
+        Case("mcast", PROGRAMS / "mcast.json", _mcast, _mcast_seeds, frozenset({1, 2, 3, 7}), ordered=False),
+        Case("quirks", PROGRAMS / "quirks.json", _nothing, _quirks_seeds),
+        Case(
+            "csum_invalid",
+            PROGRAMS / "csum_invalid.json",
+            _nothing,
+            lambda: [
+                (0, bytes([0, 1, 2, 3])),
+                (0, bytes([0xFF, 1, 0xFE, 0xFD])),
+                (0, bytes([0xFF, 1, 0xFE, 0xFE])),
+                (0, bytes([0xFF])),
+            ],
+        ),
+        Case(
+            "stack_ops",
+            PROGRAMS / "stack_ops.json",
+            _nothing,
+            lambda: (
+                [(0, bytes([op, n, 0x11, 0x22]) + b"tail") for op in (0, 1, 2, 3) for n in (1, 2)]
+                + [(0, bytes([1, 1, 5]))]
+            ),
+        ),
+        Case("lanes", PROGRAMS / "lanes.json", _nothing, _lanes_seeds, frozenset({1})),
+        Case("p4ina", P4INA, _p4ina, _p4ina_seeds, frozenset({1, 2})),
+    )
+}
 
 
 def program_hash(path: Path) -> str:
@@ -226,8 +327,15 @@ def record(case: Case) -> dict:
 
     def one(job: tuple) -> dict:
         traffic, ref, ports, expect = job
-        res = bmv2diff.run(case.program, case.p4info, traffic, configure=lambda client: client.copy_from(ref),
-                           ports=ports, expect=expect, quiet_for=4.0)  # a loaded machine slows BMv2 down
+        res = bmv2diff.run(
+            case.program,
+            case.p4info,
+            traffic,
+            configure=lambda client: client.copy_from(ref),
+            ports=ports,
+            expect=expect,
+            quiet_for=4.0,
+        )  # a loaded machine slows BMv2 down
         return {
             "inputs": [[p, d.hex()] for p, d in traffic],
             "outputs": {str(p): [x.hex() for x in v] for p, v in sorted(res.outputs.items()) if v},
@@ -247,8 +355,11 @@ def record(case: Case) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.dataplane.recorded", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.dataplane.recorded",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("names", nargs="*", help=f"cases (default all: {', '.join(CASES)})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -256,8 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.names or list(CASES):
         data = record(CASES[name])
         (RECORDINGS / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
-        LOG.info("recorded %s: %d runs, %d outputs", name, len(data["runs"]),
-                 sum(len(v) for r in data["runs"] for v in r["outputs"].values()))
+        LOG.info(
+            "recorded %s: %d runs, %d outputs",
+            name,
+            len(data["runs"]),
+            sum(len(v) for r in data["runs"] for v in r["outputs"].values()),
+        )
     return 0
 
 

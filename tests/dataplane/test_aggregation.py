@@ -5,8 +5,22 @@ from __future__ import annotations
 import pytest
 
 from tests.dataplane.backends import Dut
-from tests.dataplane.frames import (AGG_IP, AGG_MAC, CONTRIB, INT8, INT16, INT32, NONE, OVERFLOW, RESULT, RETRANSMIT,
-                                    contribution, host_ip, host_mac, parse)
+from tests.dataplane.frames import (
+    AGG_IP,
+    AGG_MAC,
+    CONTRIB,
+    INT8,
+    INT16,
+    INT32,
+    NONE,
+    OVERFLOW,
+    RESULT,
+    RETRANSMIT,
+    contribution,
+    host_ip,
+    host_mac,
+    parse,
+)
 from tests.dataplane.program import INNER, JOB_CONFIG, Job, install_hosts, install_job
 from wireformat import AGG
 
@@ -99,7 +113,7 @@ def test_retransmission_to_a_completed_slot_gets_the_result_back(dut: Dut) -> No
     dut.send(1, contribution(1, values(1)))
     dut.send(2, contribution(2, values(2)))
     first = results_by_port(dut.receive(2), 2)
-    dut.send(2, contribution(2, values(2), flags=RETRANSMIT))   # its result was lost
+    dut.send(2, contribution(2, values(2), flags=RETRANSMIT))  # its result was lost
     again = dut.receive(1)
     assert [p for p, _ in again] == [2], "only the child that asked gets the result again"
     pkt = parse(again[0][1])
@@ -113,7 +127,7 @@ def test_results_are_narrowed_with_a_saturating_shift(dut: Dut, result_type: int
     shift = 4
     job = Job(children=(1, 2), result_type=result_type, shift=shift)
     setup(dut, job)
-    a = [(i - 32) * (1 << bits) // 2 for i in range(L)]   # sums reach past the narrow range at both ends
+    a = [(i - 32) * (1 << bits) // 2 for i in range(L)]  # sums reach past the narrow range at both ends
     b = [(i - 32) * 7 for i in range(L)]
     dut.send(1, contribution(1, a))
     dut.send(2, contribution(2, b))
@@ -132,7 +146,7 @@ def test_results_are_narrowed_with_a_saturating_shift(dut: Dut, result_type: int
 def test_narrowing_without_clamping_leaves_the_flag_clear(dut: Dut) -> None:
     job = Job(children=(1, 2), result_type=INT8, shift=2)
     setup(dut, job)
-    a, b = [i % 64 - 32 for i in range(L)], [2 * (i % 64 - 32) for i in range(L)]   # |sum| <= 96, >> 2 fits
+    a, b = [i % 64 - 32 for i in range(L)], [2 * (i % 64 - 32) for i in range(L)]  # |sum| <= 96, >> 2 fits
     dut.send(1, contribution(1, a))
     dut.send(2, contribution(2, b))
     for _, pkt in results_by_port(dut.receive(2), 2).items():
@@ -157,8 +171,9 @@ def test_int32_sums_saturate_and_such_a_sum_is_not_delivered(dut: Dut) -> None:
     dut.send(1, contribution(1, c))
     dut.send(2, contribution(2, b))
     got = results_by_port(dut.receive(2), 2)
-    assert sorted(got) == [1, 2] and all(p.lanes == lane_sum(c, b) and not p.header["flags"] & OVERFLOW
-                                         for p in got.values())
+    assert sorted(got) == [1, 2] and all(
+        p.lanes == lane_sum(c, b) and not p.header["flags"] & OVERFLOW for p in got.values()
+    )
 
 
 @pytest.mark.parametrize("elem_type", [INT8, INT16])
@@ -214,7 +229,7 @@ def test_inner_node_sends_partial_up_and_relays_the_result_down(dut: Dut) -> Non
 def test_shadow_copies_let_a_slot_be_reused(dut: Dut) -> None:
     job = Job(children=(1, 2), slot_count=1)
     setup(dut, job)
-    for round_ in range(4):   # shadow 0, 1, 0, 1: each round needs the other copy's bits cleared
+    for round_ in range(4):  # shadow 0, 1, 0, 1: each round needs the other copy's bits cleared
         shadow = round_ % 2
         a, b = values(round_ + 1), values(round_ + 7)
         dut.send(1, contribution(1, a, shadow=shadow))
@@ -253,9 +268,26 @@ def test_a_new_install_token_resets_cells(dut: Dut) -> None:
     dut.send(2, contribution(2, values(2), epoch=1))
     assert len(dut.receive(2)) == 2
     # Reinstall (new token) and start again at epoch 1, as a restarted job does.
-    dut.modify(JOB_CONFIG, {"job_id": 7}, "set_job", dict(
-        job_index=1, role=1, fan_in=2, slot_base=0, slot_count=8, mcast_grp=1, up_port=0, result_type=INT32, shift=0,
-        token=2, up_type=INT32, up_shift=0, in_shift=0))
+    dut.modify(
+        JOB_CONFIG,
+        {"job_id": 7},
+        "set_job",
+        dict(
+            job_index=1,
+            role=1,
+            fan_in=2,
+            slot_base=0,
+            slot_count=8,
+            mcast_grp=1,
+            up_port=0,
+            result_type=INT32,
+            shift=0,
+            token=2,
+            up_type=INT32,
+            up_shift=0,
+            in_shift=0,
+        ),
+    )
     dut.send(1, contribution(1, values(3), epoch=1))
     dut.send(2, contribution(2, values(4), epoch=1))
     assert results_by_port(dut.receive(2), 2)[1].lanes == lane_sum(values(3), values(4))
@@ -293,7 +325,7 @@ def test_an_exponent_round_agrees_the_minimum_proposal(dut: Dut) -> None:
     assert dut.counter(C + "completions", 1)[0] == 1
     # a lost result: the retransmission gets the agreed exponent back, not its own proposal
     dut.send(1, contribution(1, [], elem_type=NONE, slot=4, epoch=2, next_exponent=20, offset=4 * L, flags=RETRANSMIT))
-    (port, frame), = dut.receive(1)
+    ((port, frame),) = dut.receive(1)
     assert port == 1 and parse(frame).header["next_exponent"] == -3
 
 
@@ -334,7 +366,7 @@ def test_an_inner_node_passes_the_partial_minimum_up(dut: Dut) -> None:
     setup(dut, job)
     dut.send(1, contribution(1, [], elem_type=NONE, slot=3, next_exponent=12))
     dut.send(2, contribution(2, [], elem_type=NONE, slot=3, next_exponent=4))
-    (port, frame), = dut.receive(1)
+    ((port, frame),) = dut.receive(1)
     up = parse(frame)
     assert port == 5 and up.header["op"] == CONTRIB and up.header["elem_type"] == NONE
     assert up.header["next_exponent"] == 4 and up.lanes == []
@@ -343,7 +375,7 @@ def test_an_inner_node_passes_the_partial_minimum_up(dut: Dut) -> None:
     down = results_by_port(dut.receive(2), 2)
     assert all(p.header["next_exponent"] == -1 and p.header["elem_type"] == NONE for p in down.values())
     dut.send(2, contribution(2, [], elem_type=NONE, slot=3, next_exponent=4, flags=RETRANSMIT))
-    (port, frame), = dut.receive(1)
+    ((port, frame),) = dut.receive(1)
     assert port == 2 and parse(frame).header["next_exponent"] == -1
 
 
@@ -356,7 +388,7 @@ def test_an_inner_node_keeps_partial_sums_narrow_with_a_rounding_shift(dut: Dut)
     b = [((7 * i) % 255) - 127 for i in range(L)]
     dut.send(1, contribution(1, a, elem_type=INT8))
     dut.send(2, contribution(2, b, elem_type=INT8))
-    (port, frame), = dut.receive(1)
+    ((port, frame),) = dut.receive(1)
     up = parse(frame)
     assert port == 5 and up.header["elem_type"] == INT8 and up.header["shift"] == 1
     assert up.lanes == [rshift(s, 1) for s in lane_sum(a, b)]

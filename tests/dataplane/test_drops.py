@@ -45,7 +45,9 @@ def test_bad_packets_are_dropped_counted_and_harmless(dut: Dut, case: str) -> No
     dut.send(3, contribution(3, lanes(3)))
     got = dut.receive(3)
     assert len(got) == 3
-    assert parse(got[0][1]).lanes == [a + b + c for a, b, c in zip(lanes(1), lanes(2), lanes(3))], f"{case} changed the sum"
+    assert parse(got[0][1]).lanes == [a + b + c for a, b, c in zip(lanes(1), lanes(2), lanes(3))], (
+        f"{case} changed the sum"
+    )
 
 
 def test_a_contribution_with_another_exponent_is_refused(dut: Dut) -> None:

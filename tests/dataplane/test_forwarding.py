@@ -19,8 +19,16 @@ def ip(text: str) -> int:
 
 
 def to(dst: str, sport: int = 5000, ttl: int = 64, bad_checksum: bool = False) -> bytes:
-    return udp_frame(1, host_mac(9), ip(dst).to_bytes(4, "big"), b"x" * 30, sport=sport, dport=6000, ttl=ttl,
-                     bad_checksum=bad_checksum)
+    return udp_frame(
+        1,
+        host_mac(9),
+        ip(dst).to_bytes(4, "big"),
+        b"x" * 30,
+        sport=sport,
+        dport=6000,
+        ttl=ttl,
+        bad_checksum=bad_checksum,
+    )
 
 
 def test_longest_prefix_wins_and_ttl_drops_by_one(dut: Dut) -> None:

@@ -17,8 +17,13 @@ pytestmark = pytest.mark.mininet
 
 
 def p4ina(*args: str, state: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "controller", *args, "--state", str(state), "--json"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "controller", *args, "--state", str(state), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, f"p4ina {' '.join(args)} failed:\n{proc.stderr}\n{proc.stdout}"
     return json.loads(proc.stdout)
 
@@ -27,9 +32,24 @@ def p4ina(*args: str, state: Path) -> dict:
 def test_cli_installs_inspects_and_removes_a_job(backend: str, tmp_path: Path, leak_check: None) -> None:
     topo_file, state = tmp_path / "topology.json", tmp_path / "state.json"
     serve = subprocess.Popen(
-        [sys.executable, "-m", "emulation.serve", "--topology", "leaf-spine:2x1x2", "--switch", backend,
-         "--topology-out", str(topo_file), "--run-dir", str(tmp_path / "run")],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "emulation.serve",
+            "--topology",
+            "leaf-spine:2x1x2",
+            "--switch",
+            backend,
+            "--topology-out",
+            str(topo_file),
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while not topo_file.exists():
@@ -39,9 +59,13 @@ def test_cli_installs_inspects_and_removes_a_job(backend: str, tmp_path: Path, l
         p4ina("pipeline", "push", "--topology", str(topo_file), state=state)
         p4ina("routes", "install", state=state)
         installed = p4ina("job", "install", "--job", "7", "--hosts", "h1,h2,h3", "--quantize", "int8", state=state)
-        assert installed["spec"]["job_id"] == 7 and installed["root"] in {s["name"] for s in json.loads(topo_file.read_text())["switches"]}
+        assert installed["spec"]["job_id"] == 7 and installed["root"] in {
+            s["name"] for s in json.loads(topo_file.read_text())["switches"]
+        }
         listed = p4ina("job", "list", state=state)
-        assert [(row["job_id"], sorted(row["hosts"]), row["quantize"]) for row in listed] == [(7, ["h1", "h2", "h3"], "int8")]
+        assert [(row["job_id"], sorted(row["hosts"]), row["quantize"]) for row in listed] == [
+            (7, ["h1", "h2", "h3"], "int8")
+        ]
         shown = p4ina("job", "show", "--job", "7", state=state)
         assert "h3" in json.dumps(shown)
         p4ina("counters", "--job", "7", state=state)

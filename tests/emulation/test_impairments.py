@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from emulation.shaping import Shaping
 from emulation.impairments import set_bpf_dup, set_reorder, tc_counts
 from emulation.netns import NetnsLab, enter
+from emulation.shaping import Shaping
 
 pytestmark = pytest.mark.netns
 
@@ -59,7 +59,7 @@ def send_numbered(lab: NetnsLab, a: str, b: str) -> list[int]:
             try:
                 while True:
                     got.append(struct.unpack("!I", rx.recv(2048)[:4])[0])
-            except socket.timeout:
+            except TimeoutError:
                 pass
 
     def send() -> None:
@@ -133,8 +133,10 @@ def test_a_copy_mirred_could_not_send_is_not_counted_as_duplicated() -> None:
     never reach the link (a 60% fraction, copies of copies, measured 769 attempts, 42 overlimits, 727 copies)."""
     from emulation.impairments import _sent_line
 
-    show = ("\taction order 1: mirred (Egress Mirror to device eth0) pipe\n\tAction statistics:\n"
-            "\tSent 801298 bytes 769 pkt (dropped 0, overlimits 42 requeues 0) \n\tbacklog 0b 0p requeues 0\n")
+    show = (
+        "\taction order 1: mirred (Egress Mirror to device eth0) pipe\n\tAction statistics:\n"
+        "\tSent 801298 bytes 769 pkt (dropped 0, overlimits 42 requeues 0) \n\tbacklog 0b 0p requeues 0\n"
+    )
     assert _sent_line(show) == (769, 42)
     assert _sent_line(" Sent 1382734 bytes 1327 pkt (dropped 0, overlimits 1326 requeues 0)") == (1327, 1326)
     assert _sent_line("") == (0, 0)

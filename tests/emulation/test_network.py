@@ -34,7 +34,9 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_fat_tree_k2_starts_wired_as_the_model_and_leaves_nothing(backend: str, tmp_path: Path, leak_check: None) -> None:
+def test_fat_tree_k2_starts_wired_as_the_model_and_leaves_nothing(
+    backend: str, tmp_path: Path, leak_check: None
+) -> None:
     model = fat_tree(2)
     net = EmulatedNetwork(model, NetworkConfig(run_dir=tmp_path, backend=backend, shape=LinkShape(bw_mbps=50)))
     with net:
@@ -99,7 +101,9 @@ def test_cleanup_removes_a_killed_run(tmp_path: Path, leak_check: None) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         assert any(n.startswith(f"p4ina{tag}-") for n in our_interfaces())
-        done = subprocess.run([sys.executable, "-m", "emulation.cleanup", "--json"], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "emulation.cleanup", "--json"], capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         assert tag in done.stdout
         assert not any(n.startswith(f"p4ina{tag}-") for n in our_interfaces())
@@ -129,8 +133,9 @@ def test_ctrl_c_tears_the_network_down(tmp_path: Path, leak_check: None) -> None
             Path({str(ready)!r}).write_text(net.tag + " " + " ".join(pids))
             time.sleep(600)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 120
         while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -195,9 +200,12 @@ def test_links_are_shaped_with_a_one_frame_burst_and_counted(tmp_path: Path, lea
     shape = LinkShape(bw_mbps=2)
     with EmulatedNetwork(leaf_spine(1, 1, 2), NetworkConfig(run_dir=tmp_path, backend="embedded", shape=shape)) as net:
         h1 = net.host("h1")
-        for show in (h1.cmd("tc class show dev " + net.host_iface("h1")),
-                     subprocess.run(["tc", "class", "show", "dev", sorted(net.link_ports())[0]],
-                                    capture_output=True, text=True).stdout):
+        for show in (
+            h1.cmd("tc class show dev " + net.host_iface("h1")),
+            subprocess.run(
+                ["tc", "class", "show", "dev", sorted(net.link_ports())[0]], capture_output=True, text=True
+            ).stdout,
+        ):
             cls = read_class_config(show)
             assert cls["rate"] == "2Mbit" and cls["ceil"] == "2Mbit", show
             burst = int(cls["burst"].rstrip("b"))  # tc keeps the burst as a time at the rate: read back rounded
@@ -209,10 +217,17 @@ def test_links_are_shaped_with_a_one_frame_burst_and_counted(tmp_path: Path, lea
             ctl.install_routes()
         before = net.link_bytes()
         h2 = net.topology.host("h2")
-        out, err, code = h1.pexec(["python3", "-c", (
-            "import socket,time\n"
-            "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
-            f"[s.sendto(bytes(1000),('{h2.ip}',9)) or time.sleep(0.0001) for _ in range(200)]\n")])
+        out, err, code = h1.pexec(
+            [
+                "python3",
+                "-c",
+                (
+                    "import socket,time\n"
+                    "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                    f"[s.sendto(bytes(1000),('{h2.ip}',9)) or time.sleep(0.0001) for _ in range(200)]\n"
+                ),
+            ]
+        )
         assert code == 0, err
         time.sleep(1.2)
         after = net.link_bytes()

@@ -26,7 +26,7 @@ from controller.leafspine import leaf_spine
 from tests.common import BACKENDS, REPO
 from tests.softswitch import fake_switch
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     from p4.v1 import p4runtime_pb2
     from p4runtime_sh.p4runtime import P4RuntimeWriteException
 
@@ -66,7 +66,7 @@ SCRIPT = textwrap.dedent('''
         e.delete()
     assert list(TableEntry("MyIngress.fwd").read()) == []
     print("done")
-''')
+""")
 
 
 def _free_port() -> int:
@@ -78,11 +78,31 @@ def _free_port() -> int:
 def _start(backend: str, device_id: int, port: int) -> subprocess.Popen[str]:
     addr = f"127.0.0.1:{port}"
     if backend == "bmv2":
-        cmd = [shutil.which("simple_switch_grpc") or "simple_switch_grpc", "--device-id", str(device_id),
-               "--log-level", "off", "--no-p4", "--", "--grpc-server-addr", addr]
+        cmd = [
+            shutil.which("simple_switch_grpc") or "simple_switch_grpc",
+            "--device-id",
+            str(device_id),
+            "--log-level",
+            "off",
+            "--no-p4",
+            "--",
+            "--grpc-server-addr",
+            addr,
+        ]
     else:
-        cmd = [sys.executable, "-m", "softswitch", "--device-id", str(device_id), "--log-level", "warn",
-               "--no-p4", "--", "--grpc-server-addr", addr]
+        cmd = [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "--device-id",
+            str(device_id),
+            "--log-level",
+            "warn",
+            "--no-p4",
+            "--",
+            "--grpc-server-addr",
+            addr,
+        ]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -126,9 +146,22 @@ def test_p4runtime_shell_inserts_reads_deletes_and_reads_counters(switch: Path, 
     script.write_text(SCRIPT)
     name = leaf_spine(1, 1, 1).switches[0].name
     proc = subprocess.run(
-        [sys.executable, "-m", "controller", "shell", name, str(script), "--topology", str(switch),
-         "--state", str(tmp_path / "state.json")],
-        cwd=REPO, capture_output=True, text=True, timeout=120,  # a hang (the unfixed iterator) fails here
+        [
+            sys.executable,
+            "-m",
+            "controller",
+            "shell",
+            name,
+            str(script),
+            "--topology",
+            str(switch),
+            "--state",
+            str(tmp_path / "state.json"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang (the unfixed iterator) fails here
     )
     assert proc.returncode == 0, proc.stderr + proc.stdout
     out = proc.stdout
@@ -138,7 +171,20 @@ def test_p4runtime_shell_inserts_reads_deletes_and_reads_counters(switch: Path, 
 
 def test_p4ina_shell_names_a_missing_switch(switch: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "controller", "shell", "nosuch", "--topology", str(switch), "--state", str(tmp_path / "s.json")],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "controller",
+            "shell",
+            "nosuch",
+            "--topology",
+            str(switch),
+            "--state",
+            str(tmp_path / "s.json"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 1 and "nosuch" in proc.stderr

@@ -21,8 +21,9 @@ def link(_elements_per_chunk: int) -> float:
 
 
 def hier(elements: int, member_hops: list[int], ring_hops: list[int]) -> float:
-    return bounds.hier_path(METHODS["hier"], elements=elements, member_hops=member_hops, ring_hops=ring_hops,
-                            delay_s=DELAY)
+    return bounds.hier_path(
+        METHODS["hier"], elements=elements, member_hops=member_hops, ring_hops=ring_hops, delay_s=DELAY
+    )
 
 
 def test_hier_one_group_is_up_and_down() -> None:
@@ -65,19 +66,22 @@ def test_tree_links_follow_the_paths() -> None:
 def test_no_delay_no_path_bound() -> None:
     """Without link delay nothing but software is on a chain of single frames: no bound to compare with."""
     topo = load_topology("fat-tree:4")
-    assert math.isnan(bounds.path_bound(METHODS["ring"], elements=100, rate_bps=RATE, delay_s=0.0, topo=topo,
-                                        ring_order=["h1", "h2"]))
+    assert math.isnan(
+        bounds.path_bound(METHODS["ring"], elements=100, rate_bps=RATE, delay_s=0.0, topo=topo, ring_order=["h1", "h2"])
+    )
 
 
 def test_inc_path_counts_the_exponent_round() -> None:
     from wireformat import AGG
 
     # 3 chunks in a 2-slot window: slot 0 has the exponent round and 2 data rounds, each up 3 links and down
-    assert bounds.inc_path(METHODS["inc-int32"], elements=3 * AGG.num_lanes, height=3, slots=2,
-                           delay_s=DELAY) == pytest.approx(3 * 6 * DELAY)
+    assert bounds.inc_path(
+        METHODS["inc-int32"], elements=3 * AGG.num_lanes, height=3, slots=2, delay_s=DELAY
+    ) == pytest.approx(3 * 6 * DELAY)
     # guessed exponents (hosts.inc_worker): no exponent round, one trip per data round
-    assert bounds.inc_path(METHODS["inc-int32"], elements=2 * AGG.num_lanes, height=3, slots=2, delay_s=DELAY,
-                           exponent_rounds=False) == pytest.approx(1 * 6 * DELAY)
+    assert bounds.inc_path(
+        METHODS["inc-int32"], elements=2 * AGG.num_lanes, height=3, slots=2, delay_s=DELAY, exponent_rounds=False
+    ) == pytest.approx(1 * 6 * DELAY)
 
 
 def test_path_bound_on_a_fat_tree() -> None:

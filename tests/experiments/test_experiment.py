@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from experiments.allreduce import analysis, report
-
-from experiments import bounds
-from experiments.config import ExperimentConfig, read_raw
-from experiments.allreduce.run import run_experiment
 from emulation.shaping import LinkShape
+from experiments import bounds
+from experiments.allreduce import analysis, report
+from experiments.allreduce.run import run_experiment
+from experiments.config import ExperimentConfig, read_raw
 from hosts.methods import METHODS
 from tests.common import BACKENDS, REPO
 
@@ -29,8 +28,17 @@ TINY = dict(topology="leaf-spine:2x1x2", host_counts=(4,))
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_method_gives_checked_sums(backend: str, tmp_path: Path, leak_check: None) -> None:
     # 'ones' inputs (rank + 1 + iteration everywhere) are small integers: int32 lanes and float32 sums are exact.
-    cfg = ExperimentConfig(**TINY, sizes=(600,), methods=ALL, reps=2, warmup=1, backend=backend,
-                           shape=LinkShape(bw_mbps=20), input_kind="ones", results_root=tmp_path)
+    cfg = ExperimentConfig(
+        **TINY,
+        sizes=(600,),
+        methods=ALL,
+        reps=2,
+        warmup=1,
+        backend=backend,
+        shape=LinkShape(bw_mbps=20),
+        input_kind="ones",
+        results_root=tmp_path,
+    )
     result = run_experiment(cfg, out_dir=tmp_path / "run")
     summary = report.summary_of(result)
     assert summary["ok"], summary["notes"]
@@ -45,8 +53,12 @@ def test_every_method_gives_checked_sums(backend: str, tmp_path: Path, leak_chec
         if p["method"] in ("inc-int32", "ring"):
             assert p["max_abs_error"] == 0.0, f"{p['method']} sum is not exact"
     # each repetition ran the methods in its own shuffled order
-    orders = {rep: tuple(s.method for s in sorted((s for s in result.samples if s.rep == rep and s.rank == 0),
-                                                    key=lambda s: s.order)) for rep in range(cfg.iterations)}
+    orders = {
+        rep: tuple(
+            s.method for s in sorted((s for s in result.samples if s.rep == rep and s.rank == 0), key=lambda s: s.order)
+        )
+        for rep in range(cfg.iterations)
+    }
     assert len(set(orders.values())) > 1 or len(ALL) < 3
     # the summary follows from raw.csv alone
     again = analysis.summarize(cfg, read_raw(tmp_path / "run" / "raw.csv"))
@@ -56,8 +68,9 @@ def test_every_method_gives_checked_sums(backend: str, tmp_path: Path, leak_chec
 def test_link_bound_points_sit_within_the_bound(tmp_path: Path, leak_check: None) -> None:
     """At a link rate the switches carry easily, every method takes at least what its busiest link's bytes
     allow and at most 15% more (no burst credit, no free agreement, nothing off the clock)."""
-    cfg = ExperimentConfig(**TINY, sizes=(16384,), methods=ALL, reps=2, warmup=1, shape=LinkShape(bw_mbps=0.5),
-                           results_root=tmp_path)
+    cfg = ExperimentConfig(
+        **TINY, sizes=(16384,), methods=ALL, reps=2, warmup=1, shape=LinkShape(bw_mbps=0.5), results_root=tmp_path
+    )
     summary = report.summary_of(run_experiment(cfg, out_dir=tmp_path / "run"))
     for p in summary["points"]:
         assert p["ok"], p["problems"]
@@ -70,8 +83,15 @@ def test_link_bound_points_sit_within_the_bound(tmp_path: Path, leak_check: None
 
 def test_a_point_made_cpu_bound_is_not_called_link_bound(tmp_path: Path, leak_check: None) -> None:
     """At 500 Mbit/s a Python switch cannot keep up: measured >> T_wire, and the point is no headline."""
-    cfg = ExperimentConfig(**TINY, sizes=(16384,), methods=("inc-int32", "ring"), reps=1, warmup=1,
-                           shape=LinkShape(bw_mbps=500), results_root=tmp_path)
+    cfg = ExperimentConfig(
+        **TINY,
+        sizes=(16384,),
+        methods=("inc-int32", "ring"),
+        reps=1,
+        warmup=1,
+        shape=LinkShape(bw_mbps=500),
+        results_root=tmp_path,
+    )
     summary = report.summary_of(run_experiment(cfg, out_dir=tmp_path / "run"))
     p = next(p for p in summary["points"] if p["method"] == "inc-int32")
     assert p["ok"] and p["t_over_wire"] > bounds.BOUND_SLACK, p
@@ -80,9 +100,31 @@ def test_a_point_made_cpu_bound_is_not_called_link_bound(tmp_path: Path, leak_ch
 
 
 def test_cli_tiny_run_prints_the_table_and_writes_the_folder(tmp_path: Path, leak_check: None) -> None:
-    cmd = [sys.executable, "-m", "p4ina", "emulate", "--topology", "leaf-spine:2x1x2", "--hosts", "2,4", "--sizes", "64,1K",
-           "--methods", "inc-int32,ring", "--reps", "2", "--warmup", "1", "--bw", "20", "--switch", "embedded",
-           "--out", str(tmp_path), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "p4ina",
+        "emulate",
+        "--topology",
+        "leaf-spine:2x1x2",
+        "--hosts",
+        "2,4",
+        "--sizes",
+        "64,1K",
+        "--methods",
+        "inc-int32,ring",
+        "--reps",
+        "2",
+        "--warmup",
+        "1",
+        "--bw",
+        "20",
+        "--switch",
+        "embedded",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "inc32 vs best host" in done.stdout and "FAILED" not in done.stdout
@@ -105,8 +147,15 @@ def test_link_delay_is_on_the_path_of_every_method(tmp_path: Path, leak_check: N
     """Without netem the embedded switches hold each link's delay: every method takes at least its chain of
     hops' delay (T_path; a lower bound only, so a loaded machine cannot fail it), and the in-network tree's
     chain of hops is shorter than the ring's 2(N-1) steps."""
-    cfg = ExperimentConfig(**TINY, sizes=(1024,), methods=("inc-int32", "ring", "tree"), reps=2, warmup=1,
-                           shape=LinkShape(bw_mbps=100, delay_ms=10), results_root=tmp_path)
+    cfg = ExperimentConfig(
+        **TINY,
+        sizes=(1024,),
+        methods=("inc-int32", "ring", "tree"),
+        reps=2,
+        warmup=1,
+        shape=LinkShape(bw_mbps=100, delay_ms=10),
+        results_root=tmp_path,
+    )
     summary = report.summary_of(run_experiment(cfg, out_dir=tmp_path / "run"))
     pts = {p["method"]: p for p in summary["points"]}
     for p in pts.values():

@@ -19,8 +19,15 @@ pytestmark = pytest.mark.mininet
 def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
     # 2 leaves x 3 spines: the root spine dies, another spine takes the job; then a link of that spine goes
     # down (the switch keeps running) and the third spine takes it
-    cfg = FaultsConfig(topology="leaf-spine:2x3x2", hosts=4, size=4096, reps=2, loss_rates=(0.01, 0.05), sdc_flips=5,
-                       results_root=tmp_path)
+    cfg = FaultsConfig(
+        topology="leaf-spine:2x3x2",
+        hosts=4,
+        size=4096,
+        reps=2,
+        loss_rates=(0.01, 0.05),
+        sdc_flips=5,
+        results_root=tmp_path,
+    )
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
     assert not s["problems"], s["problems"]
@@ -56,8 +63,13 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
 
 
 def faults_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "p4ina", "faults", *args, "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "p4ina", "faults", *args, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
 
 
 def test_faults_cli_refuses_a_bad_loss_rate(tmp_path: Path) -> None:
@@ -67,9 +79,20 @@ def test_faults_cli_refuses_a_bad_loss_rate(tmp_path: Path) -> None:
 
 def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_check: None) -> None:
     # no loss sweep, no flips, no kill: every link end copies 3% of its packets and holds 5% back
-    cfg = FaultsConfig(topology="leaf-spine:2x2x2", hosts=4, size=4096, reps=3, loss_rates=(), sdc_flips=0,
-                       switch_failure=False, link_failure=False, edge_failure=False, dup_rate=0.03, reorder_rate=0.05,
-                       results_root=tmp_path)
+    cfg = FaultsConfig(
+        topology="leaf-spine:2x2x2",
+        hosts=4,
+        size=4096,
+        reps=3,
+        loss_rates=(),
+        sdc_flips=0,
+        switch_failure=False,
+        link_failure=False,
+        edge_failure=False,
+        dup_rate=0.03,
+        reorder_rate=0.05,
+        results_root=tmp_path,
+    )
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
     assert not s["problems"], s["problems"]
@@ -92,9 +115,21 @@ def test_faults_cli_refuses_a_bad_duplication_rate(tmp_path: Path) -> None:
 def test_four_jobs_and_a_ring_at_once_stay_exact_and_isolated(tmp_path: Path, leak_check: None) -> None:
     # the k=4 fat-tree: four 3-host jobs spread over the pods (sharing edge, aggregation and core switches,
     # distinct slot ranges) and a 4-host ring, all at once; only the loss-free baseline besides
-    cfg = FaultsConfig(topology="fat-tree:4", hosts=16, size=4096, reps=1, loss_rates=(), sdc_flips=0,
-                       dup_rate=0.0, reorder_rate=0.0, switch_failure=False, link_failure=False, edge_failure=False,
-                       isolation_reps=2, results_root=tmp_path)
+    cfg = FaultsConfig(
+        topology="fat-tree:4",
+        hosts=16,
+        size=4096,
+        reps=1,
+        loss_rates=(),
+        sdc_flips=0,
+        dup_rate=0.0,
+        reorder_rate=0.0,
+        switch_failure=False,
+        link_failure=False,
+        edge_failure=False,
+        isolation_reps=2,
+        results_root=tmp_path,
+    )
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
     assert not s["problems"], s["problems"]

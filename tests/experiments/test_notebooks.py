@@ -21,7 +21,9 @@ def run_notebook(name: str, env: dict[str, str], timeout: int) -> nbformat.Noteb
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+        NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+        ).execute()
     finally:
         for k, v in old.items():
             if v is None:
@@ -40,7 +42,9 @@ def test_analysis_notebook_reproduces_table_and_plots(tmp_path: Path) -> None:
     nb = run_notebook("02_analyse_results.ipynb", {"P4INA_RESULTS": str(folder)}, timeout=180)
     text = _text(nb)
     assert "vs best host" in text and "bandwidth bound" in text
-    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    images = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})
+    ]
     assert images, "the plots were not drawn"
 
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from experiments.allreduce import analysis, report
-
+from emulation.shaping import LinkShape, LinkShapeError
 from experiments import bounds, stats
+from experiments.allreduce import analysis, report
 from experiments.allreduce.cli import build_parser, config_from_args
 from experiments.cli import parse_size
 from experiments.config import ConfigError, ExperimentConfig, Sample, read_raw
-from emulation.shaping import LinkShape, LinkShapeError
 from hosts.methods import METHODS
 from tests.experiments.fake_results import fake_result, fake_results_folder
 
@@ -121,8 +120,9 @@ def test_sizes_parse_with_suffixes_and_refuse_nonsense() -> None:
 
 
 def test_cli_options_become_a_config() -> None:
-    args = build_parser().parse_args(["--k", "2", "--hosts", "2", "--sizes", "1K,2K", "--bw", "5", "--delay", "1",
-                                      "--switch", "embedded"])
+    args = build_parser().parse_args(
+        ["--k", "2", "--hosts", "2", "--sizes", "1K,2K", "--bw", "5", "--delay", "1", "--switch", "embedded"]
+    )
     cfg = config_from_args(args)
     assert cfg.topology == "fat-tree:2" and cfg.sizes == (1024, 2048) and cfg.shape == LinkShape(5.0, 1.0, None)
     assert "fat-tree2_embedded_h2_bw5_d1ms" == cfg.label() and cfg.reps == 5
@@ -136,14 +136,27 @@ def test_presets_bandwidth_runs_only_large_sizes_and_sweep_adds_the_small_ones()
     assert set(bandwidth.methods) == set(METHODS) and bandwidth.shape == LinkShape(2.0, None, None)
     sweep = config_from_args(build_parser().parse_args(["--preset", "sweep"]))
     assert sweep.sizes == (1024, 16384, 131072) and sweep.name == "sweep"
-    assert (sweep.methods, sweep.shape, sweep.host_counts) == (bandwidth.methods, bandwidth.shape, bandwidth.host_counts)
+    assert (sweep.methods, sweep.shape, sweep.host_counts) == (
+        bandwidth.methods,
+        bandwidth.shape,
+        bandwidth.host_counts,
+    )
     assert config_from_args(build_parser().parse_args(["--preset", "sweep", "--sizes", "2K"])).sizes == (2048,)
     latency = config_from_args(build_parser().parse_args(["--preset", "latency"]))
     assert latency.sizes == (1024,) and latency.shape == LinkShape(100.0, 100.0, None)
 
 
-@pytest.mark.parametrize("bad", [dict(host_counts=(1,)), dict(sizes=()), dict(methods=("nccl",)), dict(reps=0),
-                                 dict(slots=0), dict(methods=("ring", "ring"))])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(host_counts=(1,)),
+        dict(sizes=()),
+        dict(methods=("nccl",)),
+        dict(reps=0),
+        dict(slots=0),
+        dict(methods=("ring", "ring")),
+    ],
+)
 def test_bad_configs_are_refused_with_the_field_named(bad: dict) -> None:
     with pytest.raises(ConfigError):
         ExperimentConfig(**bad)

@@ -18,10 +18,22 @@ def _runner() -> rn.Runner:
 
 def test_figures_split_the_cores_between_agents_switches_and_kernel() -> None:
     cores = os.cpu_count() or 1
-    before = rn.Snapshot(10.0, {"e1-eth1": (0, 0), "e1-eth3": (0, 0)}, {"e1": 1.0, "a1": 2.0},
-                         {11: 5.0, 12: 7.0}, (1000, 5000, 300, 100), 15.0)
-    after = rn.Snapshot(12.0, {"e1-eth1": (1_000_000, 200), "e1-eth3": (50, 400_000)}, {"e1": 1.5, "a1": 2.1},
-                        {11: 6.0, 12: 7.4}, (1000 + 150 * cores, 5000 + 200 * cores, 300 + 40 * cores, 100), 17.0)
+    before = rn.Snapshot(
+        10.0,
+        {"e1-eth1": (0, 0), "e1-eth3": (0, 0)},
+        {"e1": 1.0, "a1": 2.0},
+        {11: 5.0, 12: 7.0},
+        (1000, 5000, 300, 100),
+        15.0,
+    )
+    after = rn.Snapshot(
+        12.0,
+        {"e1-eth1": (1_000_000, 200), "e1-eth3": (50, 400_000)},
+        {"e1": 1.5, "a1": 2.1},
+        {11: 6.0, 12: 7.4},
+        (1000 + 150 * cores, 5000 + 200 * cores, 300 + 40 * cores, 100),
+        17.0,
+    )
     f = _runner()._figures(before, after, {"h1"})
     assert f["wire_bytes"] == 1_000_000 and f["wire_link"] == "e1:1>h1"
     assert f["t_wire_s"] == pytest.approx(1.0)  # 1 MB at 8 Mbit/s
@@ -41,10 +53,18 @@ def test_frames_on_the_wire_count_each_transmission_once_and_give_the_kernel_cos
     r = _runner()  # e1-eth1 faces host h1, e1-eth3 faces switch a1; a1-eth1 is that link's other end
     r.ports["a1-eth1"] = ("a1", 1, "e1")
     links = {"e1-eth1": (0, 0), "e1-eth3": (0, 0), "a1-eth1": (0, 0)}
-    before = rn.Snapshot(0.0, links, {}, {}, (0, 0, 0, 0), 0.0,
-                         {"e1-eth1": (100, 100), "e1-eth3": (100, 100), "a1-eth1": (0, 0)})
-    after = rn.Snapshot(1.0, links, {}, {}, (100 * cores, 200 * cores, 50 * cores, 0), 0.0,
-                        {"e1-eth1": (110, 120), "e1-eth3": (130, 140), "a1-eth1": (40, 30)})
+    before = rn.Snapshot(
+        0.0, links, {}, {}, (0, 0, 0, 0), 0.0, {"e1-eth1": (100, 100), "e1-eth3": (100, 100), "a1-eth1": (0, 0)}
+    )
+    after = rn.Snapshot(
+        1.0,
+        links,
+        {},
+        {},
+        (100 * cores, 200 * cores, 50 * cores, 0),
+        0.0,
+        {"e1-eth1": (110, 120), "e1-eth3": (130, 140), "a1-eth1": (40, 30)},
+    )
     f = r._figures(before, after, {"h1"})
     # switches sent 10 + 30 + 40; the host sent 20 (e1-eth1's receive); switch-to-switch receives are the
     # other end's sends, not counted again

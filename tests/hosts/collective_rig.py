@@ -32,8 +32,9 @@ class LossySocket:
         return getattr(self._sock, name)
 
 
-def make_ranks(n: int, build: Callable[[int, tuple[tuple[str, int], ...], Any, Any], HostCollective],
-               loss: float = 0.0) -> list[HostCollective]:
+def make_ranks(
+    n: int, build: Callable[[int, tuple[tuple[str, int], ...], Any, Any], HostCollective], loss: float = 0.0
+) -> list[HostCollective]:
     """n collectives on loopback sockets: build(rank, peers, group, sock) makes one."""
     socks = []
     for _ in range(n):

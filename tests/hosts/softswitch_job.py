@@ -66,22 +66,52 @@ def _params(switch: Any, action: str, **values: int) -> tuple[int, ...]:
     return tuple(values[name] for name in info.param_names)
 
 
-def program_one_switch_job(switch: Any, hosts: list[tuple[str, str]], slot_count: int, result_type: int,
-                           shift: int, token: int = TOKEN) -> None:
+def program_one_switch_job(
+    switch: Any, hosts: list[tuple[str, str]], slot_count: int, result_type: int, shift: int, token: int = TOKEN
+) -> None:
     """What the controller installs for a job whose workers all hang off one (root) switch."""
     from softswitch.runtime.switch import ActionCall, Exact, TableEntry
 
     n = len(hosts)
     set_job = "P4inaIngress.aggregation.set_job"
-    switch.table_insert("P4inaIngress.aggregation.job_config", TableEntry((Exact(JOB_ID),), ActionCall(set_job, _params(
-        switch, set_job, job_index=JOB_INDEX, role=ROLE_ROOT, fan_in=n, slot_base=0, slot_count=slot_count,
-        mcast_grp=MCAST_GRP, up_port=0, result_type=result_type, shift=shift, token=token, up_type=0, up_shift=0,
-        in_shift=0))))
+    switch.table_insert(
+        "P4inaIngress.aggregation.job_config",
+        TableEntry(
+            (Exact(JOB_ID),),
+            ActionCall(
+                set_job,
+                _params(
+                    switch,
+                    set_job,
+                    job_index=JOB_INDEX,
+                    role=ROLE_ROOT,
+                    fan_in=n,
+                    slot_base=0,
+                    slot_count=slot_count,
+                    mcast_grp=MCAST_GRP,
+                    up_port=0,
+                    result_type=result_type,
+                    shift=shift,
+                    token=token,
+                    up_type=0,
+                    up_shift=0,
+                    in_shift=0,
+                ),
+            ),
+        ),
+    )
     for r, (mac, ip) in enumerate(hosts):
-        switch.table_insert("P4inaIngress.aggregation.job_ports", TableEntry(
-            (Exact(JOB_ID), Exact(r + 1)), ActionCall("P4inaIngress.aggregation.from_child", (r,))))
-        switch.table_insert("P4inaEgress.host_port", TableEntry((Exact(r + 1),), ActionCall(
-            "P4inaEgress.set_host", (int(mac.replace(":", ""), 16), int(ipaddress.IPv4Address(ip))))))
+        switch.table_insert(
+            "P4inaIngress.aggregation.job_ports",
+            TableEntry((Exact(JOB_ID), Exact(r + 1)), ActionCall("P4inaIngress.aggregation.from_child", (r,))),
+        )
+        switch.table_insert(
+            "P4inaEgress.host_port",
+            TableEntry(
+                (Exact(r + 1),),
+                ActionCall("P4inaEgress.set_host", (int(mac.replace(":", ""), 16), int(ipaddress.IPv4Address(ip)))),
+            ),
+        )
     switch.mc_group_set(MCAST_GRP, [(r + 1, r) for r in range(n)])
 
 
@@ -89,8 +119,9 @@ _loaded: dict[Path, Any] = {}
 _installs = [0]
 
 
-def real_switch(addrs: list[tuple[str, str]], slot_count: int, result_type: int = 0, shift: int = 0,
-                program: Path | None = None) -> Any:
+def real_switch(
+    addrs: list[tuple[str, str]], slot_count: int, result_type: int = 0, shift: int = 0, program: Path | None = None
+) -> Any:
     """A SoftSwitch running p4/build/p4ina.json with one job whose workers hang off ports 1..n.
 
     Loading the 20 MB program costs seconds of CPU, so one switch per process is

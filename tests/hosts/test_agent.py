@@ -45,16 +45,21 @@ def free_base_ports(n: int) -> list[int]:
 @pytest.fixture
 def agents(tmp_path: Path) -> Any:
     releases: list[tuple[str, float]] = []
-    server = CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", N, timeout_s=60,
-                               on_release=lambda tag: releases.append((tag, clock.now())))
+    server = CoordinatorServer(
+        f"unix:{tmp_path / 'c.sock'}", N, timeout_s=60, on_release=lambda tag: releases.append((tag, clock.now()))
+    )
     server.start()
     switch = FakeSwitch(job_id=3, n_workers=N, slot_count=4)
     peers = tuple(f"127.0.0.1:{p}" for p in free_base_ports(N))
     threads, agents_ = [], []
     for r in range(N):
         client = CoordinatorClient(server.address, r, N)
-        agent = Agent(AgentConfig(rank=r, workers=N, coord=server.address, peers=peers, groups=GROUPS), client,
-                      transport=FakeTransport(switch, r), endpoint=Endpoint(f"02:00:00:00:00:0{r}", f"10.0.0.{r + 1}"))
+        agent = Agent(
+            AgentConfig(rank=r, workers=N, coord=server.address, peers=peers, groups=GROUPS),
+            client,
+            transport=FakeTransport(switch, r),
+            endpoint=Endpoint(f"02:00:00:00:00:0{r}", f"10.0.0.{r + 1}"),
+        )
         agents_.append(agent)
         threads.append(threading.Thread(target=agent.serve, daemon=True))
     for t in threads:
@@ -68,17 +73,34 @@ def agents(tmp_path: Path) -> Any:
     server.close()
 
 
-JOB = {"job_id": 3, "slots": 4, "contrib_type": qz.ELEM_INT32, "result_type": qz.ELEM_INT32, "shift": 0,
-       "timeout_s": 5.0}
+JOB = {
+    "job_id": 3,
+    "slots": 4,
+    "contrib_type": qz.ELEM_INT32,
+    "result_type": qz.ELEM_INT32,
+    "shift": 0,
+    "timeout_s": 5.0,
+}
 
 
-def run_steps(server: Any, releases: list[tuple[str, float]], order: list[tuple[str, int]],
-              size: int = 3000) -> dict[str, list[str]]:
+def run_steps(
+    server: Any, releases: list[tuple[str, float]], order: list[tuple[str, int]], size: int = 3000
+) -> dict[str, list[str]]:
     """Post the steps in order; each must be reported by every rank, agree and pass the checker's test."""
     seen: dict[str, list[str]] = {}
     for step, (method, iteration) in enumerate(order, start=1):
-        server.post(step, {"method": method, "size": size, "iteration": iteration, "input": "normal", "seed": 4,
-                           "checker": 0, "job": JOB})
+        server.post(
+            step,
+            {
+                "method": method,
+                "size": size,
+                "iteration": iteration,
+                "input": "normal",
+                "seed": 4,
+                "checker": 0,
+                "job": JOB,
+            },
+        )
         reports = server.step_reports(step, 60)
         assert sorted(reports) == list(range(N)), reports
         assert not any("error" in r for r in reports.values()), reports
@@ -107,8 +129,17 @@ def test_interleaved_methods_every_iteration_checked(agents: Any) -> None:
 def test_hier_and_tree_between_ring_steps(agents: Any) -> None:
     """hier and tree on their own ports, interleaved with the rings, each iteration checked against numpy."""
     server, _switch, releases = agents
-    order = [("hier", 0), ("ring", 0), ("tree", 0), ("hier", 1), ("ring-bf16", 0), ("tree", 1), ("ring", 1),
-             ("tree", 2), ("hier", 2)]
+    order = [
+        ("hier", 0),
+        ("ring", 0),
+        ("tree", 0),
+        ("hier", 1),
+        ("ring-bf16", 0),
+        ("tree", 1),
+        ("ring", 1),
+        ("tree", 2),
+        ("hier", 2),
+    ]
     seen = run_steps(server, releases, order, size=5000)
     assert len(seen["hier"]) == len(seen["tree"]) == 3
 
@@ -140,8 +171,9 @@ def test_a_stale_sum_is_caught_by_the_check(agents: Any, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(IncWorker, "allreduce", stale)
     for step, iteration in ((1, 0), (2, 1)):
-        server.post(step, {"method": "inc-int32", "size": 2000, "iteration": iteration, "seed": 1, "checker": 0,
-                           "job": JOB})
+        server.post(
+            step, {"method": "inc-int32", "size": 2000, "iteration": iteration, "seed": 1, "checker": 0, "job": JOB}
+        )
         reports = server.step_reports(step, 60)
         assert len({r["digest"] for r in reports.values()}) == 1  # the ranks even agree...
     assert reports[0]["rel_l2_error"] > reports[0]["rel_l2_target"]  # ...but the check is against this iteration

@@ -18,8 +18,16 @@ from hosts.packets import Endpoint
 from tests.hosts.test_agent import GROUPS, free_base_ports
 
 N = 3
-JOB = {"job_id": 3, "slots": 4, "contrib_type": qz.ELEM_INT32, "result_type": qz.ELEM_INT32, "shift": 0,
-       "timeout_s": 0.02, "failure_timeout_s": 0.3, "install": 0}
+JOB = {
+    "job_id": 3,
+    "slots": 4,
+    "contrib_type": qz.ELEM_INT32,
+    "result_type": qz.ELEM_INT32,
+    "shift": 0,
+    "timeout_s": 0.02,
+    "failure_timeout_s": 0.3,
+    "install": 0,
+}
 
 
 class Rig:
@@ -27,13 +35,24 @@ class Rig:
         self.verdict: Any = None
         self.decided: list[list[Any]] = []
         self.alive = False  # the runner's answer to a stalled worker's "is my tree alive?"
-        self.server = CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", N, timeout_s=60, decide=self.decide,
-                                        ask=lambda topic, rank, value: {"alive": self.alive}).start()
+        self.server = CoordinatorServer(
+            f"unix:{tmp_path / 'c.sock'}",
+            N,
+            timeout_s=60,
+            decide=self.decide,
+            ask=lambda topic, rank, value: {"alive": self.alive},
+        ).start()
         self.switch = FakeSwitch(job_id=3, n_workers=N, slot_count=4)
         peers = tuple(f"127.0.0.1:{p}" for p in free_base_ports(N))
-        self.agents = [Agent(AgentConfig(rank=r, workers=N, coord=self.server.address, peers=peers, groups=GROUPS),
-                             CoordinatorClient(self.server.address, r, N), transport=FakeTransport(self.switch, r),
-                             endpoint=Endpoint(f"02:00:00:00:00:0{r}", f"10.0.0.{r + 1}")) for r in range(N)]
+        self.agents = [
+            Agent(
+                AgentConfig(rank=r, workers=N, coord=self.server.address, peers=peers, groups=GROUPS),
+                CoordinatorClient(self.server.address, r, N),
+                transport=FakeTransport(self.switch, r),
+                endpoint=Endpoint(f"02:00:00:00:00:0{r}", f"10.0.0.{r + 1}"),
+            )
+            for r in range(N)
+        ]
         self.threads = [threading.Thread(target=a.serve, daemon=True) for a in self.agents]
         for t in self.threads:
             t.start()
@@ -66,10 +85,22 @@ class Rig:
         self.switch.token, self.switch.drop = 2, None
         return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
 
-    def step(self, step: int, size: int = 40 * 256, job: dict[str, Any] = JOB,
-             kind: str = "ones") -> dict[int, dict[str, Any]]:
-        self.server.post(step, {"method": "inc-int32", "size": size, "iteration": step, "input": kind, "seed": 2,
-                                "checker": 0, "job": job, "ring": {"timeout_s": 0.05}})
+    def step(
+        self, step: int, size: int = 40 * 256, job: dict[str, Any] = JOB, kind: str = "ones"
+    ) -> dict[int, dict[str, Any]]:
+        self.server.post(
+            step,
+            {
+                "method": "inc-int32",
+                "size": size,
+                "iteration": step,
+                "input": kind,
+                "seed": 2,
+                "checker": 0,
+                "job": job,
+                "ring": {"timeout_s": 0.05},
+            },
+        )
         reports = self.server.step_reports(step, 60)
         assert sorted(reports) == list(range(N)), reports
         return reports
@@ -91,8 +122,11 @@ def rig(tmp_path: Path) -> Any:
 
 
 def exact(reports: dict[int, dict[str, Any]]) -> bool:
-    return (not any("error" in r for r in reports.values()) and len({r["digest"] for r in reports.values()}) == 1
-            and reports[0]["max_abs_error"] == 0.0)
+    return (
+        not any("error" in r for r in reports.values())
+        and len({r["digest"] for r in reports.values()}) == 1
+        and reports[0]["max_abs_error"] == 0.0
+    )
 
 
 def test_a_re_planned_job_finishes_the_interrupted_allreduce_and_runs_the_next(rig: Rig) -> None:
@@ -159,8 +193,8 @@ def test_a_rejoined_rank_whose_redone_chunks_differ_reports_an_error(rig: Rig, m
     real = Agent.rejoin
 
     def tampered(self: Agent, call: dict[str, Any]) -> dict[str, Any]:
-        assert self._finished is not None  # noqa: SLF001
-        self._finished["report"] = {**self._finished["report"], "digest": "0" * 16}  # noqa: SLF001
+        assert self._finished is not None
+        self._finished["report"] = {**self._finished["report"], "digest": "0" * 16}
         return real(self, call)
 
     monkeypatch.setattr(Agent, "rejoin", tampered)
@@ -214,8 +248,11 @@ def test_a_rejoined_rank_of_a_speculated_allreduce_redoes_at_the_same_guesses(ri
 
 def exact_digests(reports: dict[int, dict[str, Any]]) -> bool:
     """No error, one digest, and the checker's result within its bound (inputs that are not integers)."""
-    return (not any("error" in r for r in reports.values()) and len({r["digest"] for r in reports.values()}) == 1
-            and reports[0]["max_error_ratio"] <= 1.0)
+    return (
+        not any("error" in r for r in reports.values())
+        and len({r["digest"] for r in reports.values()}) == 1
+        and reports[0]["max_error_ratio"] <= 1.0
+    )
 
 
 def test_a_rank_that_cannot_rejoin_fails_the_barrier_at_once(rig: Rig, monkeypatch: Any) -> None:
@@ -228,7 +265,7 @@ def test_a_rank_that_cannot_rejoin_fails_the_barrier_at_once(rig: Rig, monkeypat
 
     def forgetful(self: Agent, cmd: dict[str, Any]) -> dict[str, Any]:
         report = real(self, cmd)
-        self._finished = None  # noqa: SLF001
+        self._finished = None
         return report
 
     monkeypatch.setattr(Agent, "run_step", forgetful)

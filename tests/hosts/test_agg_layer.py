@@ -50,8 +50,19 @@ def golden_packet() -> Ether:
         Ether(src="02:00:00:00:00:01", dst=AGG_MAC)
         / IP(src="10.0.0.1", dst=AGG_IP, id=0, ttl=64)
         / UDP(sport=AGG.udp_port, dport=AGG.udp_port, chksum=0)
-        / AggHeader(flags="retransmit", job_id=0x0102, shadow=1, slot=5, contributor=3, exponent=-3, epoch=7,
-                    offset=320, next_exponent=-4, checksum=0xA1B2C3D4, lanes=[1, -1])
+        / AggHeader(
+            flags="retransmit",
+            job_id=0x0102,
+            shadow=1,
+            slot=5,
+            contributor=3,
+            exponent=-3,
+            epoch=7,
+            offset=320,
+            next_exponent=-4,
+            checksum=0xA1B2C3D4,
+            lanes=[1, -1],
+        )
     )
 
 
@@ -74,8 +85,21 @@ def test_golden_bytes_dissect_back() -> None:
 
 
 def test_header_bytes_equal_wireformat_pack() -> None:
-    values = dict(op=2, flags=3, elem_type=1, shift=9, job_id=65535, shadow=1, slot=32767, contributor=65535,
-                  exponent=-128, epoch=255, offset=2**32 - 1, next_exponent=127, checksum=2**32 - 1)
+    values = dict(
+        op=2,
+        flags=3,
+        elem_type=1,
+        shift=9,
+        job_id=65535,
+        shadow=1,
+        slot=32767,
+        contributor=65535,
+        exponent=-128,
+        epoch=255,
+        offset=2**32 - 1,
+        next_exponent=127,
+        checksum=2**32 - 1,
+    )
     assert bytes(AggHeader(**values, lanes=[]))[: AGG.header_bytes] == AGG.pack_header(**values)
 
 
@@ -92,8 +116,13 @@ def test_round_trip(elem: int, data: st.DataObject) -> None:
     }
     width = AGG.lane_bytes(elem) * 8
     count = AGG.num_lanes if width else 0  # ELEM_NONE (an exponent round) has no lanes
-    lanes = data.draw(st.lists(st.integers(-(2 ** (width - 1)), 2 ** (width - 1) - 1) if width else st.just(0),
-                               min_size=count, max_size=count))
+    lanes = data.draw(
+        st.lists(
+            st.integers(-(2 ** (width - 1)), 2 ** (width - 1) - 1) if width else st.just(0),
+            min_size=count,
+            max_size=count,
+        )
+    )
     pkt = AggHeader(elem_type=elem, lanes=lanes, **values)
     raw = bytes(pkt)
     assert len(raw) == AGG.payload_bytes(elem)
@@ -103,16 +132,29 @@ def test_round_trip(elem: int, data: st.DataObject) -> None:
     assert AGG.unpack_header(raw) == {f.name: int(back.getfieldval(f.name)) for f in AGG.fields}
 
 
-@pytest.mark.parametrize(("elem", "fmt"), [("ELEM_INT32", f">{AGG.num_lanes}i"), ("ELEM_INT16", f">{AGG.num_lanes}h"),
-                                           ("ELEM_INT8", f">{AGG.num_lanes}b")])
+@pytest.mark.parametrize(
+    ("elem", "fmt"),
+    [("ELEM_INT32", f">{AGG.num_lanes}i"), ("ELEM_INT16", f">{AGG.num_lanes}h"), ("ELEM_INT8", f">{AGG.num_lanes}b")],
+)
 def test_dissects_switch_results_of_each_width(elem: str, fmt: str) -> None:
     code = ELEM[elem]
-    header = AGG.pack_header(op=AGG.ops["OP_RESULT"], elem_type=code, shift=4, job_id=9, slot=2, exponent=20,
-                             flags=AGG.flags["FLAG_OVERFLOW"])
+    header = AGG.pack_header(
+        op=AGG.ops["OP_RESULT"],
+        elem_type=code,
+        shift=4,
+        job_id=9,
+        slot=2,
+        exponent=20,
+        flags=AGG.flags["FLAG_OVERFLOW"],
+    )
     lanes = [(-1) ** i * (i % 128) for i in range(AGG.num_lanes)]
     payload = header + struct.pack(fmt, *lanes)
-    frame = bytes(Ether(dst="02:00:00:00:00:01") / IP(src=AGG_IP, dst="10.0.0.1")
-                  / UDP(sport=AGG.udp_port, dport=AGG.udp_port, chksum=0) / Raw(payload))
+    frame = bytes(
+        Ether(dst="02:00:00:00:00:01")
+        / IP(src=AGG_IP, dst="10.0.0.1")
+        / UDP(sport=AGG.udp_port, dport=AGG.udp_port, chksum=0)
+        / Raw(payload)
+    )
     agg = Ether(frame)[AggHeader]
     assert agg.lanes == lanes
     assert agg.op == AGG.ops["OP_RESULT"] and agg.shift == 4

@@ -13,8 +13,9 @@ import pytest
 from hosts import cli
 
 
-def test_agent_that_quits_prints_its_report_and_exits_zero(monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_agent_that_quits_prints_its_report_and_exits_zero(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     seen: dict[str, Any] = {}
 
     def fake_run_agent(args: Any) -> dict[str, Any]:

@@ -9,18 +9,18 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hosts import workload
 from hosts.coordination import (
     CoordinationError,
     CoordinatorClient,
     CoordinatorServer,
-    SizeMismatchError,
     LocalGroup,
+    SizeMismatchError,
     agree_max,
     check_reports,
     parse_address,
     result_digest,
 )
-from hosts import workload
 
 
 def in_threads(n: int, fn: Any) -> list[Any]:
@@ -152,8 +152,12 @@ def test_a_barrier_the_server_decides_gives_every_rank_the_same_verdict(tmp_path
 
 
 def test_ask_is_answered_at_once_without_the_other_ranks(tmp_path: Path) -> None:
-    with CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", 3, timeout_s=10,
-                           ask=lambda topic, rank, value: {"topic": topic, "rank": rank, "value": value}) as server:
+    with CoordinatorServer(
+        f"unix:{tmp_path / 'c.sock'}",
+        3,
+        timeout_s=10,
+        ask=lambda topic, rank, value: {"topic": topic, "rank": rank, "value": value},
+    ) as server:
         client = CoordinatorClient(server.address, 1, 3)
         try:
             assert client.ask("stall", 5) == {"topic": "stall", "rank": 1, "value": 5}
@@ -178,8 +182,11 @@ def test_a_calling_in_barrier_calls_back_only_ranks_that_finished_its_step(tmp_p
             clients[1].step_report(4, {"digest": "a"})
             clients[2].step_report(4, {"error": "it failed"})
             out: dict[str, Any] = {}
-            t = threading.Thread(target=lambda: out.update(
-                d=clients[0].decided_exchange("failover-4-0", 0, call_in={"step": 4, "attempt": 0})))
+            t = threading.Thread(
+                target=lambda: out.update(
+                    d=clients[0].decided_exchange("failover-4-0", 0, call_in={"step": 4, "attempt": 0})
+                )
+            )
             t.start()
             call = clients[1].next_command(4, wait_s=5)
             assert call == {"op": "rejoin", "tag": "failover-4-0", "step": 4, "attempt": 0}
@@ -187,13 +194,17 @@ def test_a_calling_in_barrier_calls_back_only_ranks_that_finished_its_step(tmp_p
             server.post(5, {"method": "x"})
             assert clients[2].next_command(4, wait_s=0.2)["step"] == 5  # not called: it did not finish step 4
             assert clients[1].next_command(4, wait_s=0.2)["step"] == 5  # called once only
-            rest = [threading.Thread(target=lambda r=r: clients[r].decided_exchange(
-                "failover-4-0", r, call_in={"step": 4, "attempt": 0})) for r in (1, 2)]
+            rest = [
+                threading.Thread(
+                    target=lambda r=r: clients[r].decided_exchange("failover-4-0", r, call_in={"step": 4, "attempt": 0})
+                )
+                for r in (1, 2)
+            ]
             for th in [*rest]:
                 th.start()
             for th in [t, *rest]:
                 th.join(5)
-            assert out["d"][0] == [0, 1, 2] and not server._call_ins  # noqa: SLF001 (closed on release)
+            assert out["d"][0] == [0, 1, 2] and not server._call_ins
         finally:
             for c in clients:
                 c.close()

@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.hosts.collective_rig import check, make_ranks, normal_inputs, run
 
 from hosts import hier
 from hosts.bf16 import round_bf16
 from hosts.hier import HierAllreduce, HierConfig, hier_layout
 from hosts.reliable import MAX_TAG, TransferTimeoutError
+from tests.hosts.collective_rig import check, make_ranks, normal_inputs, run
 
 LAYOUTS = {
     "one group": lambda n: ["e1"] * n,

@@ -25,9 +25,23 @@ def endpoint(r: int) -> Endpoint:
 
 
 def workers(switch: FakeSwitch, failure_s: float = FAILURE_S, **job: object) -> list[IncWorker]:
-    return [IncWorker(IncJob(job_id=JOB, rank=r, n_workers=N, slot_count=SLOTS, timeout_s=0.02, min_timeout_s=0.02,
-                             failure_timeout_s=failure_s, **job), FakeTransport(switch, r), endpoint(r))  # type: ignore[arg-type]
-            for r in range(N)]
+    return [
+        IncWorker(
+            IncJob(
+                job_id=JOB,
+                rank=r,
+                n_workers=N,
+                slot_count=SLOTS,
+                timeout_s=0.02,
+                min_timeout_s=0.02,
+                failure_timeout_s=failure_s,
+                **job,
+            ),
+            FakeTransport(switch, r),
+            endpoint(r),
+        )  # type: ignore[arg-type]
+        for r in range(N)
+    ]
 
 
 def in_threads(fn, n: int = N) -> list[object]:  # type: ignore[no-untyped-def]
@@ -89,8 +103,23 @@ def test_a_dead_switch_is_suspected_with_what_arrived_and_the_rest_is_redone_exa
 def test_without_a_failure_timeout_the_worker_waits_for_max_retries() -> None:
     old = FakeSwitch(job_id=JOB, n_workers=N, slot_count=SLOTS)
     old.drop = lambda *_: True
-    ws = [IncWorker(IncJob(job_id=JOB, rank=r, n_workers=N, slot_count=SLOTS, timeout_s=0.005, min_timeout_s=0.005,
-                           max_timeout_s=0.005, max_retries=3), FakeTransport(old, r), endpoint(r)) for r in range(N)]
+    ws = [
+        IncWorker(
+            IncJob(
+                job_id=JOB,
+                rank=r,
+                n_workers=N,
+                slot_count=SLOTS,
+                timeout_s=0.005,
+                min_timeout_s=0.005,
+                max_timeout_s=0.005,
+                max_retries=3,
+            ),
+            FakeTransport(old, r),
+            endpoint(r),
+        )
+        for r in range(N)
+    ]
     errors = in_threads(lambda r: ws[r].allreduce(np.ones(L, np.float32)))
     assert all(type(e).__name__ == "AllreduceTimeoutError" for e in errors), errors
 
@@ -98,8 +127,12 @@ def test_without_a_failure_timeout_the_worker_waits_for_max_retries() -> None:
 def test_resume_refuses_a_redo_set_that_leaves_a_chunk_out() -> None:
     w = workers(FakeSwitch(job_id=JOB, n_workers=N, slot_count=SLOTS))[0]
     n = 3
-    partial = Partial(np.array([True, False, False]), np.zeros((n, L), np.int64), np.zeros(n, np.int64),
-                      AllreduceStats("inc", 0, 0.0, 0, 0, 0, 0, 0))
+    partial = Partial(
+        np.array([True, False, False]),
+        np.zeros((n, L), np.int64),
+        np.zeros(n, np.int64),
+        AllreduceStats("inc", 0, 0.0, 0, 0, 0, 0, 0),
+    )
     with pytest.raises(ValueError, match="cover every missing chunk"):
         w.resume(np.ones(n * L, np.float32), partial, np.array([False, True, False]))
 
@@ -144,4 +177,4 @@ def test_a_round_that_never_completes_on_a_live_tree_goes_to_the_fail_over_after
     assert err.partial.missing.tolist() == [k == 37 for k in range(40)]
     # the finished workers moved past rank 2 on chunk 37's slot: hosts.agent realigns every worker after the
     # fail-over (tests/hosts/test_agent_failover.py runs the next step after it)
-    assert not np.array_equal(ws[0]._next_round, ws[2]._next_round)  # noqa: SLF001
+    assert not np.array_equal(ws[0]._next_round, ws[2]._next_round)

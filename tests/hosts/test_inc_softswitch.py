@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from hosts import quantization as qz
+from hosts.fakeswitch import SocketPairTransport
 from hosts.inc_worker import SPEC_GUARD, IncJob, IncWorker
 from hosts.packets import PREFIX_LEN, Endpoint
-from hosts.fakeswitch import SocketPairTransport
 from tests.hosts.softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
 from tests.hosts.stream_loops import PAIRS
 from wireformat import AGG
@@ -86,9 +86,16 @@ def _sockets_for_the_c_loop(stream_loop: str, request: pytest.FixtureRequest, mo
 
 
 def workers_on(wire: Wire, n: int, timeout_s: float, **job: Any) -> list[IncWorker]:
-    return [IncWorker(IncJob(job_id=JOB_ID, rank=r, n_workers=n, slot_count=4, timeout_s=timeout_s,
-                             min_timeout_s=timeout_s, **job), wire.transport(r), Endpoint(*ADDRS[r]))
-            for r in range(n)]
+    return [
+        IncWorker(
+            IncJob(
+                job_id=JOB_ID, rank=r, n_workers=n, slot_count=4, timeout_s=timeout_s, min_timeout_s=timeout_s, **job
+            ),
+            wire.transport(r),
+            Endpoint(*ADDRS[r]),
+        )
+        for r in range(n)
+    ]
 
 
 def run_ranks(workers: list[IncWorker], calls: list[list[np.ndarray]]) -> list[list[Any]]:
@@ -115,8 +122,9 @@ def run_ranks(workers: list[IncWorker], calls: list[list[np.ndarray]]) -> list[l
     return out
 
 
-def allreduce(wire: Wire, n: int, inputs: list[np.ndarray], calls: int = 1, timeout_s: float = 0.1,
-              **job: Any) -> list[IncWorker]:
+def allreduce(
+    wire: Wire, n: int, inputs: list[np.ndarray], calls: int = 1, timeout_s: float = 0.1, **job: Any
+) -> list[IncWorker]:
     """timeout_s is short where packets are dropped on purpose, long where a retransmission would be a bug."""
     workers = workers_on(wire, n, timeout_s, **job)
     out = run_ranks(workers, [inputs] * calls)
@@ -150,8 +158,9 @@ def test_sums_and_counters(n: int) -> None:
     assert all(w.last_stats.exponent_rounds == 4 for w in workers)
 
 
-def run_calls(switch: Processor, n: int, calls: list[list[np.ndarray]], timeout_s: float = 10.0,
-              **job: Any) -> list[list[Any]]:
+def run_calls(
+    switch: Processor, n: int, calls: list[list[np.ndarray]], timeout_s: float = 10.0, **job: Any
+) -> list[list[Any]]:
     """Each call's inputs (one per rank) through n workers of one job: per call, every rank's (result, stats)."""
     wire = Wire(switch, n)
     out = run_ranks(workers_on(wire, n, timeout_s, **job), calls)
@@ -238,9 +247,15 @@ def test_dropped_contribution_and_result_recovered_without_double_counting() -> 
     assert workers[1].last_stats is not None and workers[1].last_stats.retransmissions >= 1
 
 
-@pytest.mark.parametrize(("contrib", "result_type", "shift"), [
-    (qz.ELEM_INT32, qz.ELEM_INT8, 24), (qz.ELEM_INT32, qz.ELEM_INT16, 16),
-    (qz.ELEM_INT8, qz.ELEM_INT8, 2), (qz.ELEM_INT16, qz.ELEM_INT16, 2)])
+@pytest.mark.parametrize(
+    ("contrib", "result_type", "shift"),
+    [
+        (qz.ELEM_INT32, qz.ELEM_INT8, 24),
+        (qz.ELEM_INT32, qz.ELEM_INT16, 16),
+        (qz.ELEM_INT8, qz.ELEM_INT8, 2),
+        (qz.ELEM_INT16, qz.ELEM_INT16, 2),
+    ],
+)
 def test_narrow_results(contrib: int, result_type: int, shift: int) -> None:
     n = 4
     switch = real_switch(ADDRS[:n], slot_count=4, result_type=result_type, shift=shift)
@@ -270,7 +285,7 @@ def test_the_switches_agree_the_smallest_exponent() -> None:
     n = 3
     switch = real_switch(ADDRS[:n], slot_count=4)
     rng = np.random.default_rng(9)
-    inputs = [rng.normal(0, 1, 4 * L).astype(np.float32) * (10.0 ** r) for r in range(n)]
+    inputs = [rng.normal(0, 1, 4 * L).astype(np.float32) * (10.0**r) for r in range(n)]
     workers = allreduce(Wire(switch, n), n, inputs, timeout_s=10.0)
     plans = [w.last_plan for w in workers]
     exps = np.asarray(plans[0].exponent)[::L]  # type: ignore[union-attr]

@@ -37,13 +37,22 @@ def rounds(elements: int, slot_count: int) -> int:
 LOSSY_TIMEOUT, LOSSLESS_TIMEOUT = 0.02, 10.0
 
 
-def make_workers(switch: FakeSwitch, n: int, slot_count: int, timeout_s: float = LOSSY_TIMEOUT,
-                 **job: object) -> list[IncWorker]:
+def make_workers(
+    switch: FakeSwitch, n: int, slot_count: int, timeout_s: float = LOSSY_TIMEOUT, **job: object
+) -> list[IncWorker]:
     return [
         IncWorker(
-            IncJob(job_id=JOB, rank=r, n_workers=n, slot_count=slot_count, timeout_s=timeout_s,
-                   min_timeout_s=timeout_s,
-                   result_type=switch.result_type, shift=switch.shift, **job),  # type: ignore[arg-type]
+            IncJob(
+                job_id=JOB,
+                rank=r,
+                n_workers=n,
+                slot_count=slot_count,
+                timeout_s=timeout_s,
+                min_timeout_s=timeout_s,
+                result_type=switch.result_type,
+                shift=switch.shift,
+                **job,
+            ),  # type: ignore[arg-type]
             FakeTransport(switch, r),
             endpoint(r),
         )
@@ -208,9 +217,15 @@ def test_each_block_gets_its_own_exponent() -> None:
     assert rel < 1e-6, rel
 
 
-@pytest.mark.parametrize(("contrib", "result_type", "shift"), [
-    (qz.ELEM_INT32, qz.ELEM_INT8, 24), (qz.ELEM_INT32, qz.ELEM_INT16, 16),
-    (qz.ELEM_INT8, qz.ELEM_INT8, 2), (qz.ELEM_INT16, qz.ELEM_INT16, 2)])
+@pytest.mark.parametrize(
+    ("contrib", "result_type", "shift"),
+    [
+        (qz.ELEM_INT32, qz.ELEM_INT8, 24),
+        (qz.ELEM_INT32, qz.ELEM_INT16, 16),
+        (qz.ELEM_INT8, qz.ELEM_INT8, 2),
+        (qz.ELEM_INT16, qz.ELEM_INT16, 2),
+    ],
+)
 def test_narrow_results(contrib: int, result_type: int, shift: int) -> None:
     switch = FakeSwitch(job_id=JOB, n_workers=4, slot_count=3, result_type=result_type, shift=shift)
     workers = make_workers(switch, 4, 3, contrib_type=contrib)
@@ -266,8 +281,11 @@ def test_nan_is_refused_before_anything_is_sent() -> None:
 
 def test_missing_worker_times_out_with_a_clear_error() -> None:
     switch = FakeSwitch(job_id=JOB, n_workers=2, slot_count=2)
-    worker = IncWorker(IncJob(job_id=JOB, rank=0, n_workers=2, slot_count=2, timeout_s=0.005, max_retries=3),
-                       FakeTransport(switch, 0), endpoint(0))
+    worker = IncWorker(
+        IncJob(job_id=JOB, rank=0, n_workers=2, slot_count=2, timeout_s=0.005, max_retries=3),
+        FakeTransport(switch, 0),
+        endpoint(0),
+    )
     with pytest.raises(AllreduceTimeoutError, match=r"no result for slot 0 \(exponent round\) after 3 retransmissions"):
         worker.allreduce(np.ones(10, dtype=np.float32))
 
@@ -279,21 +297,33 @@ def test_job_config_is_validated() -> None:
         IncJob(job_id=1, rank=0, n_workers=300, slot_count=8, result_type=qz.ELEM_INT8)
 
 
-@pytest.mark.parametrize(("contrib", "result", "shift", "why"), [
-    # int8 contributions of 16 workers shifted by 24 (the int32 default) leave no bit of the int8 result
-    (qz.ELEM_INT8, qz.ELEM_INT8, 24, "keeps 0 of the result's 7 magnitude bits"),
-    # no shift: each of 16 workers may only send |q| <= 7 of its 127
-    (qz.ELEM_INT8, qz.ELEM_INT8, 0, "contributions keep 3 of their 7 magnitude bits"),
-    (qz.ELEM_INT32, qz.ELEM_INT32, 3, "only narrowed results are shifted"),
-    # int8 lanes answered in int32 grow each packet by 768 B: BMv2 allows 512
-    (qz.ELEM_INT8, qz.ELEM_INT32, 0, "grow each packet by 768 bytes, more than the 512 bytes BMv2"),
-])
-def test_configurations_that_cannot_represent_the_sum_are_refused(contrib: int, result: int, shift: int, why: str) -> None:
+@pytest.mark.parametrize(
+    ("contrib", "result", "shift", "why"),
+    [
+        # int8 contributions of 16 workers shifted by 24 (the int32 default) leave no bit of the int8 result
+        (qz.ELEM_INT8, qz.ELEM_INT8, 24, "keeps 0 of the result's 7 magnitude bits"),
+        # no shift: each of 16 workers may only send |q| <= 7 of its 127
+        (qz.ELEM_INT8, qz.ELEM_INT8, 0, "contributions keep 3 of their 7 magnitude bits"),
+        (qz.ELEM_INT32, qz.ELEM_INT32, 3, "only narrowed results are shifted"),
+        # int8 lanes answered in int32 grow each packet by 768 B: BMv2 allows 512
+        (qz.ELEM_INT8, qz.ELEM_INT32, 0, "grow each packet by 768 bytes, more than the 512 bytes BMv2"),
+    ],
+)
+def test_configurations_that_cannot_represent_the_sum_are_refused(
+    contrib: int, result: int, shift: int, why: str
+) -> None:
     with pytest.raises(qz.QuantizationError, match=why):
         IncJob(job_id=1, rank=0, n_workers=16, slot_count=8, contrib_type=contrib, result_type=result, shift=shift)
     if "grow" not in why:  # the right shift is accepted (no shift makes int8 -> int32 packets fit BMv2)
-        IncJob(job_id=1, rank=0, n_workers=16, slot_count=8, contrib_type=contrib, result_type=result,
-               shift=0 if result == qz.ELEM_INT32 else 4 if contrib == result else 24)
+        IncJob(
+            job_id=1,
+            rank=0,
+            n_workers=16,
+            slot_count=8,
+            contrib_type=contrib,
+            result_type=result,
+            shift=0 if result == qz.ELEM_INT32 else 4 if contrib == result else 24,
+        )
 
 
 def test_result_type_other_than_configured_is_a_clear_error() -> None:
@@ -321,8 +351,13 @@ def test_an_exponent_above_the_proposal_is_a_protocol_error() -> None:
 def test_a_result_of_an_older_epoch_is_ignored() -> None:
     """A late result of the previous all-reduce (same slot and shadow, older epoch) is not taken for this one."""
     switch = FakeSwitch(job_id=JOB, n_workers=1, slot_count=2)
-    worker = IncWorker(IncJob(job_id=JOB, rank=0, n_workers=1, slot_count=2, timeout_s=LOSSLESS_TIMEOUT,
-                              min_timeout_s=LOSSLESS_TIMEOUT), FakeTransport(switch, 0), endpoint(0))
+    worker = IncWorker(
+        IncJob(
+            job_id=JOB, rank=0, n_workers=1, slot_count=2, timeout_s=LOSSLESS_TIMEOUT, min_timeout_s=LOSSLESS_TIMEOUT
+        ),
+        FakeTransport(switch, 0),
+        endpoint(0),
+    )
     first = worker.allreduce(np.full(L, 1.0, dtype=np.float32))
     stale: list[bytes] = []
     real_send = switch._send

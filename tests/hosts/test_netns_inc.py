@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from hosts.coordination import CoordinatorServer, check_reports
 from emulation.netns import NetnsLab, enter
+from hosts.coordination import CoordinatorServer, check_reports
 from tests.hosts.softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
 from wireformat import AGG
 
@@ -70,14 +70,42 @@ def attach(lab: NetnsLab, processor: Processor, n: int) -> Any:
     return io
 
 
-def run_workers(net: Star, tmp: Path, slot_count: int, size: int, iterations: int, extra: list[str]) -> list[dict[str, Any]]:
+def run_workers(
+    net: Star, tmp: Path, slot_count: int, size: int, iterations: int, extra: list[str]
+) -> list[dict[str, Any]]:
     n = len(net.hosts)
     with CoordinatorServer(f"unix:{tmp / 'coord.sock'}", n) as server:
         procs = [
-            net.lab.popen(net.hosts[r], [
-                sys.executable, "-m", "hosts", "inc", "--iface", "eth0", "--job-id", str(JOB_ID), "--rank", str(r),
-                "--workers", str(n), "--slot-count", str(slot_count), "--coord", server.address, "--size", str(size),
-                "--iterations", str(iterations), "--timeout", "0.3", "--json", *extra], stdout=subprocess.PIPE)
+            net.lab.popen(
+                net.hosts[r],
+                [
+                    sys.executable,
+                    "-m",
+                    "hosts",
+                    "inc",
+                    "--iface",
+                    "eth0",
+                    "--job-id",
+                    str(JOB_ID),
+                    "--rank",
+                    str(r),
+                    "--workers",
+                    str(n),
+                    "--slot-count",
+                    str(slot_count),
+                    "--coord",
+                    server.address,
+                    "--size",
+                    str(size),
+                    "--iterations",
+                    str(iterations),
+                    "--timeout",
+                    "0.3",
+                    "--json",
+                    *extra,
+                ],
+                stdout=subprocess.PIPE,
+            )
             for r in range(n)
         ]
         lines = [p.communicate(timeout=240)[0] for p in procs]
@@ -152,8 +180,14 @@ def test_narrow_results(lab: NetnsLab, tmp_path: Path, result_type: str, shift: 
     switch = real_switch(net.addrs, slot_count=4, result_type=code, shift=shift)
     io = attach(lab, switch, n)
     try:
-        reports = run_workers(net, tmp_path, 4, SIZE, 1, ["--result-type", result_type, "--contrib-type", result_type,
-                                                          "--shift", str(shift)])
+        reports = run_workers(
+            net,
+            tmp_path,
+            4,
+            SIZE,
+            1,
+            ["--result-type", result_type, "--contrib-type", result_type, "--shift", str(shift)],
+        )
     finally:
         io.stop()
     assert counter(switch, "overflows") == 0

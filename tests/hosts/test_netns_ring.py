@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hosts.coordination import CoordinatorServer, check_reports
 from emulation.netns import NetnsLab
+from hosts.coordination import CoordinatorServer, check_reports
 
 pytestmark = pytest.mark.netns
 
@@ -44,10 +44,32 @@ def run_ring(lab: NetnsLab, hosts: list[str], tmp: Path, size: int, extra: list[
     peers = ",".join(f"10.77.0.{r + 1}" for r in range(n))
     with CoordinatorServer(f"unix:{tmp / 'coord.sock'}", n) as server:
         procs = [
-            lab.popen(hosts[r], [sys.executable, "-m", "hosts", "ring", "--rank", str(r), "--workers", str(n),
-                                 "--coord", server.address, "--peers", peers, "--size", str(size),
-                                 "--iterations", "2", "--timeout", "0.01", "--json", *extra],
-                      stdout=subprocess.PIPE)
+            lab.popen(
+                hosts[r],
+                [
+                    sys.executable,
+                    "-m",
+                    "hosts",
+                    "ring",
+                    "--rank",
+                    str(r),
+                    "--workers",
+                    str(n),
+                    "--coord",
+                    server.address,
+                    "--peers",
+                    peers,
+                    "--size",
+                    str(size),
+                    "--iterations",
+                    "2",
+                    "--timeout",
+                    "0.01",
+                    "--json",
+                    *extra,
+                ],
+                stdout=subprocess.PIPE,
+            )
             for r in range(n)
         ]
         lines = [p.communicate(timeout=120)[0] for p in procs]
@@ -85,17 +107,55 @@ def test_coordinator_command_checks_the_workers(lab: NetnsLab, tmp_path: Path) -
     """The runner's side as a command: barriers, reports, and the verdict as JSON."""
     hosts = bridged_hosts(lab, 2)
     sock = tmp_path / "c.sock"
-    coord = subprocess.Popen([sys.executable, "-m", "hosts", "coordinator", "--listen", f"unix:{sock}",
-                              "--workers", "2", "--wait", "60", "--json"], stdout=subprocess.PIPE, text=True)
+    coord = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hosts",
+            "coordinator",
+            "--listen",
+            f"unix:{sock}",
+            "--workers",
+            "2",
+            "--wait",
+            "60",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     lab.procs.append(coord)  # killed by the lab on failure
     for _ in range(1000):  # wait for readiness (the socket file), not a fixed time
         if sock.exists() or coord.poll() is not None:
             break
         time.sleep(0.01)
     assert sock.exists(), "the coordinator did not start listening"
-    workers = [lab.popen(hosts[r], [sys.executable, "-m", "hosts", "ring", "--rank", str(r), "--workers", "2",
-                                    "--coord", f"unix:{sock}", "--peers", "10.77.0.1,10.77.0.2", "--size", "3000",
-                                    "--input", "wide", "--json"], stdout=subprocess.PIPE) for r in range(2)]
+    workers = [
+        lab.popen(
+            hosts[r],
+            [
+                sys.executable,
+                "-m",
+                "hosts",
+                "ring",
+                "--rank",
+                str(r),
+                "--workers",
+                "2",
+                "--coord",
+                f"unix:{sock}",
+                "--peers",
+                "10.77.0.1,10.77.0.2",
+                "--size",
+                "3000",
+                "--input",
+                "wide",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+        )
+        for r in range(2)
+    ]
     for w in workers:
         w.communicate(timeout=60)
         assert w.returncode == 0

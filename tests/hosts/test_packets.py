@@ -41,18 +41,34 @@ def test_every_row_equals_scapy(elem: int) -> None:
     common = dict(job_id=12, contributor=3, epoch=200)
     for s in range(3):
         salt = AGG.salt(s * AGG.num_lanes, 12, 200)  # an exponent round's checksum: no lanes, the salt alone
-        expect = scapy_frame(NONE, slot=s, shadow=0, offset=s * AGG.num_lanes, next_exponent=int(proposals[s]),
-                             checksum=salt, **common)
+        expect = scapy_frame(
+            NONE, slot=s, shadow=0, offset=s * AGG.num_lanes, next_exponent=int(proposals[s]), checksum=salt, **common
+        )
         assert bytes(frames.exponent_frame(s)) == expect, s
         assert frames.exponent_retransmission(s) == scapy_frame(
-            NONE, flags="retransmit", slot=s, shadow=0, offset=s * AGG.num_lanes, next_exponent=int(proposals[s]),
-            checksum=salt, **common)
+            NONE,
+            flags="retransmit",
+            slot=s,
+            shadow=0,
+            offset=s * AGG.num_lanes,
+            next_exponent=int(proposals[s]),
+            checksum=salt,
+            **common,
+        )
     for k in range(7):
         frames.fill(k, -7 + k, lanes[k])
         nxt = int(proposals[k + 3]) if k + 3 < 7 else AGG.field("next_exponent").max_value
         checksum = AGG.checksum(int(lanes[k].sum()), k * AGG.num_lanes, 12, 200)
-        fields = dict(exponent=-7 + k, slot=k % 3, shadow=(1 + k // 3) % 2, offset=k * AGG.num_lanes,
-                      next_exponent=nxt, checksum=checksum, lanes=[int(v) for v in lanes[k]], **common)
+        fields = dict(
+            exponent=-7 + k,
+            slot=k % 3,
+            shadow=(1 + k // 3) % 2,
+            offset=k * AGG.num_lanes,
+            next_exponent=nxt,
+            checksum=checksum,
+            lanes=[int(v) for v in lanes[k]],
+            **common,
+        )
         assert bytes(frames.frame(k)) == scapy_frame(elem, **fields), k
         assert frames.retransmission(k) == scapy_frame(elem, flags="retransmit", **fields)
 

@@ -36,7 +36,9 @@ def switch_sum(contributions: list[np.ndarray], result_type: int, shift: int) ->
     return np.clip(total, lo, hi), overflow
 
 
-def run_allreduce(xs: list[np.ndarray], contrib: int, result: int, shift: int) -> tuple[np.ndarray, qz.FixedPoint, bool]:
+def run_allreduce(
+    xs: list[np.ndarray], contrib: int, result: int, shift: int
+) -> tuple[np.ndarray, qz.FixedPoint, bool]:
     m = max(qz.max_abs(x) for x in xs)
     fp = qz.plan(m, len(xs), contrib_type=contrib, result_type=result, shift=shift)
     lanes, overflow = switch_sum([fp.quantize(x) for x in xs], result, shift)
@@ -101,8 +103,10 @@ def test_adversarial_large_dynamic_range(contrib: int, result: int, shift: int) 
     2^-32..2^32): small values lose relative precision, the absolute bound holds."""
     rng = np.random.default_rng(7)
     decades = 9 if contrib == qz.ELEM_INT8 else 20
-    xs = [(rng.choice([-1.0, 1.0], 1000) * 10.0 ** rng.uniform(-decades, decades, 1000)).astype(np.float32)
-          for _ in range(4)]
+    xs = [
+        (rng.choice([-1.0, 1.0], 1000) * 10.0 ** rng.uniform(-decades, decades, 1000)).astype(np.float32)
+        for _ in range(4)
+    ]
     out, fp, overflow = run_allreduce(xs, contrib, result, shift)
     assert not overflow
     assert_within_bound(xs, out, fp)

@@ -7,16 +7,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.hosts.collective_rig import check, make_ranks, run
 
-from hosts.quantization import NonFiniteError
 from hosts.bf16 import round_bf16
+from hosts.quantization import NonFiniteError
 from hosts.ring import RingAllreduce, RingConfig, RingTimeoutError, elements_per_packet, segment_bounds, topology_order
 from hosts.stats import AllreduceStats
+from tests.hosts.collective_rig import check, make_ranks, run
 
 
-def make_rings(n: int, loss: float = 0.0, order: tuple[int, ...] | None = None, timeout_s: float = 0.01,
-               **cfg: Any) -> list[RingAllreduce]:
+def make_rings(
+    n: int, loss: float = 0.0, order: tuple[int, ...] | None = None, timeout_s: float = 0.01, **cfg: Any
+) -> list[RingAllreduce]:
     def build(r: int, peers: Any, group: Any, sock: Any) -> RingAllreduce:
         return RingAllreduce(RingConfig(rank=r, peers=peers, order=order, timeout_s=timeout_s, **cfg), group, sock)
 

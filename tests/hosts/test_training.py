@@ -82,7 +82,9 @@ def test_every_rank_gets_its_own_slice_of_one_global_batch() -> None:
     per_epoch = n_train // 64
     epoch0 = np.concatenate([T.batch_indices(cfg, n_train, s, 0, 1) for s in range(1, per_epoch + 1)])
     assert len(set(epoch0.tolist())) == per_epoch * 64  # an epoch visits each sample at most once
-    assert not np.array_equal(T.batch_indices(cfg, n_train, 1, 0, 1), T.batch_indices(cfg, n_train, per_epoch + 1, 0, 1))
+    assert not np.array_equal(
+        T.batch_indices(cfg, n_train, 1, 0, 1), T.batch_indices(cfg, n_train, per_epoch + 1, 0, 1)
+    )
     with pytest.raises(T.TrainingError, match="does not split evenly"):
         T.batch_indices(cfg, n_train, 1, 0, 3)
     with pytest.raises(T.TrainingError, match="count from 1"):
@@ -115,7 +117,9 @@ def test_the_exact_run_trains(exact: T.History) -> None:
     assert exact.diverged_at() is None  # one sum for every rank: identical parameters after every step
 
 
-def test_the_exact_run_is_reproducible_and_the_same_training_for_any_worker_count(exact: T.History, data: T.Dataset) -> None:
+def test_the_exact_run_is_reproducible_and_the_same_training_for_any_worker_count(
+    exact: T.History, data: T.Dataset
+) -> None:
     again = T.simulate(SHORT, 4, data=data)
     assert [s["digests"][0] for s in again.steps] == [s["digests"][0] for s in exact.steps]
     eight = T.simulate(SHORT, 8, data=data)
@@ -168,7 +172,9 @@ def test_parameters_travel_as_text_bit_for_bit(data: T.Dataset) -> None:
     assert back.dtype == np.float64 and np.array_equal(back, theta) and T.params_digest(back) == T.params_digest(theta)
 
 
-@pytest.mark.parametrize("bad", [dict(hidden=()), dict(steps=0), dict(lr=0.0), dict(momentum=1.0), dict(test_fraction=1.0)])
+@pytest.mark.parametrize(
+    "bad", [dict(hidden=()), dict(steps=0), dict(lr=0.0), dict(momentum=1.0), dict(test_fraction=1.0)]
+)
 def test_bad_configurations_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(T.TrainingError):
         T.TrainConfig(**bad)  # type: ignore[arg-type]

@@ -23,7 +23,9 @@ LANES = {"int32": (qz.ELEM_INT32, 0), "int8": (qz.ELEM_INT8, 2)}  # int8 both wa
 
 
 @pytest.fixture(params=list(LANES))
-def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[CoordinatorServer, dict[str, Any], list[Agent]]]:
+def rig(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[CoordinatorServer, dict[str, Any], list[Agent]]]:
     elem, shift = LANES[request.param]
     server = CoordinatorServer(f"unix:{tmp_path / 'c.sock'}", N, timeout_s=60).start()
     switch = FakeSwitch(job_id=5, n_workers=N, slot_count=16, result_type=elem, shift=shift)
@@ -31,8 +33,12 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Coordi
     agents, threads = [], []
     for r in range(N):
         client = CoordinatorClient(server.address, r, N)
-        agent = Agent(AgentConfig(rank=r, workers=N, coord=server.address, peers=peers, groups=("a", "a", "b", "b")),
-                      client, transport=FakeTransport(switch, r), endpoint=Endpoint(f"02:00:00:00:00:0{r}", f"10.0.0.{r + 1}"))
+        agent = Agent(
+            AgentConfig(rank=r, workers=N, coord=server.address, peers=peers, groups=("a", "a", "b", "b")),
+            client,
+            transport=FakeTransport(switch, r),
+            endpoint=Endpoint(f"02:00:00:00:00:0{r}", f"10.0.0.{r + 1}"),
+        )
         agents.append(agent)
         threads.append(threading.Thread(target=agent.serve, daemon=True))
     for t in threads:
@@ -49,14 +55,28 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Coordi
         server.close()
 
 
-def train(server: CoordinatorServer, method: str, job: dict[str, Any], first_cmd: int, segment: int = 8) -> list[dict[str, dict[str, Any]]]:
+def train(
+    server: CoordinatorServer, method: str, job: dict[str, Any], first_cmd: int, segment: int = 8
+) -> list[dict[str, dict[str, Any]]]:
     """Post a whole run as segments (all at once, as the runner does); every segment's reports, in order."""
     posted = []
     step = first_cmd
     for first in range(1, CFG.steps + 1, segment):
         count = min(segment, CFG.steps + 1 - first)
-        server.post(step, {"op": "train", "method": method, "run": method, "train": CFG.to_dict(), "first": first,
-                           "count": count, "last": first + count > CFG.steps, "checker": 0, "job": job})
+        server.post(
+            step,
+            {
+                "op": "train",
+                "method": method,
+                "run": method,
+                "train": CFG.to_dict(),
+                "first": first,
+                "count": count,
+                "last": first + count > CFG.steps,
+                "checker": 0,
+                "job": job,
+            },
+        )
         posted.append(step)
         step += 1
     out = []
@@ -83,7 +103,14 @@ def test_every_method_trains_with_identical_ranks_and_shared_releases(rig: Any) 
             assert len({rec["sum_digest"] for rec in at}) == 1
             assert len({rec["t_release"] for rec in at}) == 1  # one barrier, one start
             for rec in at:
-                assert rec["t_begin"] <= rec["t_ready"] <= rec["t_release"] <= rec["t_done"] <= rec["t_back"] <= rec["t_end"]
+                assert (
+                    rec["t_begin"]
+                    <= rec["t_ready"]
+                    <= rec["t_release"]
+                    <= rec["t_done"]
+                    <= rec["t_back"]
+                    <= rec["t_end"]
+                )
         # the checker's snapshots are the parameters whose digests every rank reported
         sent = [(int(s), text) for seg in segments for s, text in seg[0]["snapshots"].items()]
         assert sorted(s for s, _ in sent) == CFG.eval_steps()  # each once, also where a segment starts at one
@@ -97,12 +124,23 @@ def test_every_method_trains_with_identical_ranks_and_shared_releases(rig: Any) 
         assert len(end) == 1 and end.pop() > records[0][-1]["t_release"]
         final = T.evaluate(model, T.digits(), T.decode_params(snaps[CFG.steps]), CFG.steps)
         assert T.within_tolerance(final.test_acc, exact.final.test_acc), (method, final, exact.final)
-    assert all(not a._replicas for a in agents)  # noqa: SLF001  (the last segment drops the run's replica)
+    assert all(not a._replicas for a in agents)
 
 
 def test_a_segment_out_of_order_is_refused(rig: Any) -> None:
     server, setup, _agents = rig
-    server.post(1, {"op": "train", "method": "ring", "run": "r", "train": CFG.to_dict(), "first": 5, "count": 2,
-                    "checker": 0, "job": setup["job"]})
+    server.post(
+        1,
+        {
+            "op": "train",
+            "method": "ring",
+            "run": "r",
+            "train": CFG.to_dict(),
+            "first": 5,
+            "count": 2,
+            "checker": 0,
+            "job": setup["job"],
+        },
+    )
     reports = server.step_reports(1, 30)
     assert all("segment starts at step 5" in r["error"] for r in reports.values())

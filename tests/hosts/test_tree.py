@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.hosts.collective_rig import check, make_ranks, normal_inputs, run
 
 from hosts.bf16 import round_bf16
 from hosts.reliable import TransferTimeoutError
 from hosts.tree import NO_PARENT, TreeAllreduce, TreeConfig, binary_tree, double_binary_tree
+from tests.hosts.collective_rig import check, make_ranks, normal_inputs, run
 
 
 def make_trees(n: int, loss: float = 0.0, order: tuple[int, ...] | None = None, **cfg: Any) -> list[TreeAllreduce]:

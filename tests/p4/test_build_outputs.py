@@ -43,9 +43,11 @@ def test_a_changed_source_is_detected(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 
 @pytest.mark.p4c
-@pytest.mark.skipif(not os.environ.get("P4INA_RECOMPILE_TEST"),
-                    reason="recompiling p4ina.p4 takes about 3 minutes of p4c on 2 cores, more than the suite's budget "
-                           "allows: run with P4INA_RECOMPILE_TEST=1 (the source-hash checks above always run)")
+@pytest.mark.skipif(
+    not os.environ.get("P4INA_RECOMPILE_TEST"),
+    reason="recompiling p4ina.p4 takes about 3 minutes of p4c on 2 cores, more than the suite's budget "
+    "allows: run with P4INA_RECOMPILE_TEST=1 (the source-hash checks above always run)",
+)
 def test_recompiling_reproduces_the_committed_outputs() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         json_path, p4info_path, warnings = build_p4.compile_to(Path(tmp))

@@ -28,8 +28,22 @@ def _folder(out: Path) -> Path:
 
 @needs_simgrid
 def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    rc = main(["--topology", "fat-tree:4,fattree:radix=16", "--gpus", "8,16", "--sizes", "4K,1M", "--methods", "ring,tree,inc-int8,adaptive",
-               "--no-validate", "--no-progress", "--out", str(tmp_path)])
+    rc = main(
+        [
+            "--topology",
+            "fat-tree:4,fattree:radix=16",
+            "--gpus",
+            "8,16",
+            "--sizes",
+            "4K,1M",
+            "--methods",
+            "ring,tree,inc-int8,adaptive",
+            "--no-validate",
+            "--no-progress",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     folder = _folder(tmp_path)
     for name in ("config.json", "raw.csv", "summary.json", "table.txt"):
@@ -46,16 +60,35 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
 def test_summary_carries_the_validation_figures_and_the_largest_job():
     row = Row("scaling", "rail:radix=128", "rail", 100_000, 1, 0, "contiguous", 0.0, "", "ring", 1 << 20, 0.5, 2e6, 4e6)
     outcome = Outcome(Scenario(), [row], {"gpus": 100_000})
-    v = {"emulation_max_rel_error": 0.09, "closed_form_max_rel_error": 0.0, "sharp_anchor_rel_error": 0.01, "phase_vs_full_max_rel_error": 0.04}
+    v = {
+        "emulation_max_rel_error": 0.09,
+        "closed_form_max_rel_error": 0.0,
+        "sharp_anchor_rel_error": 0.01,
+        "phase_vs_full_max_rel_error": 0.04,
+    }
     s = summary([outcome], v, 1.0)
     assert s["max_gpus"] == 100_000 and s["validation"]["max_gpus"] == 100_000
     assert set(v) <= set(s["validation"])
 
 
 @needs_simgrid
-def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    base = ["--topology", "fattree:radix=16", "--gpus", "64", "--methods", "inc-int32", "--sizes", "8", "--no-validate", "--no-progress",
-            "--json", "--out"]
+def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    base = [
+        "--topology",
+        "fattree:radix=16",
+        "--gpus",
+        "64",
+        "--methods",
+        "inc-int32",
+        "--sizes",
+        "8",
+        "--no-validate",
+        "--no-progress",
+        "--json",
+        "--out",
+    ]
     assert main([*base, str(tmp_path / "a")]) == 0
     assert main([*base, str(tmp_path / "b"), "--set", "switch_latency=1.3e-6"]) == 0
     times = [float(next(csv.DictReader((_folder(tmp_path / d) / "raw.csv").open()))["time_s"]) for d in "ab"]
@@ -66,17 +99,21 @@ def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(tmp_path
     assert "warp_speed" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--topology", "torus:4", "--gpus", "64"], "unknown topology"),
-    (["--topology", "fattree:radix=16", "--gpus", "2048"], "holds 1024 GPUs"),
-    (["--topology", "fat-tree:4", "--methods", "ring,telepathy"], "telepathy"),
-    (["--topology", "rail:radix=16", "--gpus", "60"], "8-GPU servers"),
-    (["--topology", "fat-tree:4", "--preset", "nonesuch"], "unknown preset"),
-    (["--topology", "fat-tree:4", "--background", "1.5"], "background load"),
-    (["--check", "tests/simulation/data/emulation-k4-held-out"], "give --calibrate too"),
-])
-def test_invalid_configurations_are_refused_naming_the_problem(tmp_path: Path, args: list[str], message: str,
-                                                               capsys: pytest.CaptureFixture[str]):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--topology", "torus:4", "--gpus", "64"], "unknown topology"),
+        (["--topology", "fattree:radix=16", "--gpus", "2048"], "holds 1024 GPUs"),
+        (["--topology", "fat-tree:4", "--methods", "ring,telepathy"], "telepathy"),
+        (["--topology", "rail:radix=16", "--gpus", "60"], "8-GPU servers"),
+        (["--topology", "fat-tree:4", "--preset", "nonesuch"], "unknown preset"),
+        (["--topology", "fat-tree:4", "--background", "1.5"], "background load"),
+        (["--check", "tests/simulation/data/emulation-k4-held-out"], "give --calibrate too"),
+    ],
+)
+def test_invalid_configurations_are_refused_naming_the_problem(
+    tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+):
     assert main([*args, "--no-validate", "--no-progress", "--out", str(tmp_path)]) == 1
     assert message in capsys.readouterr().err
 
@@ -102,8 +139,24 @@ def _four_host_part(out: Path, src: Path = REPO / "tests/simulation/data/emulati
 def test_p4ina_simulate_calibrates_from_a_results_folder(tmp_path: Path):
     folder = _four_host_part(tmp_path / "results")
     later = _four_host_part(tmp_path / "later", REPO / "tests/simulation/data/emulation-k4-held-out/sweep-3")
-    proc = subprocess.run([sys.executable, "-m", "p4ina", "simulate", "--calibrate", str(folder), "--check", str(later),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "p4ina",
+            "simulate",
+            "--calibrate",
+            str(folder),
+            "--check",
+            str(later),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "over 21 points" in proc.stdout and "held out: max |error|" in proc.stdout
     fitted = json.loads((_folder(tmp_path / "out") / "calibration.json").read_text())
@@ -127,7 +180,9 @@ def test_the_notebook_reproduces_the_figures_headless(tmp_path: Path):
         NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
     finally:
         os.environ.pop("P4INA_SIM_NOTEBOOK_SMALL", None)
-    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    images = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})
+    ]
     assert len(images) >= 4
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "scattered / contiguous" in text and "inc-int32" in text

@@ -129,7 +129,11 @@ def test_controller_topologies_are_routed_as_the_emulation_routes_them():
     port_to = {s.name: {nb.port: nb.peer for nb in topo.neighbors(s.name)} for s in topo.switches}
     for a, b, port in ((0, 15, 16713), (3, 9, 16715), (12, 1, 16712)):
         ha, hb = topo.hosts[a], topo.hosts[b]
-        flow = zlib.crc32(struct.pack("!4s4sBHH", bytes(map(int, ha.ip.split("."))), bytes(map(int, hb.ip.split("."))), 17, port, port))
+        flow = zlib.crc32(
+            struct.pack(
+                "!4s4sBHH", bytes(map(int, ha.ip.split("."))), bytes(map(int, hb.ip.split("."))), 17, port, port
+            )
+        )
         hops, x = [], ha.switch
         while x != hb.name:
             hops.append(x)

@@ -7,7 +7,15 @@ import math
 import pytest
 
 from simulation import topologies as T
-from simulation.methods import METHODS, MethodError, binary_tree, double_binary_tree, node_depths, plan_method, ring_pairs
+from simulation.methods import (
+    METHODS,
+    MethodError,
+    binary_tree,
+    double_binary_tree,
+    node_depths,
+    plan_method,
+    ring_pairs,
+)
 from simulation.params import H100
 from simulation.placement import place
 from simulation.trees import plan_trees
@@ -32,8 +40,9 @@ def test_every_method_plans_on_a_rail_optimised_cluster():
     job = place(f, [256])[0]
     trees = {"inc": plan_trees(f, [job])}
     g = 8
-    from simulation.placement import Job
     from simulation.methods import groups_of
+    from simulation.placement import Job
+
     groups = groups_of(f, job.topology_order(f))
     trees["hier-inc"] = plan_trees(f, [Job(i, tuple(grp[i] for grp in groups)) for i in range(g)])
     tables: dict = {}
@@ -59,15 +68,23 @@ def test_in_network_frames_follow_wire_format_v2_1():
     assert (i8.host_up, i8.switch_up, i8.down, i8.partial) == (319, 319, 319, "int8")
     # an unbalanced tree cannot shift by levels: its partial sums are as wide as the job's sum needs
     assert IncFrames.of("int8", 256, balanced=False).switch_up == 575
-    assert IncFrames.of("int8", 257, balanced=False).switch_up == IncFrames.of("int16", 16, balanced=False).switch_up == 1087
+    assert (
+        IncFrames.of("int8", 257, balanced=False).switch_up
+        == IncFrames.of("int16", 16, balanced=False).switch_up
+        == 1087
+    )
     assert IncFrames.of("int8", 257, balanced=False).host_up == 319
     with pytest.raises(ValueError, match="int4"):
         IncFrames.of("int4", 16)
 
 
 def test_trees_are_balanced_on_clos_fabrics_and_not_across_dragonfly_groups():
-    for spec, n, balanced in (("fattree:radix=16", 256, True), ("rail:radix=16", 256, True), ("dragonfly+:radix=16", 64, True),
-                              ("dragonfly+:radix=16", 256, False)):
+    for spec, n, balanced in (
+        ("fattree:radix=16", 256, True),
+        ("rail:radix=16", 256, True),
+        ("dragonfly+:radix=16", 64, True),
+        ("dragonfly+:radix=16", 256, False),
+    ):
         f = T.build(spec, H100, n)
         (tree,) = plan_trees(f, place(f, [n]))
         assert tree.balanced is balanced, spec
@@ -81,7 +98,9 @@ def test_host_methods_pay_the_transports_acks():
     # at 1 Mbit/s a full frame takes 12 ms, longer than the 10 ms ack delay: one ack per frame
     assert EMULATION.ack_bytes(EMULATION.mtu_payload, 125_000.0) == pytest.approx(one)
     # fast enough, 16 frames share an ack
-    assert EMULATION.ack_bytes(EMULATION.mtu_payload, 1e9) == pytest.approx((FRAME_OVERHEAD + ACK_HDR.size) / 16 + ACK_ENTRY.itemsize)
+    assert EMULATION.ack_bytes(EMULATION.mtu_payload, 1e9) == pytest.approx(
+        (FRAME_OVERHEAD + ACK_HDR.size) / 16 + ACK_ENTRY.itemsize
+    )
     assert NDR.wire_bytes(4096) == 4096 + NDR.frame_overhead  # no acks on RDMA
 
 

@@ -12,8 +12,13 @@ from simulation.trees import assign_windows, plan_trees
 
 
 def _shape(tree, fabric):
-    return (int(fabric.tiers[tree.root]), tree.depth, len(tree.switches), tree.max_fan_in,
-            Counter(int(fabric.tiers[s]) for s in tree.switches))
+    return (
+        int(fabric.tiers[tree.root]),
+        tree.depth,
+        len(tree.switches),
+        tree.max_fan_in,
+        Counter(int(fabric.tiers[s]) for s in tree.switches),
+    )
 
 
 def test_controller_topologies_use_the_controller_planner_and_the_structural_rule_agrees():

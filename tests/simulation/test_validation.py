@@ -17,7 +17,9 @@ from simulation.params import EMULATION, NDR
 from simulation.validation import full_cases
 from tests.simulation.conftest import DATA, needs_simgrid
 
-FIXTURE = DATA / "emulation-k4"  # the runs fitted: sweep/, latency/, and 1k-a/ and 1k-b/ (the sweep's 1K points, 21 reps)
+FIXTURE = (
+    DATA / "emulation-k4"
+)  # the runs fitted: sweep/, latency/, and 1k-a/ and 1k-b/ (the sweep's 1K points, 21 reps)
 HELD_OUT = DATA / "emulation-k4-held-out"  # later runs of the sweep preset, never fitted
 SWEEP = FIXTURE / "sweep"
 
@@ -37,13 +39,23 @@ def test_one_set_of_costs_predicts_every_emulation_point_within_15_percent_and_a
     assert len(calib.table) == 21 + 21 + 7 + 63  # every method at every point of the four runs, none dropped
     assert {r["links"] for r in calib.table} == {"2 Mbit/s", "100 Mbit/s, 100 ms"}
     assert sum(e["points"] for b, e in calib.by_bound().items() if b == "unexplained") > 40  # not only easy points
-    misses = [(r["folder"], r["method"], r["hosts"], r["elements"], f"{r['rel_error']:+.1%}")
-              for r in calib.table + calib.held_out if abs(r["rel_error"]) > 0.15]
+    misses = [
+        (r["folder"], r["method"], r["hosts"], r["elements"], f"{r['rel_error']:+.1%}")
+        for r in calib.table + calib.held_out
+        if abs(r["rel_error"]) > 0.15
+    ]
     assert not misses, misses
     assert len(calib.held_out) == 2 * 63 and {r["folder"] for r in calib.held_out} == {"sweep-3", "sweep-4"}
     # the stored emulation preset is this fit (the costs that bind somewhere in the runs)
-    for name in ("host_packet_cost", "switch_forward_cost", "step_overhead", "barrier_cost", "switch_packet_cost",
-                 "switch_agg_latency", "switch_lane_cost"):
+    for name in (
+        "host_packet_cost",
+        "switch_forward_cost",
+        "step_overhead",
+        "barrier_cost",
+        "switch_packet_cost",
+        "switch_agg_latency",
+        "switch_lane_cost",
+    ):
         assert getattr(EMULATION, name) == pytest.approx(calib.fitted[name], rel=0.2, abs=1e-7), name
     # the preset's start is the fitted per-call cost plus the sweep's median measured wake-up and finish (a few ms),
     # and it simulates the sweep's links (2 Mbit/s, no delay), as `make emulate`'s bandwidth preset has them
@@ -64,8 +76,19 @@ def test_the_last_wake_up_and_its_lead_over_the_median_are_read_per_repetition(t
     # three workers; the one that finishes last woke first: (wake-ups in ms per repetition, latencies)
     for rep, wakes in enumerate(([1, 2, 6], [1, 3, 9], [2, 2, 4])):
         for rank, w in enumerate(wakes):
-            rows.append({"method": "ring", "hosts": 3, "elements": 1024, "rep": rep, "warmup": 0, "rank": rank,
-                         "t_release": 10.0 * rep, "t_start": 10.0 * rep + w / 1e3, "latency_s": 0.02 - rank * 1e-3})
+            rows.append(
+                {
+                    "method": "ring",
+                    "hosts": 3,
+                    "elements": 1024,
+                    "rep": rep,
+                    "warmup": 0,
+                    "rank": rank,
+                    "t_release": 10.0 * rep,
+                    "t_start": 10.0 * rep + w / 1e3,
+                    "latency_s": 0.02 - rank * 1e-3,
+                }
+            )
     with (out / "raw.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -86,7 +109,9 @@ def test_a_folder_of_results_folders_is_fitted_as_one_and_a_folder_of_neither_is
         result_folders(tmp_path / "absent")
 
 
-def _copy_without(tmp: Path, drop_column: str | None = None, drop_summary: bool = False, extra_method: bool = False) -> Path:
+def _copy_without(
+    tmp: Path, drop_column: str | None = None, drop_summary: bool = False, extra_method: bool = False
+) -> Path:
     out = tmp / "results"
     shutil.copytree(SWEEP, out)
     if drop_summary:
@@ -152,7 +177,9 @@ def test_non_blocking_fabrics_reduce_to_the_closed_forms_within_2_percent(engine
 def test_ndr_preset_reproduces_sharp_for_128_hosts_within_25_percent(engine: Engine):
     stored = sharp_anchor(NDR, fit=False, engine=engine)
     assert stored.max_rel_error <= 0.25, stored.errors()
-    refit = sharp_anchor(NDR.with_(step_overhead=1e-6, switch_agg_latency=0.0, host_byte_cost=0.0), fit=True, engine=engine)
+    refit = sharp_anchor(
+        NDR.with_(step_overhead=1e-6, switch_agg_latency=0.0, host_byte_cost=0.0), fit=True, engine=engine
+    )
     assert refit.predicted_rel_error <= 0.25  # SHARP at 4 KiB and its speed-up were not fitted
     for name, value in refit.fitted.items():
         assert getattr(NDR, name) == pytest.approx(value, rel=0.05), name
@@ -184,8 +211,16 @@ def test_the_model_puts_the_bytes_the_emulation_counted_on_its_busiest_link(engi
         if pt["elements"] != 131072 or pt["retransmissions"]:
             continue
         checked += 1
-        ev = Evaluation(Scenario(topology=str(SWEEP / "topology.json"), gpus=pt["hosts"], methods=(pt["method"],),
-                                 sizes=(4 * pt["elements"],)), EMULATION, engine)
+        ev = Evaluation(
+            Scenario(
+                topology=str(SWEEP / "topology.json"),
+                gpus=pt["hosts"],
+                methods=(pt["method"],),
+                sizes=(4 * pt["elements"],),
+            ),
+            EMULATION,
+            engine,
+        )
         ev.build()
         ev.solve()
         busiest = float(ev.link_bytes(ev.plans[0], 4 * pt["elements"]).max())
@@ -197,7 +232,8 @@ def test_the_model_puts_the_bytes_the_emulation_counted_on_its_busiest_link(engi
         # bytes); a fluid pace (bytes over the phase's time) overshoots instead (+1.4% at 4 hosts).
         rel = 0.02 if pt["method"] in ("tree", "hier") else 0.01
         one_sided = (pt["method"] == "tree" and busiest < 0.99 * pt["wire_bytes"]) or (
-            pt["method"] == "hier" and busiest > 1.01 * pt["wire_bytes"])  # the known errors go one way each
+            pt["method"] == "hier" and busiest > 1.01 * pt["wire_bytes"]
+        )  # the known errors go one way each
         if busiest != pytest.approx(pt["wire_bytes"], rel=rel) or one_sided:
             misses.append((pt["method"], pt["hosts"], pt["elements"], busiest, pt["wire_bytes"]))
     assert checked == 21  # every method at every host count

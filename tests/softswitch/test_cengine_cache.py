@@ -25,13 +25,12 @@ from native import cbuild
 from softswitch import SoftSwitch
 from softswitch.compiler import cemit, compilecache
 from softswitch.runtime import cengine
-
 from tests.softswitch import fake_switch
 
 pytestmark = pytest.mark.skipif(cbuild.toolchain() is None, reason="[cc] no C compiler (cc) on PATH")
 
 ROOT = Path(__file__).resolve().parents[2]
-FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
+FRAME = bytes.fromhex("0200000000020200000000010800") + bytes(50)
 
 
 def unique_program(tag: int) -> str:
@@ -76,8 +75,9 @@ def test_the_cache_is_created_owner_only(tmp_path: Path, monkeypatch: pytest.Mon
         assert f.st_uid == os.geteuid() and not f.st_mode & 0o077, suffix
 
 
-def test_a_cache_directory_others_may_use_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_a_cache_directory_others_may_use_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     cache = tmp_path / "shared"
     cache.mkdir(mode=0o755)
     os.chmod(cache, 0o777)
@@ -89,8 +89,9 @@ def test_a_cache_directory_others_may_use_is_refused(tmp_path: Path, monkeypatch
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the directory to another user")
-def test_a_cache_directory_of_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_a_cache_directory_of_another_user_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     cache = tmp_path / "theirs"
     cache.mkdir(mode=0o700)
     os.chown(cache, 65534, 65534)
@@ -104,14 +105,16 @@ def test_a_cache_directory_of_another_user_is_refused(tmp_path: Path, monkeypatc
 def evil_library(tmp_path: Path, marker: Path) -> Path:
     """A shared object whose constructor would create `marker` if it were ever loaded."""
     src = tmp_path / "evil.c"
-    src.write_text(textwrap.dedent(f"""
+    src.write_text(
+        textwrap.dedent(f"""
         #include <stdio.h>
         __attribute__((constructor)) static void evil(void) {{
             FILE *f = fopen("{marker}", "w");
             if (f) fclose(f);
         }}
         int p4sw_abi(void) {{ return {cemit.ABI}; }}
-    """))
+    """)
+    )
     out = tmp_path / "evil.so"
     tc = cbuild.toolchain()
     assert tc is not None
@@ -132,8 +135,9 @@ def load_in_a_new_process(cache: Path, raw: str) -> subprocess.CompletedProcess[
         print("ok")
     """)
     env = dict(os.environ, P4INA_SOFTSWITCH_CACHE=str(cache), PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-c", code], input=raw, capture_output=True, text=True, env=env,
-                          timeout=300, cwd=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-c", code], input=raw, capture_output=True, text=True, env=env, timeout=300, cwd=str(ROOT)
+    )
 
 
 def test_a_tampered_library_is_never_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,8 +201,18 @@ def test_many_processes_loading_one_program_compile_it_once(tmp_path: Path) -> N
         print(sw.engine)
     """)
     env = dict(os.environ, P4INA_SOFTSWITCH_CACHE=str(cache), PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT)) for _ in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+        )
+        for _ in range(6)
+    ]
     for p in procs:
         assert p.stdin is not None
         p.stdin.write(raw)
@@ -209,7 +223,9 @@ def test_many_processes_loading_one_program_compile_it_once(tmp_path: Path) -> N
     assert compiles == 1, [err[-500:] for _, err, _ in outs]
 
 
-def test_the_cache_keeps_within_its_bound_least_recently_used_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cache_keeps_within_its_bound_least_recently_used_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import fcntl
 
     cache = tmp_path / "cache"

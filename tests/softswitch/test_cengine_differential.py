@@ -20,9 +20,19 @@ from pathlib import Path
 import pytest
 
 from native import cbuild
-from softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry
-from softswitch import bmv2diff
-from tests.dataplane.frames import INT8, INT16, INT32, NONE, RESULT, RETRANSMIT, contribution, host_ip, host_mac, udp_frame
+from softswitch import ActionCall, Exact, Lpm, SoftSwitch, TableEntry, bmv2diff
+from tests.dataplane.frames import (
+    INT8,
+    INT16,
+    INT32,
+    NONE,
+    RESULT,
+    RETRANSMIT,
+    contribution,
+    host_ip,
+    host_mac,
+    udp_frame,
+)
 from tests.dataplane.recorded import CASES, P4INA, Case, mutate
 from wireformat import AGG
 
@@ -49,19 +59,40 @@ def configure_p4ina(sw: SoftSwitch) -> None:
         (9, 3, (4, 5), 2, 1, 24, INT16, 2, INT16, 2, 0, 3),
     )
     for job_id, index, children, role, up, base, rtype, shift, utype, ushift, ishift, grp in jobs:
-        job = dict(job_index=index, role=role, fan_in=len(children), slot_base=base, slot_count=8, mcast_grp=grp,
-                   up_port=up, result_type=rtype, shift=shift, token=1 + index, up_type=utype, up_shift=ushift,
-                   in_shift=ishift)
-        sw.table_insert(n["job_config"], TableEntry((Exact(job_id),), ActionCall(n["set_job"], tuple(job[p] for p in param_names))))
+        job = dict(
+            job_index=index,
+            role=role,
+            fan_in=len(children),
+            slot_base=base,
+            slot_count=8,
+            mcast_grp=grp,
+            up_port=up,
+            result_type=rtype,
+            shift=shift,
+            token=1 + index,
+            up_type=utype,
+            up_shift=ushift,
+            in_shift=ishift,
+        )
+        sw.table_insert(
+            n["job_config"], TableEntry((Exact(job_id),), ActionCall(n["set_job"], tuple(job[p] for p in param_names)))
+        )
         for i, p in enumerate(children):
             sw.table_insert(n["job_ports"], TableEntry((Exact(job_id), Exact(p)), ActionCall(n["from_child"], (i,))))
         if up:
             sw.table_insert(n["job_ports"], TableEntry((Exact(job_id), Exact(up)), ActionCall(n["from_parent"])))
         sw.mc_group_set(grp, [(p, i) for i, p in enumerate(children)])
     for p in PORTS:
-        sw.table_insert(n["host_port"], TableEntry((Exact(p),), ActionCall(
-            n["set_host"], (int.from_bytes(host_mac(p), "big"), int.from_bytes(host_ip(p), "big")))))
-        sw.table_insert(n["ipv4_lpm"], TableEntry((Lpm(int.from_bytes(host_ip(p), "big"), 32),), ActionCall(n["forward"], (p,))))
+        sw.table_insert(
+            n["host_port"],
+            TableEntry(
+                (Exact(p),),
+                ActionCall(n["set_host"], (int.from_bytes(host_mac(p), "big"), int.from_bytes(host_ip(p), "big"))),
+            ),
+        )
+        sw.table_insert(
+            n["ipv4_lpm"], TableEntry((Lpm(int.from_bytes(host_ip(p), "big"), 32),), ActionCall(n["forward"], (p,)))
+        )
     sw.table_insert(n["ipv4_lpm"], TableEntry((Lpm(0x0A000000, 8),), ActionCall(n["ecmp"], (1, 3))))
     for i, p in enumerate((2, 3, 4)):
         sw.table_insert(n["ecmp_members"], TableEntry((Exact(1), Exact(i)), ActionCall(n["forward"], (p,))))
@@ -86,21 +117,61 @@ def p4ina_traffic(seed: int, count: int) -> list[tuple[int, bytes]]:
             elem = elem0 if rng.random() < 0.85 else rng.choice([INT32, INT16, INT8, NONE, 7])
             big = {INT32: rng.choice([100, 1 << 20, 1 << 31]), INT16: 1 << 15, INT8: 1 << 7}.get(elem, 1)
             lanes = [rng.randrange(-big, big) for _ in range(AGG.num_lanes)]
-            out.append((port, contribution(port, lanes, job=job, slot=rng.randrange(slots + 1), shadow=rng.randrange(2),
-                                           epoch=epoch, elem_type=elem, exponent=rng.choice([0, 0, 0, 3, -2]),
-                                           next_exponent=rng.choice([0, 1, 5, -3]),
-                                           flags=RETRANSMIT if rng.random() < 0.2 else 0, shift=2 if job == 9 else 0)))
+            out.append(
+                (
+                    port,
+                    contribution(
+                        port,
+                        lanes,
+                        job=job,
+                        slot=rng.randrange(slots + 1),
+                        shadow=rng.randrange(2),
+                        epoch=epoch,
+                        elem_type=elem,
+                        exponent=rng.choice([0, 0, 0, 3, -2]),
+                        next_exponent=rng.choice([0, 1, 5, -3]),
+                        flags=RETRANSMIT if rng.random() < 0.2 else 0,
+                        shift=2 if job == 9 else 0,
+                    ),
+                )
+            )
         elif kind < 0.65:
             lanes = [rng.randrange(-30000, 30000) for _ in range(AGG.num_lanes)]
-            out.append((1, contribution(1, lanes, job=9, slot=rng.randrange(8), shadow=rng.randrange(2), epoch=epochs[9],
-                                        op=RESULT, elem_type=INT16, shift=2)))
+            out.append(
+                (
+                    1,
+                    contribution(
+                        1,
+                        lanes,
+                        job=9,
+                        slot=rng.randrange(8),
+                        shadow=rng.randrange(2),
+                        epoch=epochs[9],
+                        op=RESULT,
+                        elem_type=INT16,
+                        shift=2,
+                    ),
+                )
+            )
         elif kind < 0.85:
             dst = bytes([10, rng.randrange(4), rng.randrange(256), rng.randrange(1, 255)])
             if rng.random() < 0.3:
                 dst = host_ip(rng.choice(PORTS))
-            out.append((rng.choice(PORTS), udp_frame(rng.choice(PORTS), host_mac(9), dst, b"p" * rng.randrange(0, 64),
-                                                     sport=rng.randrange(1024, 65535), dport=rng.randrange(1, 65535),
-                                                     ttl=rng.choice([64, 64, 1, 0]), bad_checksum=rng.random() < 0.05)))
+            out.append(
+                (
+                    rng.choice(PORTS),
+                    udp_frame(
+                        rng.choice(PORTS),
+                        host_mac(9),
+                        dst,
+                        b"p" * rng.randrange(0, 64),
+                        sport=rng.randrange(1024, 65535),
+                        dport=rng.randrange(1, 65535),
+                        ttl=rng.choice([64, 64, 1, 0]),
+                        bad_checksum=rng.random() < 0.05,
+                    ),
+                )
+            )
         else:
             port = rng.choice(PORTS)
             frame = bytearray(contribution(port, [rng.randrange(-99, 99) for _ in range(AGG.num_lanes)], job=job))
@@ -130,8 +201,10 @@ def compare(c: SoftSwitch, py: SoftSwitch, traffic: list[tuple[int, bytes]], lab
     for i, (port, pkt) in enumerate(traffic):
         want = py.process_packet(port, pkt)
         got = c.process_packet(port, pkt)
-        assert got == want, f"{label}: packet {i} (port {port}, {len(pkt)} B {pkt[:64].hex()}...): C sent " \
-                            f"{[(p, d.hex()) for p, d in got]}, Python {[(p, d.hex()) for p, d in want]}"
+        assert got == want, (
+            f"{label}: packet {i} (port {port}, {len(pkt)} B {pkt[:64].hex()}...): C sent "
+            f"{[(p, d.hex()) for p, d in got]}, Python {[(p, d.hex()) for p, d in want]}"
+        )
         sent += len(want)
     for name in py.counters():
         assert c.counter_read_all(name) == py.counter_read_all(name), f"{label}: counter {name}"
@@ -158,10 +231,18 @@ def test_every_test_program_on_both_engines(name: str) -> None:
     compare(c, py, traffic, name)
 
 
-def _bmv2_outputs(case: Case, traffic: list[tuple[int, bytes]], ref: SoftSwitch, expect: int,
-                  ports: set[int]) -> bmv2diff.PcapRun:
-    return bmv2diff.run(case.program, case.p4info, traffic, configure=lambda client: client.copy_from(ref),
-                        ports=ports, expect=expect, quiet_for=4.0)
+def _bmv2_outputs(
+    case: Case, traffic: list[tuple[int, bytes]], ref: SoftSwitch, expect: int, ports: set[int]
+) -> bmv2diff.PcapRun:
+    return bmv2diff.run(
+        case.program,
+        case.p4info,
+        traffic,
+        configure=lambda client: client.copy_from(ref),
+        ports=ports,
+        expect=expect,
+        quiet_for=4.0,
+    )
 
 
 @pytest.mark.bmv2

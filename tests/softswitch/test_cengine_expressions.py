@@ -20,10 +20,33 @@ from native import cbuild
 from softswitch import SoftSwitch
 from softswitch.compiler import cemit, codegen, program
 
-IN_FIELDS = [("a8", 8, False), ("b16", 16, False), ("c32", 32, False), ("d48", 48, False), ("e64", 64, False),
-             ("f8s", 8, True), ("g32s", 32, True), ("h64s", 64, True), ("i1", 1, False), ("j5", 5, False)]
-OUT_WIDTHS = [(1, False), (7, False), (8, False), (8, True), (16, False), (31, False), (32, False), (32, True),
-              (33, False), (48, False), (63, True), (64, False), (64, True)]
+IN_FIELDS = [
+    ("a8", 8, False),
+    ("b16", 16, False),
+    ("c32", 32, False),
+    ("d48", 48, False),
+    ("e64", 64, False),
+    ("f8s", 8, True),
+    ("g32s", 32, True),
+    ("h64s", 64, True),
+    ("i1", 1, False),
+    ("j5", 5, False),
+]
+OUT_WIDTHS = [
+    (1, False),
+    (7, False),
+    (8, False),
+    (8, True),
+    (16, False),
+    (31, False),
+    (32, False),
+    (32, True),
+    (33, False),
+    (48, False),
+    (63, True),
+    (64, False),
+    (64, True),
+]
 PROGRAMS = 6
 EXPRS = 24
 PACKETS = 300
@@ -72,7 +95,11 @@ class Gen:
             return _e(op, self.integer(depth - 1), self.integer(depth - 1))
         if kind == 5:
             op = r.choice(["<<", ">>"])
-            count = _hex(r.choice([0, 1, 3, 8, 31, 32, 63, 64, 65, 100])) if r.random() < 0.6 else _f(r.choice(["a8", "j5", "i1"]))
+            count = (
+                _hex(r.choice([0, 1, 3, 8, 31, 32, 63, 64, 65, 100]))
+                if r.random() < 0.6
+                else _f(r.choice(["a8", "j5", "i1"]))
+            )
             return _e(op, self.integer(depth - 1), count)
         if kind == 6:
             return {"type": "expression", "value": {"op": "~", "left": None, "right": self.integer(depth - 1)}}
@@ -80,15 +107,25 @@ class Gen:
             op = r.choice(["two_comp_mod", "sat_cast", "usat_cast"])
             return _e(op, self.integer(depth - 1), _hex(r.choice([1, 5, 8, 16, 31, 32, 48, 63, 64])))
         if kind == 8:
-            return {"type": "expression", "value": {"op": "?", "left": self.integer(depth - 1),
-                                                    "right": self.integer(depth - 1), "cond": self.boolean(depth - 1)}}
+            return {
+                "type": "expression",
+                "value": {
+                    "op": "?",
+                    "left": self.integer(depth - 1),
+                    "right": self.integer(depth - 1),
+                    "cond": self.boolean(depth - 1),
+                },
+            }
         return {"type": "expression", "value": {"op": "b2d", "left": None, "right": self.boolean(depth - 1)}}
 
     def boolean(self, depth: int) -> dict[str, Any]:
         r = self.r
         kind = r.randrange(5)
         if depth <= 0 or kind == 0:
-            return {"type": "expression", "value": {"op": "d2b", "left": None, "right": _f(r.choice(["i1", "a8", "j5"]))}}
+            return {
+                "type": "expression",
+                "value": {"op": "d2b", "left": None, "right": _f(r.choice(["i1", "a8", "j5"]))},
+            }
         if kind <= 2:
             op = r.choice(["==", "!=", "<", ">", "<=", ">="])
             return _e(op, self.integer(depth - 1), self.integer(depth - 1))
@@ -99,9 +136,18 @@ class Gen:
 
 def program_doc(outputs: list[tuple[int, bool, dict[str, Any]]]) -> dict[str, Any]:
     """ingress: out_h.o<i> = expression i (p4c's masks added by the lowering), egress_spec = 1."""
-    std = [["ingress_port", 9, False], ["egress_spec", 9, False], ["egress_port", 9, False],
-           ["instance_type", 32, False], ["packet_length", 32, False], ["mcast_grp", 16, False],
-           ["egress_rid", 16, False], ["parser_error", 32, False], ["checksum_error", 1, False], ["_pad", 2, False]]
+    std = [
+        ["ingress_port", 9, False],
+        ["egress_spec", 9, False],
+        ["egress_port", 9, False],
+        ["instance_type", 32, False],
+        ["packet_length", 32, False],
+        ["mcast_grp", 16, False],
+        ["egress_rid", 16, False],
+        ["parser_error", 32, False],
+        ["checksum_error", 1, False],
+        ["_pad", 2, False],
+    ]
     in_fields = [[n, w, s] for n, w, s in IN_FIELDS]
     in_bits = sum(w for _, w, _ in IN_FIELDS)
     in_fields.append(["pad", (-in_bits) % 8, False])
@@ -110,7 +156,8 @@ def program_doc(outputs: list[tuple[int, bool, dict[str, Any]]]) -> dict[str, An
     if out_bits % 8:
         out_fields.append(["pad", (-out_bits) % 8, False])
     prims: list[dict[str, Any]] = [
-        {"op": "assign", "parameters": [{"type": "field", "value": ["standard_metadata", "egress_spec"]}, _hex(1)]}]
+        {"op": "assign", "parameters": [{"type": "field", "value": ["standard_metadata", "egress_spec"]}, _hex(1)]}
+    ]
     for i, (_, _, expr) in enumerate(outputs):
         prims.append({"op": "assign", "parameters": [{"type": "field", "value": ["out_h", f"o{i}"]}, expr]})
     return {
@@ -126,17 +173,36 @@ def program_doc(outputs: list[tuple[int, bool, dict[str, Any]]]) -> dict[str, An
             {"name": "in_h", "id": 2, "header_type": "in_t", "metadata": False},
             {"name": "out_h", "id": 3, "header_type": "out_t", "metadata": False},
         ],
-        "parsers": [{"name": "parser", "id": 0, "init_state": "start", "parse_states": [{
-            "name": "start", "id": 0,
-            "parser_ops": [{"op": "extract", "parameters": [{"type": "regular", "value": "in_h"}]},
-                           {"op": "extract", "parameters": [{"type": "regular", "value": "out_h"}]}],
-            "transitions": [{"type": "default", "value": None, "mask": None, "next_state": None}],
-            "transition_key": []}]}],
+        "parsers": [
+            {
+                "name": "parser",
+                "id": 0,
+                "init_state": "start",
+                "parse_states": [
+                    {
+                        "name": "start",
+                        "id": 0,
+                        "parser_ops": [
+                            {"op": "extract", "parameters": [{"type": "regular", "value": "in_h"}]},
+                            {"op": "extract", "parameters": [{"type": "regular", "value": "out_h"}]},
+                        ],
+                        "transitions": [{"type": "default", "value": None, "mask": None, "next_state": None}],
+                        "transition_key": [],
+                    }
+                ],
+            }
+        ],
         "deparsers": [{"name": "deparser", "id": 0, "order": ["in_h", "out_h"]}],
         "actions": [{"name": "compute", "id": 0, "runtime_data": [], "primitives": prims}],
         "pipelines": [
-            {"name": "ingress", "id": 0, "init_table": "call", "tables": [], "conditionals": [],
-             "action_calls": [{"name": "call", "id": 0, "action_id": 0, "next_node": None}]},
+            {
+                "name": "ingress",
+                "id": 0,
+                "init_table": "call",
+                "tables": [],
+                "conditionals": [],
+                "action_calls": [{"name": "call", "id": 0, "action_id": 0, "next_node": None}],
+            },
             {"name": "egress", "id": 1, "init_table": None, "tables": [], "conditionals": []},
         ],
         "errors": [["NoError", 0], ["PacketTooShort", 1]],
@@ -185,11 +251,15 @@ def test_random_expressions_compute_the_same_on_both_engines(seed: int) -> None:
         out_bytes = len(py.process_packet(0, bytes(in_bytes + 64))[0][1]) - in_bytes
         c.process_packet(0, bytes(in_bytes + 64))
         for _ in range(PACKETS):
-            head = bytes(rng.choice([0, 0xFF, rng.randrange(256)]) if rng.random() < 0.3 else rng.randrange(256)
-                         for _ in range(in_bytes))
+            head = bytes(
+                rng.choice([0, 0xFF, rng.randrange(256)]) if rng.random() < 0.3 else rng.randrange(256)
+                for _ in range(in_bytes)
+            )
             pkt = head + bytes(out_bytes)
             want = py.process_packet(0, pkt)
             got = c.process_packet(0, pkt)
-            assert got == want, f"seed {seed}: packet {pkt.hex()}: C {got[0][1].hex() if got else got} != Python " \
-                                f"{want[0][1].hex() if want else want}\nprogram: {raw[:2000]}"
+            assert got == want, (
+                f"seed {seed}: packet {pkt.hex()}: C {got[0][1].hex() if got else got} != Python "
+                f"{want[0][1].hex() if want else want}\nprogram: {raw[:2000]}"
+            )
         assert c.stats == py.stats

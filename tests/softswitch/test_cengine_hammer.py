@@ -24,9 +24,8 @@ import pytest
 
 from softswitch import ActionCall, Lpm, SoftSwitch, TableEntry
 from softswitch.runtime.ports import ETH_P_ALL, PACKET_OUTGOING, PortIO
-
 from tests.softswitch import fake_switch
-from tests.softswitch.test_ports import HOST_END, SWITCH_END, in_netns, veth_ns  # noqa: F401 - veth_ns is a fixture
+from tests.softswitch.test_ports import HOST_END, SWITCH_END, in_netns, veth_ns
 
 FRAMES = 20_000
 FRAME_LEN = 64
@@ -39,8 +38,15 @@ def two_field_program() -> str:
     doc: dict[str, Any] = copy.deepcopy(fake_switch.TINY_JSON_DOC)
     act = next(a for a in doc["actions"] if a["name"] == "MyIngress.set_src")
     act["runtime_data"].append({"name": "tag", "bitwidth": 16})
-    act["primitives"].append({"op": "assign", "parameters": [
-        {"type": "field", "value": ["ethernet", "ether_type"]}, {"type": "runtime_data", "value": 1}]})
+    act["primitives"].append(
+        {
+            "op": "assign",
+            "parameters": [
+                {"type": "field", "value": ["ethernet", "ether_type"]},
+                {"type": "runtime_data", "value": 1},
+            ],
+        }
+    )
     return json.dumps(doc)
 
 
@@ -84,13 +90,18 @@ def test_every_packet_sees_a_whole_entry_while_it_is_modified(veth_ns: str, engi
         while idle < 10:
             try:
                 data, addr = host.recvfrom(2048)
-            except socket.timeout:
+            except TimeoutError:
                 idle += 1 if stop.is_set() else 0
                 continue
             if addr[2] == PACKET_OUTGOING or data[14:18] != MARK:
                 continue
-            received.append((int.from_bytes(data[18:22], "big"), int.from_bytes(data[6:12], "big"),
-                             int.from_bytes(data[12:14], "big")))
+            received.append(
+                (
+                    int.from_bytes(data[18:22], "big"),
+                    int.from_bytes(data[6:12], "big"),
+                    int.from_bytes(data[12:14], "big"),
+                )
+            )
 
     def modify() -> None:
         nonlocal modifies
@@ -131,8 +142,9 @@ def test_every_packet_sees_a_whole_entry_while_it_is_modified(veth_ns: str, engi
     generations.sort()
     order = [g for _, g in generations]
     assert all(a <= b for a, b in zip(order, order[1:])), "frames saw generations out of order"
-    assert len(set(order)) >= 20 and modifies >= 20, \
+    assert len(set(order)) >= 20 and modifies >= 20, (
         f"the traffic did not overlap the modifies ({len(set(order))} generations seen, {modifies} modifies)"
+    )
     assert not bad_reads, f"torn counter reads (packets, bytes): {bad_reads[:5]}"
     packets, nbytes = sw.counter_read("MyIngress.pkts", 1)
     assert packets >= len(received) and nbytes == packets * FRAME_LEN

@@ -18,8 +18,15 @@ import pytest
 
 from native import cbuild
 from softswitch import SoftSwitch, SoftSwitchError
-
-from tests.softswitch.test_hostile_json import PACKETS, STRUCTURAL, TARGETS, every_name, hostile_names, program_doc, rename
+from tests.softswitch.test_hostile_json import (
+    PACKETS,
+    STRUCTURAL,
+    TARGETS,
+    every_name,
+    hostile_names,
+    program_doc,
+    rename,
+)
 
 pytestmark = pytest.mark.skipif(cbuild.toolchain() is None, reason="[cc] no C compiler (cc) on PATH")
 
@@ -34,7 +41,7 @@ def c_hostile_names(marker: Path) -> Iterator[tuple[str, str]]:
     yield "preprocessor", f'x\n#include "{marker}"\n#define p4sw_new {call}\n'
     yield "line-splice", f"x\\\n{ctor}\n// \\"
     yield "trigraph", f"x??/\n{ctor}"
-    yield "pragma", f'x\n_Pragma("GCC poison p4sw_new")\n'
+    yield "pragma", 'x\n_Pragma("GCC poison p4sw_new")\n'
     yield "asm", f'x; __asm__("call system"); {call};'
     yield from hostile_names(marker)
 

@@ -17,12 +17,11 @@ import pytest
 
 from native import cbuild
 from softswitch import SoftSwitch
-
 from tests.softswitch import fake_switch
 
 pytestmark = pytest.mark.skipif(cbuild.toolchain() is None, reason="[cc] no C compiler (cc) on PATH")
 
-FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
+FRAME = bytes.fromhex("0200000000020200000000010800") + bytes(50)
 
 
 def tiny() -> dict[str, Any]:
@@ -34,7 +33,8 @@ def wide_header(doc: dict[str, Any]) -> None:
     doc["header_types"].append({"name": "v6_t", "id": 9, "fields": [["src_addr", 128, False]]})
     doc["headers"].append({"name": "v6", "id": 9, "header_type": "v6_t", "metadata": False})
     doc["parsers"][0]["parse_states"][0]["parser_ops"].append(
-        {"op": "extract", "parameters": [{"type": "regular", "value": "v6"}]})
+        {"op": "extract", "parameters": [{"type": "regular", "value": "v6"}]}
+    )
     doc["deparsers"][0]["order"].append("v6")
 
 
@@ -46,10 +46,14 @@ def wide_param(doc: dict[str, Any]) -> None:
 def wide_select(doc: dict[str, Any]) -> None:
     """select((dst_addr, src_addr)): a 96-bit key compared whole."""
     st = doc["parsers"][0]["parse_states"][0]
-    st["transition_key"] = [{"type": "field", "value": ["ethernet", "dst_addr"]},
-                            {"type": "field", "value": ["ethernet", "src_addr"]}]
-    st["transitions"] = [{"type": "hexstr", "value": "0x" + "ab" * 12, "mask": None, "next_state": None},
-                         {"type": "default", "value": None, "mask": None, "next_state": None}]
+    st["transition_key"] = [
+        {"type": "field", "value": ["ethernet", "dst_addr"]},
+        {"type": "field", "value": ["ethernet", "src_addr"]},
+    ]
+    st["transitions"] = [
+        {"type": "hexstr", "value": "0x" + "ab" * 12, "mask": None, "next_state": None},
+        {"type": "default", "value": None, "mask": None, "next_state": None},
+    ]
 
 
 CASES = [

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from softswitch import SoftSwitch
-
 from softswitch.compiler import compilecache
 
 PROGRAMS = Path(__file__).parent / "programs"

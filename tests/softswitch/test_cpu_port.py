@@ -24,10 +24,9 @@ from p4.v1 import p4runtime_pb2
 
 from softswitch import SoftSwitch
 from softswitch.p4runtime.server import P4RuntimeServer
-
 from tests.softswitch import fake_switch
 from tests.softswitch.test_p4runtime import DEVICE, Client
-from tests.softswitch.test_ports import veth_ns  # noqa: F401 - a fixture
+from tests.softswitch.test_ports import veth_ns
 
 CPU_PORT = 64
 PUNT_TYPE = 0x88B5
@@ -58,35 +57,73 @@ def punt_json() -> str:
     ]
     extract = lambda h: {"parameters": [{"type": "regular", "value": h}], "op": "extract"}  # noqa: E731
     doc["parsers"][0]["parse_states"] = [
-        {"name": "start", "id": 0, "parser_ops": [],
-         "transition_key": [_field("standard_metadata", "ingress_port")],
-         "transitions": [{"type": "hexstr", "value": hex(CPU_PORT), "mask": None, "next_state": "parse_packet_out"},
-                         {"type": "default", "value": None, "mask": None, "next_state": "parse_ethernet"}]},
-        {"name": "parse_packet_out", "id": 1, "parser_ops": [extract("packet_out")], "transition_key": [],
-         "transitions": [{"type": "default", "value": None, "mask": None, "next_state": "parse_ethernet"}]},
-        {"name": "parse_ethernet", "id": 2, "parser_ops": [extract("ethernet")], "transition_key": [],
-         "transitions": [{"type": "default", "value": None, "mask": None, "next_state": None}]},
+        {
+            "name": "start",
+            "id": 0,
+            "parser_ops": [],
+            "transition_key": [_field("standard_metadata", "ingress_port")],
+            "transitions": [
+                {"type": "hexstr", "value": hex(CPU_PORT), "mask": None, "next_state": "parse_packet_out"},
+                {"type": "default", "value": None, "mask": None, "next_state": "parse_ethernet"},
+            ],
+        },
+        {
+            "name": "parse_packet_out",
+            "id": 1,
+            "parser_ops": [extract("packet_out")],
+            "transition_key": [],
+            "transitions": [{"type": "default", "value": None, "mask": None, "next_state": "parse_ethernet"}],
+        },
+        {
+            "name": "parse_ethernet",
+            "id": 2,
+            "parser_ops": [extract("ethernet")],
+            "transition_key": [],
+            "transitions": [{"type": "default", "value": None, "mask": None, "next_state": None}],
+        },
     ]
     assign = lambda d, s: {"op": "assign", "parameters": [d, s]}  # noqa: E731
     doc["actions"] += [
-        {"name": "from_cpu", "id": 10, "runtime_data": [], "primitives": [
-            assign(_field("standard_metadata", "egress_spec"), _field("packet_out", "egress_port")),
-            {"op": "remove_header", "parameters": [{"type": "header", "value": "packet_out"}]},
-        ]},
-        {"name": "to_cpu", "id": 11, "runtime_data": [], "primitives": [
-            assign(_field("standard_metadata", "egress_spec"), _hex(CPU_PORT)),
-            {"op": "add_header", "parameters": [{"type": "header", "value": "packet_in"}]},
-            assign(_field("packet_in", "ingress_port"), _field("standard_metadata", "ingress_port")),
-        ]},
+        {
+            "name": "from_cpu",
+            "id": 10,
+            "runtime_data": [],
+            "primitives": [
+                assign(_field("standard_metadata", "egress_spec"), _field("packet_out", "egress_port")),
+                {"op": "remove_header", "parameters": [{"type": "header", "value": "packet_out"}]},
+            ],
+        },
+        {
+            "name": "to_cpu",
+            "id": 11,
+            "runtime_data": [],
+            "primitives": [
+                assign(_field("standard_metadata", "egress_spec"), _hex(CPU_PORT)),
+                {"op": "add_header", "parameters": [{"type": "header", "value": "packet_in"}]},
+                assign(_field("packet_in", "ingress_port"), _field("standard_metadata", "ingress_port")),
+            ],
+        },
     ]
     ingress = doc["pipelines"][0]
     ingress["init_table"] = "node_out"
     ingress["conditionals"] = [
-        {"name": "node_out", "id": 0, "expression": {"type": "expression", "value": _valid("packet_out")},
-         "true_next": "act_from_cpu", "false_next": "node_punt"},
-        {"name": "node_punt", "id": 1, "expression": {"type": "expression", "value": {
-            "op": "==", "left": _field("ethernet", "ether_type"), "right": _hex(PUNT_TYPE)}},
-         "true_next": "act_to_cpu", "false_next": "MyIngress.fwd"},
+        {
+            "name": "node_out",
+            "id": 0,
+            "expression": {"type": "expression", "value": _valid("packet_out")},
+            "true_next": "act_from_cpu",
+            "false_next": "node_punt",
+        },
+        {
+            "name": "node_punt",
+            "id": 1,
+            "expression": {
+                "type": "expression",
+                "value": {"op": "==", "left": _field("ethernet", "ether_type"), "right": _hex(PUNT_TYPE)},
+            },
+            "true_next": "act_to_cpu",
+            "false_next": "MyIngress.fwd",
+        },
     ]
     ingress["action_calls"] = [
         {"name": "act_from_cpu", "id": 0, "action_id": 10, "next_node": None},
@@ -107,7 +144,7 @@ def punt_p4info() -> Any:
 
 
 def frame(ether_type: int, body: bytes = b"hello") -> bytes:
-    return bytes.fromhex("020000000002" "020000000001") + ether_type.to_bytes(2, "big") + body + bytes(40)
+    return bytes.fromhex("020000000002020000000001") + ether_type.to_bytes(2, "big") + body + bytes(40)
 
 
 @pytest.fixture
@@ -172,7 +209,9 @@ def test_a_packet_out_enters_ingress_on_the_cpu_port(punt: tuple[SoftSwitch, Cli
     assert sent[1] == (261, payload)
 
 
-def test_a_packet_out_with_unknown_metadata_is_a_stream_error(punt: tuple[SoftSwitch, Client, list[tuple[int, bytes]]]) -> None:
+def test_a_packet_out_with_unknown_metadata_is_a_stream_error(
+    punt: tuple[SoftSwitch, Client, list[tuple[int, bytes]]],
+) -> None:
     sw, c, sent = punt
     c.send(packet_out(frame(0x0800), [(9, b"\x01")]))
     msg = c.next_message()
@@ -186,7 +225,7 @@ def test_a_packet_out_with_unknown_metadata_is_a_stream_error(punt: tuple[SoftSw
 
 
 def test_a_backup_gets_no_packet_in_and_its_packet_out_is_ignored(
-    punt: tuple[SoftSwitch, Client, list[tuple[int, bytes]]]
+    punt: tuple[SoftSwitch, Client, list[tuple[int, bytes]]],
 ) -> None:
     sw, primary, sent = punt
     port = int(primary.channel._channel.target().decode().rsplit(":", 1)[1])  # type: ignore[attr-defined]
@@ -214,10 +253,10 @@ def test_the_cpu_port_cannot_also_be_a_data_port() -> None:
 @pytest.mark.netns
 def test_a_packet_out_leaves_on_a_real_port(veth_ns: str) -> None:
     """The outputs of a packet-out are sent by the port loop (PortIO.inject), out of the interface."""
-    from softswitch.runtime.ports import ETH_P_ALL, PortIO
-
-    from tests.softswitch.test_ports import HOST_END, SWITCH_END, _receive, in_netns
     import socket
+
+    from softswitch.runtime.ports import ETH_P_ALL, PortIO
+    from tests.softswitch.test_ports import HOST_END, SWITCH_END, _receive, in_netns
 
     sw = SoftSwitch(device_id=DEVICE, name="punt-ports", cpu_port=CPU_PORT)
     with P4RuntimeServer({DEVICE: sw}, "127.0.0.1:0") as srv:

@@ -15,9 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from softswitch import SoftSwitch
-
 from softswitch.compiler import compilecache, cse
-
 from tests.softswitch import fake_switch
 
 
@@ -70,10 +68,12 @@ def test_complement_and_negative_constants_are_different_subexpressions() -> Non
     not5 = {"type": "expression", "value": {"op": "~", "left": None, "right": _hex(5)}}
     minus5 = {"type": "hexstr", "value": "-0x5"}
     mask48 = _hex((1 << 48) - 1)
-    program = probe_program([
-        _assign(_field("ethernet", "dst_addr"), _op("&", _op("+", _op("&", et, not5), _hex(1)), mask48)),
-        _assign(_field("ethernet", "src_addr"), _op("&", _op("+", _op("&", et, minus5), _hex(1)), mask48)),
-    ])
+    program = probe_program(
+        [
+            _assign(_field("ethernet", "dst_addr"), _op("&", _op("+", _op("&", et, not5), _hex(1)), mask48)),
+            _assign(_field("ethernet", "src_addr"), _op("&", _op("+", _op("&", et, minus5), _hex(1)), mask48)),
+        ]
+    )
     out = run(program, frame(0, 0, 0xFFFF))
     assert int.from_bytes(out[0:6], "big") == (0xFFFF & ~5) + 1 == 0xFFFB
     assert int.from_bytes(out[6:12], "big") == (0xFFFF & -5) + 1 == 0xFFFC
@@ -98,8 +98,15 @@ def expressions(draw: Any, depth: int = 0) -> dict[str, Any]:
         return {"type": "expression", "value": {"op": "~", "left": None, "right": draw(expressions(depth + 1))}}
     if kind == 1:
         cond = _op(draw(st.sampled_from(["==", "<", ">"])), draw(expressions(depth + 1)), draw(expressions(depth + 1)))
-        return {"type": "expression", "value": {"op": "?", "left": draw(expressions(depth + 1)),
-                                               "right": draw(expressions(depth + 1)), "cond": cond}}
+        return {
+            "type": "expression",
+            "value": {
+                "op": "?",
+                "left": draw(expressions(depth + 1)),
+                "right": draw(expressions(depth + 1)),
+                "cond": cond,
+            },
+        }
     if kind == 2:
         return _op(">>", draw(expressions(depth + 1)), _hex(draw(st.integers(0, 20))))
     if kind == 3:

@@ -7,14 +7,13 @@ import time
 
 import pytest
 
+from native import cbuild
 from softswitch.cli import UsageError, parse_options
 from softswitch.runtime.delayline import EGRESS, INGRESS, DelayLine, DelaySpecError, PortDelays, parse_delay
 from softswitch.runtime.ports import ETH_P_ALL, PortIO
 from softswitch.runtime.switch import SoftSwitch
-from native import cbuild
-
 from tests.softswitch import fake_switch
-from tests.softswitch.test_ports import HOST_END, SWITCH_END, _frame, _receive, in_netns, veth_ns  # noqa: F401 (fixture)
+from tests.softswitch.test_ports import HOST_END, SWITCH_END, _frame, _receive, in_netns, veth_ns
 
 
 def test_delays_parse_as_port_equals_milliseconds() -> None:
@@ -51,8 +50,9 @@ def test_the_line_releases_in_due_order_and_keeps_a_ports_order() -> None:
 
 @pytest.mark.netns
 @pytest.mark.parametrize("ingress_ms,egress_ms", [(0.0, 60.0), (40.0, 30.0)])
-def test_a_frame_spends_at_least_the_ports_delays_in_the_switch(veth_ns: str, each_engine: str, ingress_ms: float,
-                                                                egress_ms: float) -> None:
+def test_a_frame_spends_at_least_the_ports_delays_in_the_switch(
+    veth_ns: str, each_engine: str, ingress_ms: float, egress_ms: float
+) -> None:
     """A lower bound only (a loaded machine adds time, never removes it); frames keep their order. The C engine's
     port loop holds the frames itself (no frame of a delayed switch enters Python), the Python engine's loop too."""
     switch = SoftSwitch(device_id=1, name="dtest")
@@ -105,8 +105,14 @@ def test_the_c_loop_drops_and_counts_what_a_full_delay_fifo_cannot_hold(veth_ns:
         ifindex = socket.if_nametoindex(SWITCH_END)
     with pytest.raises(ValueError, match="hold_cap must be at least 1"):
         CPortLoop([(1, port.fileno(), ifindex, SWITCH_END)], 2048, None, hold_cap=0)
-    loop = CPortLoop([(1, port.fileno(), ifindex, SWITCH_END)], 2048, None, name="dcap",
-                     delays=PortDelays(ingress={1: 9.0}), hold_cap=8)
+    loop = CPortLoop(
+        [(1, port.fileno(), ifindex, SWITCH_END)],
+        2048,
+        None,
+        name="dcap",
+        delays=PortDelays(ingress={1: 9.0}),
+        hold_cap=8,
+    )
     loop.attach(switch._rt.batch_entry())
     loop.start()
     try:

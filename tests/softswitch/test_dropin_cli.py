@@ -23,11 +23,10 @@ import grpc
 import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from tests.softswitch import fake_switch
-from tests.softswitch.test_ports import HOST_END, SWITCH_END, _frame, _receive, _run, in_netns
-
 from softswitch.cli import UsageError, parse_options
 from softswitch.runtime.ports import ETH_P_ALL
+from tests.softswitch import fake_switch
+from tests.softswitch.test_ports import HOST_END, SWITCH_END, _frame, _receive, _run, in_netns
 
 REPO = Path(__file__).resolve().parents[2]
 SWITCH = f"{shlex.quote(sys.executable)} -m softswitch"
@@ -80,8 +79,10 @@ def test_the_tutorials_command_line_runs_unchanged(tmp_path: Path, procs: list) 
     program.write_text(fake_switch.TINY_JSON)
     grpc_port = _free_port()
     # utils/p4runtime_switch.py: ' '.join(args) run by a shell
-    cmd = (f"{SWITCH} --pcap {tmp_path}/pcaps --nanolog ipc:///tmp/bm-0-log.ipc --device-id 0 {program} "
-           f"--log-console --thrift-port 9090 -- --grpc-server-addr 0.0.0.0:{grpc_port}")
+    cmd = (
+        f"{SWITCH} --pcap {tmp_path}/pcaps --nanolog ipc:///tmp/bm-0-log.ipc --device-id 0 {program} "
+        f"--log-console --thrift-port 9090 -- --grpc-server-addr 0.0.0.0:{grpc_port}"
+    )
     # (split as the shell would: the process is then the switch itself, which SIGTERM reaches)
     proc = subprocess.Popen(shlex.split(cmd), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     procs.append(proc)
@@ -115,11 +116,29 @@ def test_the_p4_utils_command_line_runs_unchanged_with_ports(tmp_path: Path, pro
         program = tmp_path / "p.json"
         program.write_text(fake_switch.TINY_JSON)  # every frame leaves on port 1
         # p4utils/mininetlib/node.py (P4RuntimeSwitch.start): a list, not a shell string
-        cmd = [sys.executable, "-m", "softswitch", "-i", f"1@{SWITCH_END}", f"--pcap={tmp_path}",
-               f"--log-file={tmp_path}/s1.log", "--log-flush", "--device-id", "1", str(program),
-               "--thrift-port", "9091", "--", "--grpc-server-addr", f"0.0.0.0:{_free_port()}", "--cpu-port", "255"]
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "-i",
+            f"1@{SWITCH_END}",
+            f"--pcap={tmp_path}",
+            f"--log-file={tmp_path}/s1.log",
+            "--log-flush",
+            "--device-id",
+            "1",
+            str(program),
+            "--thrift-port",
+            "9091",
+            "--",
+            "--grpc-server-addr",
+            f"0.0.0.0:{_free_port()}",
+            "--cpu-port",
+            "255",
+        ]
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, *cmd], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         procs.append(proc)
         with in_netns(ns):
             host = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))

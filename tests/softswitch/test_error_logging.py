@@ -9,10 +9,9 @@ import logging
 import pytest
 
 from softswitch import SoftSwitch
-
 from tests.softswitch import fake_switch
 
-FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
+FRAME = bytes.fromhex("0200000000020200000000010800") + bytes(50)
 
 
 def test_internal_errors_are_counted_and_logged_rarely(caplog: pytest.LogCaptureFixture) -> None:

@@ -23,14 +23,21 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from softswitch import SoftSwitch, SoftSwitchError
 from softswitch.p4runtime.server import P4RuntimeServer
-
 from tests.softswitch import fake_switch
 
 PROGRAMS = Path(__file__).parent / "programs"
 # (program, names to replace): one name of each kind the generator used to look at
 TARGETS: dict[str, tuple[str, ...]] = {
-    "tiny": ("MyIngress.set_port", "MyIngress.fwd", "MyIngress.acl", "ethernet", "ether_type", "MyIngress.pkts",
-             "MyIngress.reg", "start"),
+    "tiny": (
+        "MyIngress.set_port",
+        "MyIngress.fwd",
+        "MyIngress.acl",
+        "ethernet",
+        "ether_type",
+        "MyIngress.pkts",
+        "MyIngress.reg",
+        "start",
+    ),
     "stack_union": ("tags", "kind", "value", "ab.a", "parse_union", "tmp_0"),
     "arith": ("ArithIngress.acc", "ArithIngress.seen"),
     "parse_csum": (),
@@ -44,7 +51,7 @@ def hostile_names(marker: Path) -> Iterator[tuple[str, str]]:
     yield "newline-module", f"x\n{touch}\ndef _q(F, P):\n    #"
     yield "newline-body", f"x\n    {touch}\n    #"
     yield "expression", f"t or {touch} or t"
-    yield "quotes", f"x'\"\\'; {touch}; '\"\"\"#"
+    yield "quotes", f'x\'"\\\'; {touch}; \'"""#'
     yield "import", f"__import__('os').system('touch {marker}')"
     yield "long", "n" * 100_000
     yield "non-ascii", "tête\u202e\u0000\U0001f600" + touch
@@ -58,8 +65,7 @@ def rename(doc: Any, old: str, new: str, keys: bool = False) -> Any:
     """Every string value equal to `old` becomes `new` (dict keys too under next_tables); so do dotted 'old.x' names."""
     if isinstance(doc, dict):
         return {
-            (rename(k, old, new) if keys else k): rename(v, old, new, keys=(k == "next_tables"))
-            for k, v in doc.items()
+            (rename(k, old, new) if keys else k): rename(v, old, new, keys=(k == "next_tables")) for k, v in doc.items()
         }
     if isinstance(doc, list):
         return [rename(v, old, new) for v in doc]

@@ -19,10 +19,9 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from softswitch import SoftSwitch
 from softswitch.errors import ProgramLimitError
 from softswitch.p4runtime.server import MAX_MESSAGE_BYTES, P4RuntimeServer
-
 from tests.softswitch import fake_switch
 
-FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
+FRAME = bytes.fromhex("0200000000020200000000010800") + bytes(50)
 
 
 def tiny() -> dict[str, Any]:
@@ -54,7 +53,10 @@ def nested_condition(levels: int) -> dict[str, Any]:
     """(port != 500 and (port != 501 and ...)): true for every port we send on."""
     cond: dict[str, Any] = {"type": "bool", "value": True}
     for i in range(levels):
-        ne = {"type": "expression", "value": {"op": "!=", "left": _field("standard_metadata", "ingress_port"), "right": _hex(500 - i % 10)}}
+        ne = {
+            "type": "expression",
+            "value": {"op": "!=", "left": _field("standard_metadata", "ingress_port"), "right": _hex(500 - i % 10)},
+        }
         cond = {"type": "expression", "value": {"op": "and", "left": ne, "right": cond}}
     return cond["value"]
 
@@ -70,7 +72,13 @@ def with_deep_conditional(levels: int) -> dict[str, Any]:
     doc = tiny()
     ingress = doc["pipelines"][0]
     ingress["conditionals"] = [
-        {"name": "node_deep", "id": 0, "expression": nested_condition(levels), "true_next": "MyIngress.fwd", "false_next": None}
+        {
+            "name": "node_deep",
+            "id": 0,
+            "expression": nested_condition(levels),
+            "true_next": "MyIngress.fwd",
+            "false_next": None,
+        }
     ]
     ingress["init_table"] = "node_deep"
     return doc

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from softswitch import SoftSwitch
-
 from softswitch.compiler import codegen, compilecache
 from softswitch.compiler.once import SharedBuilds
 

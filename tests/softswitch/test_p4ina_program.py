@@ -18,7 +18,9 @@ from wireformat import AGG
 
 pytestmark = pytest.mark.usefixtures("each_engine")  # every case on the C and the Python engine
 
-PROGRAM = Path(__import__("os").environ.get("P4INA_JSON", Path(__file__).resolve().parents[2] / "p4" / "build" / "p4ina.json"))
+PROGRAM = Path(
+    __import__("os").environ.get("P4INA_JSON", Path(__file__).resolve().parents[2] / "p4" / "build" / "p4ina.json")
+)
 C = AGG.constants()
 CHILD_PORTS = (1, 2)
 MACS = {1: 0x020000000001, 2: 0x020000000002, 3: 0x020000000003}
@@ -43,8 +45,18 @@ def contribution(child: int, values: list[int], slot: int = 3) -> bytes:
     elem = C["ELEM_INT32"]
     lanes = AGG.lane_struct(elem).pack(*values)
     agg = AGG.pack_header(
-        version=C["AGG_VERSION"], op=C["OP_CONTRIB"], flags=0, elem_type=elem, shift=0, job_id=1,
-        shadow=0, slot=slot, contributor=child, exponent=0, epoch=1, offset=0,
+        version=C["AGG_VERSION"],
+        op=C["OP_CONTRIB"],
+        flags=0,
+        elem_type=elem,
+        shift=0,
+        job_id=1,
+        shadow=0,
+        slot=slot,
+        contributor=child,
+        exponent=0,
+        epoch=1,
+        offset=0,
         checksum=AGG.checksum(sum(values), 0, 1, 1),
     )
     udp = struct.pack(">HHHH", C["UDP_PORT_AGG"], C["UDP_PORT_AGG"], 8 + len(agg) + len(lanes), 0)
@@ -69,14 +81,24 @@ def configured_root() -> SoftSwitch:
     sw.load_program(PROGRAM.read_bytes())
     sw.table_insert(
         table(sw, "job_config"),
-        TableEntry((Exact(1),), ActionCall(action(sw, "set_job"), (1, 1, 2, 0, 16, 1, 0, C["ELEM_INT32"], 0, 1, C["ELEM_INT32"], 0, 0))),
+        TableEntry(
+            (Exact(1),),
+            ActionCall(action(sw, "set_job"), (1, 1, 2, 0, 16, 1, 0, C["ELEM_INT32"], 0, 1, C["ELEM_INT32"], 0, 0)),
+        ),
     )
     for child, port in enumerate(CHILD_PORTS):
-        sw.table_insert(table(sw, "job_ports"), TableEntry((Exact(1), Exact(port)), ActionCall(action(sw, "from_child"), (child,))))
+        sw.table_insert(
+            table(sw, "job_ports"), TableEntry((Exact(1), Exact(port)), ActionCall(action(sw, "from_child"), (child,)))
+        )
     sw.mc_group_set(1, [(port, child) for child, port in enumerate(CHILD_PORTS)])
     for port in MACS:
-        sw.table_insert(table(sw, "host_port"), TableEntry((Exact(port),), ActionCall(action(sw, "set_host"), (MACS[port], IPS[port]))))
-        sw.table_insert(table(sw, "ipv4_lpm"), TableEntry((Lpm(IPS[port], 32),), ActionCall(action(sw, "forward"), (port,))))
+        sw.table_insert(
+            table(sw, "host_port"),
+            TableEntry((Exact(port),), ActionCall(action(sw, "set_host"), (MACS[port], IPS[port]))),
+        )
+        sw.table_insert(
+            table(sw, "ipv4_lpm"), TableEntry((Lpm(IPS[port], 32),), ActionCall(action(sw, "forward"), (port,)))
+        )
     return sw
 
 
@@ -117,7 +139,9 @@ def counter(sw: SoftSwitch, suffix: str) -> str:
 def test_ipv4_forwarding(root: SoftSwitch) -> None:
     payload = bytes(32)
     udp = struct.pack(">HHHH", 5000, 6000, 8 + len(payload), 0)
-    pkt = MACS[3].to_bytes(6, "big") + MACS[1].to_bytes(6, "big") + b"\x08\x00" + ipv4(IPS[1], IPS[3], 40) + udp + payload
+    pkt = (
+        MACS[3].to_bytes(6, "big") + MACS[1].to_bytes(6, "big") + b"\x08\x00" + ipv4(IPS[1], IPS[3], 40) + udp + payload
+    )
     out = root.process_packet(1, pkt)
     assert [p for p, _ in out] == [3]
     fwd = out[0][1]

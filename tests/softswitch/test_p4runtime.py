@@ -16,20 +16,22 @@ import pytest
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from tests.softswitch import fake_switch
-
-
-from softswitch.p4runtime.p4info_index import P4RuntimeStatusError, decode_bytes, encode_int  # noqa: E402
-from softswitch.p4runtime.server import (  # noqa: E402
+from softswitch.p4runtime.p4info_index import P4RuntimeStatusError, decode_bytes, encode_int
+from softswitch.p4runtime.server import (
     NonLoopbackAddressError,
     P4RuntimeServer,
     parse_loopback_address,
 )
-from softswitch.runtime.switch import SoftSwitch  # noqa: E402
+from softswitch.runtime.switch import SoftSwitch
+from tests.softswitch import fake_switch
 
 ACL, DMAC, FWD = fake_switch.ACL, fake_switch.DMAC, fake_switch.FWD
 DROP, NO_ACTION, SET_MCAST, SET_PORT, SET_SRC = (
-    fake_switch.DROP, fake_switch.NO_ACTION, fake_switch.SET_MCAST, fake_switch.SET_PORT, fake_switch.SET_SRC,
+    fake_switch.DROP,
+    fake_switch.NO_ACTION,
+    fake_switch.SET_MCAST,
+    fake_switch.SET_PORT,
+    fake_switch.SET_SRC,
 )
 PKTS, REG = fake_switch.PKTS, fake_switch.REG
 
@@ -103,7 +105,13 @@ class Client:
         self.channel.close()
 
     # -- RPCs
-    def set_pipeline(self, json_text: str | bytes, p4info=None, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT, cookie: int | None = None) -> None:
+    def set_pipeline(
+        self,
+        json_text: str | bytes,
+        p4info=None,
+        action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+        cookie: int | None = None,
+    ) -> None:
         req = p4runtime_pb2.SetForwardingPipelineConfigRequest(device_id=self.device_id, action=action)
         if self.election_id is not None:
             req.election_id.low = self.election_id
@@ -172,9 +180,20 @@ def _free_port() -> int:
 def _bmv2() -> Iterator[Backend]:
     port = _free_port()
     proc = subprocess.Popen(  # (this BMv2 build has no Thrift, hence no --thrift-port)
-        ["simple_switch_grpc", "--device-id", str(DEVICE), "--log-level", "off",
-         "--no-p4", "--", "--grpc-server-addr", f"127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            "simple_switch_grpc",
+            "--device-id",
+            str(DEVICE),
+            "--log-level",
+            "off",
+            "--no-p4",
+            "--",
+            "--grpc-server-addr",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -205,7 +224,7 @@ def _embedded() -> Iterator[Backend]:
 @pytest.fixture(params=["embedded", pytest.param("bmv2", marks=pytest.mark.bmv2)])
 def server(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Tests taking this fixture run against both back ends: what they assert is BMv2's behaviour too."""
-    with (_embedded() if request.param == "embedded" else _bmv2()) as backend:
+    with _embedded() if request.param == "embedded" else _bmv2() as backend:
         yield backend
 
 
@@ -353,7 +372,9 @@ def test_write_and_read_before_a_pipeline_fail_with_failed_precondition(client: 
 def test_unknown_device_is_not_found(embedded_loaded: Client) -> None:
     """Ours alone: PI creates any device on demand and then reports it has no pipeline."""
     loaded = embedded_loaded
-    req = p4runtime_pb2.ReadRequest(device_id=DEVICE + 1, entities=[p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())])
+    req = p4runtime_pb2.ReadRequest(
+        device_id=DEVICE + 1, entities=[p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())]
+    )
     with pytest.raises(grpc.RpcError) as info:
         list(loaded.stub.Read(req))
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
@@ -371,7 +392,9 @@ def test_table_entries_round_trip_in_canonical_form(server: Backend, loaded: Cli
         update(U.INSERT, table_entry=with_metadata),
     )
     lpm = p4runtime_pb2.TableEntry(table_id=DMAC)
-    lpm.match.add(field_id=1).lpm.CopyFrom(p4runtime_pb2.FieldMatch.LPM(value=bytes.fromhex("0a0000000000"), prefix_len=8))
+    lpm.match.add(field_id=1).lpm.CopyFrom(
+        p4runtime_pb2.FieldMatch.LPM(value=bytes.fromhex("0a0000000000"), prefix_len=8)
+    )
     lpm.action.action.action_id = SET_SRC
     lpm.action.action.params.add(param_id=1, value=bytes.fromhex("020000000001"))
     acl = p4runtime_pb2.TableEntry(table_id=ACL, priority=10)
@@ -399,7 +422,10 @@ def test_table_entries_round_trip_in_canonical_form(server: Backend, loaded: Cli
     assert len(one) == 1 and one[0].table_entry.action.action.params[0].value == b"\x01"
     assert one[0].table_entry.metadata == b"installed-by-test"
     loaded.write(update(U.MODIFY, table_entry=fwd_entry(2, 5)))
-    assert loaded.read(p4runtime_pb2.Entity(table_entry=fwd_entry(2, 0)))[0].table_entry.action.action.params[0].value == b"\x05"
+    assert (
+        loaded.read(p4runtime_pb2.Entity(table_entry=fwd_entry(2, 0)))[0].table_entry.action.action.params[0].value
+        == b"\x05"
+    )
     loaded.write(update(U.DELETE, table_entry=fwd_entry(2, 0)))
     assert len(loaded.read(p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=FWD)))) == 1
 
@@ -410,13 +436,17 @@ def test_default_action_modify_and_read(server: Backend, loaded: Client) -> None
     loaded.write(update(U.MODIFY, table_entry=entry))
     if server.switch is not None:
         assert server.switch.table_get_default("MyIngress.fwd").name == "MyIngress.drop"
-    [read] = loaded.read(p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=FWD, is_default_action=True)))
+    [read] = loaded.read(
+        p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=FWD, is_default_action=True))
+    )
     assert read.table_entry.is_default_action and read.table_entry.action.action.action_id == DROP
     # no default entries in a wildcard read
     assert loaded.read(p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=FWD))) == []
     # a MODIFY without an action restores the program's default
     loaded.write(update(U.MODIFY, table_entry=p4runtime_pb2.TableEntry(table_id=FWD, is_default_action=True)))
-    [read] = loaded.read(p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=FWD, is_default_action=True)))
+    [read] = loaded.read(
+        p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=FWD, is_default_action=True))
+    )
     assert read.table_entry.action.action.action_id == SET_PORT
     assert read.table_entry.action.action.params[0].value == b"\x01"
     # INSERT of a default entry is invalid
@@ -433,7 +463,9 @@ def test_batch_errors_are_reported_per_update(loaded: Client) -> None:
     no_priority = p4runtime_pb2.TableEntry(table_id=ACL)
     no_priority.action.action.action_id = DROP
     bad_lpm = p4runtime_pb2.TableEntry(table_id=DMAC)
-    bad_lpm.match.add(field_id=1).lpm.CopyFrom(p4runtime_pb2.FieldMatch.LPM(value=b"\x01", prefix_len=8))  # bits beyond /8
+    bad_lpm.match.add(field_id=1).lpm.CopyFrom(
+        p4runtime_pb2.FieldMatch.LPM(value=b"\x01", prefix_len=8)
+    )  # bits beyond /8
     bad_lpm.action.action.action_id = NO_ACTION
     missing_param = fwd_entry(6, 1)
     del missing_param.action.action.params[:]
@@ -473,7 +505,9 @@ def test_batch_errors_are_reported_per_update(loaded: Client) -> None:
 # Multicast, counters, registers
 
 
-def mcast(gid: int, replicas: list[tuple[int, int]], as_bytes: bool = False) -> p4runtime_pb2.PacketReplicationEngineEntry:
+def mcast(
+    gid: int, replicas: list[tuple[int, int]], as_bytes: bool = False
+) -> p4runtime_pb2.PacketReplicationEngineEntry:
     pre = p4runtime_pb2.PacketReplicationEngineEntry()
     pre.multicast_group_entry.multicast_group_id = gid
     for port, rid in replicas:
@@ -512,7 +546,10 @@ def test_multicast_groups_round_trip(server: Backend, loaded: Client) -> None:
             update(U.INSERT, packet_replication_engine_entry=mcast(9, [(1, 0), (1, 0)])),
         )
     assert [e.canonical_code for e in write_errors(info.value)] == [
-        code_pb2.ALREADY_EXISTS, code_pb2.NOT_FOUND, code_pb2.NOT_FOUND, code_pb2.INVALID_ARGUMENT,
+        code_pb2.ALREADY_EXISTS,
+        code_pb2.NOT_FOUND,
+        code_pb2.NOT_FOUND,
+        code_pb2.INVALID_ARGUMENT,
     ]
 
 
@@ -665,7 +702,7 @@ def test_entries_written_over_p4runtime_steer_packets(embedded: Backend, embedde
     )
     sw = embedded.switch
     assert sw is not None
-    frame = bytes.fromhex("020000000002" "020000000001" "88b5") + b"p4ina" * 10
+    frame = bytes.fromhex("02000000000202000000000188b5") + b"p4ina" * 10
     assert sw.process_packet(1, frame) == [(4, frame)]
     assert sorted(port for port, _ in sw.process_packet(2, frame)) == [3, 6]
     assert sw.process_packet(7, frame) == [(1, frame)]  # the program's default: set_port(1)

@@ -16,9 +16,8 @@ import grpc
 import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from tests.softswitch import fake_switch
-
 from softswitch.cli import UsageError, parse_options
+from tests.softswitch import fake_switch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +25,10 @@ REPO = Path(__file__).resolve().parents[2]
 def _start(args: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "softswitch", *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -55,9 +57,28 @@ def stop_later() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def test_options_mirror_simple_switch_grpc() -> None:
-    opts = parse_options(["--device-id", "4", "-i", "1@veth1", "-i", "2@veth2", "--no-p4", "--log-level", "warn",
-                          "--", "--grpc-server-addr", "127.0.0.1:50051"])
-    assert (opts.device_id, opts.ports, opts.grpc_addr, opts.log_level) == (4, {1: "veth1", 2: "veth2"}, "127.0.0.1:50051", "warn")
+    opts = parse_options(
+        [
+            "--device-id",
+            "4",
+            "-i",
+            "1@veth1",
+            "-i",
+            "2@veth2",
+            "--no-p4",
+            "--log-level",
+            "warn",
+            "--",
+            "--grpc-server-addr",
+            "127.0.0.1:50051",
+        ]
+    )
+    assert (opts.device_id, opts.ports, opts.grpc_addr, opts.log_level) == (
+        4,
+        {1: "veth1", 2: "veth2"},
+        "127.0.0.1:50051",
+        "warn",
+    )
     with pytest.raises(UsageError):
         parse_options(["--no-p4", "-i", "1@a", "-i", "1@b"])
     with pytest.raises(UsageError):
@@ -69,8 +90,22 @@ def test_cli_serves_p4runtime_and_stops_cleanly_on_sigterm(tmp_path: Path, stop_
     program = tmp_path / "tiny.json"
     program.write_text(fake_switch.TINY_JSON)
     log = tmp_path / "switch.log"
-    proc = _start(["--device-id", "7", "--log-level", "debug", "--log-file", str(log), "--ready-file", str(ready),
-                   str(program), "--", "--grpc-server-addr", "127.0.0.1:0"])
+    proc = _start(
+        [
+            "--device-id",
+            "7",
+            "--log-level",
+            "debug",
+            "--log-file",
+            str(log),
+            "--ready-file",
+            str(ready),
+            str(program),
+            "--",
+            "--grpc-server-addr",
+            "127.0.0.1:0",
+        ]
+    )
     stop_later.append(proc)
     info = _wait_ready(proc, ready)
     assert info["device_id"] == 7 and info["pid"] == proc.pid and info["grpc_port"] > 0

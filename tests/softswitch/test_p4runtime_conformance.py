@@ -18,7 +18,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from tests.softswitch import fake_switch
-from tests.softswitch.test_p4runtime import Backend, Client, _primary, embedded, server, update, write_errors  # noqa: F401
+from tests.softswitch.test_p4runtime import Backend, Client, _primary, embedded, server, update, write_errors
 
 ACL, DMAC, FWD = fake_switch.ACL, fake_switch.DMAC, fake_switch.FWD
 U = p4runtime_pb2.Update
@@ -29,7 +29,9 @@ def scoped_p4info() -> p4info_pb2.P4Info:
     info = fake_switch.tiny_p4info()
     acl = next(t for t in info.tables if t.preamble.id == ACL)
     for ref in acl.action_refs:
-        ref.scope = p4info_pb2.ActionRef.DEFAULT_ONLY if ref.id == fake_switch.NO_ACTION else p4info_pb2.ActionRef.TABLE_ONLY
+        ref.scope = (
+            p4info_pb2.ActionRef.DEFAULT_ONLY if ref.id == fake_switch.NO_ACTION else p4info_pb2.ActionRef.TABLE_ONLY
+        )
     return info
 
 
@@ -40,7 +42,9 @@ def loaded_scoped(server: Backend) -> Iterator[Client]:
         yield c
 
 
-def acl_entry(ternary: tuple[bytes, bytes] | None, rng: tuple[bytes, bytes] | None, action: int = fake_switch.DROP) -> p4runtime_pb2.TableEntry:
+def acl_entry(
+    ternary: tuple[bytes, bytes] | None, rng: tuple[bytes, bytes] | None, action: int = fake_switch.DROP
+) -> p4runtime_pb2.TableEntry:
     e = p4runtime_pb2.TableEntry(table_id=ACL, priority=10)
     if ternary is not None:
         e.match.add(field_id=1).ternary.CopyFrom(p4runtime_pb2.FieldMatch.Ternary(value=ternary[0], mask=ternary[1]))
@@ -65,14 +69,17 @@ def test_dont_care_forms_must_be_omitted(loaded_scoped: Client) -> None:
     # full width: PI recognises a don't-care range only when low and high have the field's width
     # (the embedded switch compares values, so the canonical b"\x00" is refused too)
     full48 = (b"\x00" * 6, b"\xff" * 6)
-    assert codes(
-        loaded_scoped,
-        update(U.INSERT, table_entry=acl_entry((b"\x00", b"\x00"), None)),  # ternary mask 0
-        update(U.INSERT, table_entry=acl_entry(None, full48)),  # the whole range
-        update(U.INSERT, table_entry=lpm0),  # a /0 prefix
-        update(U.INSERT, table_entry=acl_entry((b"\x08\x00", b"\xff\xff"), (b"\x00", b"\x05"))),  # fine
-        update(U.INSERT, table_entry=acl_entry(None, None)),  # everything omitted: fine
-    ) == [code_pb2.INVALID_ARGUMENT] * 3 + [code_pb2.OK] * 2
+    assert (
+        codes(
+            loaded_scoped,
+            update(U.INSERT, table_entry=acl_entry((b"\x00", b"\x00"), None)),  # ternary mask 0
+            update(U.INSERT, table_entry=acl_entry(None, full48)),  # the whole range
+            update(U.INSERT, table_entry=lpm0),  # a /0 prefix
+            update(U.INSERT, table_entry=acl_entry((b"\x08\x00", b"\xff\xff"), (b"\x00", b"\x05"))),  # fine
+            update(U.INSERT, table_entry=acl_entry(None, None)),  # everything omitted: fine
+        )
+        == [code_pb2.INVALID_ARGUMENT] * 3 + [code_pb2.OK] * 2
+    )
 
 
 def test_action_scopes_are_permission_denied(loaded_scoped: Client) -> None:
@@ -80,7 +87,9 @@ def test_action_scopes_are_permission_denied(loaded_scoped: Client) -> None:
     default.action.action.action_id = fake_switch.DROP  # @tableonly
     assert codes(
         loaded_scoped,
-        update(U.INSERT, table_entry=acl_entry((b"\x08\x00", b"\xff\xff"), None, fake_switch.NO_ACTION)),  # @defaultonly
+        update(
+            U.INSERT, table_entry=acl_entry((b"\x08\x00", b"\xff\xff"), None, fake_switch.NO_ACTION)
+        ),  # @defaultonly
         update(U.MODIFY, table_entry=default),
     ) == [code_pb2.PERMISSION_DENIED, code_pb2.PERMISSION_DENIED]
 
@@ -99,7 +108,9 @@ def test_an_update_without_an_entity_is_invalid(embedded: Backend) -> None:
         assert codes(c, p4runtime_pb2.Update(type=U.INSERT)) == [code_pb2.INVALID_ARGUMENT]
 
 
-def test_a_failed_commit_keeps_the_old_pipeline_and_its_index(embedded: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_commit_keeps_the_old_pipeline_and_its_index(
+    embedded: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Item 12: the old program keeps forwarding, and P4Runtime keeps serving it."""
     assert embedded.switch is not None
     with _primary(embedded) as c:
@@ -126,7 +137,7 @@ def test_a_failed_commit_keeps_the_old_pipeline_and_its_index(embedded: Backend,
             p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=c.device_id), timeout=10
         )
         assert got.config.p4info.tables and not got.config.HasField("cookie")
-        frame = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
+        frame = bytes.fromhex("0200000000020200000000010800") + bytes(50)
         assert embedded.switch.process_packet(3, frame) == [(2, frame)]
 
 
@@ -187,7 +198,9 @@ def test_each_role_has_its_own_primary_and_writes_under_it(embedded: Backend) ->
             assert not isinstance(answer, grpc.RpcError), answer
             assert answer.arbitration.status.code == code_pb2.OK and answer.arbitration.role.name == "r1"
             assert _write_as(r1, "r1", _fwd(1)) == [code_pb2.OK]  # r1's primary, no role config: full access
-            assert _write_as(r1, "", _fwd(2)) == [grpc.StatusCode.PERMISSION_DENIED.value[0]]  # not the default's primary
+            assert _write_as(r1, "", _fwd(2)) == [
+                grpc.StatusCode.PERMISSION_DENIED.value[0]
+            ]  # not the default's primary
             assert _write_as(default, "r1", _fwd(3)) == [grpc.StatusCode.PERMISSION_DENIED.value[0]]
             assert _write_as(default, "", _fwd(4)) == [code_pb2.OK]
         finally:

@@ -16,8 +16,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from softswitch.p4runtime.p4info_index import encode_int
-
-from tests.softswitch.test_p4runtime import Backend, Client, server, update  # noqa: F401 - server is a fixture
+from tests.softswitch.test_p4runtime import Backend, Client, server, update
 
 BUILD = Path(__file__).resolve().parents[2] / "p4" / "build"
 U = p4runtime_pb2.Update
@@ -109,13 +108,17 @@ def test_default_actions_can_be_changed_and_read(client: Client, p4info: p4info_
     for t in p4info.tables:
         if t.const_default_action_id:
             continue
-        ref = next((r for r in t.action_refs if r.scope != p4info_pb2.ActionRef.TABLE_ONLY and not actions[r.id].params), None)
+        ref = next(
+            (r for r in t.action_refs if r.scope != p4info_pb2.ActionRef.TABLE_ONLY and not actions[r.id].params), None
+        )
         if ref is None:
             continue
         e = p4runtime_pb2.TableEntry(table_id=t.preamble.id, is_default_action=True)
         e.action.action.action_id = ref.id
         client.write(update(U.MODIFY, table_entry=e))
-        [got] = client.read(p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t.preamble.id, is_default_action=True)))
+        [got] = client.read(
+            p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=t.preamble.id, is_default_action=True))
+        )
         assert got.table_entry.action.action.action_id == ref.id
 
 
@@ -129,8 +132,13 @@ def test_counters_multicast_and_registers(client: Client, server: Backend, p4inf
     group.multicast_group_entry.replicas.add(egress_port=1, instance=0)
     group.multicast_group_entry.replicas.add(egress_port=2, instance=1)
     client.write(update(U.INSERT, packet_replication_engine_entry=group))
-    [got] = client.read(p4runtime_pb2.Entity(packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
-        multicast_group_entry=p4runtime_pb2.MulticastGroupEntry(multicast_group_id=1))))
+    [got] = client.read(
+        p4runtime_pb2.Entity(
+            packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
+                multicast_group_entry=p4runtime_pb2.MulticastGroupEntry(multicast_group_id=1)
+            )
+        )
+    )
     got.packet_replication_engine_entry.multicast_group_entry.replicas.sort(key=lambda r: r.egress_port)
     assert got.packet_replication_engine_entry == group  # (replica order on read is the server's)
 

@@ -39,7 +39,9 @@ def checksum(header: bytes) -> int:
 
 
 def ipv4(ttl: int = 64, version: int = 4, proto: int = 17, good: bool = True) -> bytes:
-    hdr = bytearray(struct.pack(">BBHHHBBH4s4s", (version << 4) | 5, 0, 28, 1, 0, ttl, proto, 0, b"\x0a\0\0\1", b"\x0a\0\0\2"))
+    hdr = bytearray(
+        struct.pack(">BBHHHBBH4s4s", (version << 4) | 5, 0, 28, 1, 0, ttl, proto, 0, b"\x0a\0\0\1", b"\x0a\0\0\2")
+    )
     c = checksum(bytes(hdr))
     struct.pack_into(">H", hdr, 10, c if good else c ^ 0x5A5A)
     return bytes(hdr)

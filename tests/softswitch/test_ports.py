@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.softswitch import fake_switch
-
-
-from softswitch.runtime.ports import (  # noqa: E402
+from softswitch.runtime.ports import (
     ETH_P_ALL,
     PACKET_OUTGOING,
     InterfaceError,
@@ -26,7 +23,8 @@ from softswitch.runtime.ports import (  # noqa: E402
     PortSpecError,
     parse_port_spec,
 )
-from softswitch.runtime.switch import SoftSwitch  # noqa: E402
+from softswitch.runtime.switch import SoftSwitch
+from tests.softswitch import fake_switch
 
 CLONE_NEWNET = 0x40000000
 SWITCH_END, HOST_END = "p4sw0", "p4host0"
@@ -88,7 +86,7 @@ def veth_ns() -> Iterator[str]:
 
 
 def _frame(marker: bytes, size: int) -> bytes:
-    eth = bytes.fromhex("020000000002" "020000000001") + b"\x88\xb5"  # local experimental ethertype
+    eth = bytes.fromhex("020000000002020000000001") + b"\x88\xb5"  # local experimental ethertype
     body = marker + b"\x00" * max(0, size - 14 - len(marker))
     return eth + body
 
@@ -99,7 +97,7 @@ def _receive(sock: socket.socket, marker: bytes, timeout: float = 10.0) -> bytes
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             data, addr = sock.recvfrom(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         if addr[2] != PACKET_OUTGOING and marker in data:
             return data
@@ -189,9 +187,23 @@ def test_frame_sizes_match_bmv2(veth_ns: str, tmp_path: Path) -> None:
         host = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         host.bind((HOST_END, ETH_P_ALL))
     bmv2 = subprocess.Popen(
-        ["ip", "netns", "exec", veth_ns, "simple_switch_grpc", "-i", f"1@{SWITCH_END}", "--log-level", "off",
-         str(program), "--", "--grpc-server-addr", "127.0.0.1:0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            "ip",
+            "netns",
+            "exec",
+            veth_ns,
+            "simple_switch_grpc",
+            "-i",
+            f"1@{SWITCH_END}",
+            "--log-level",
+            "off",
+            str(program),
+            "--",
+            "--grpc-server-addr",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         bmv2_sizes = _roundtrip_sizes(host)

@@ -34,5 +34,7 @@ def test_committed_outputs_are_current(name: str, tmp_path: Path) -> None:
         capture_output=True,
         timeout=300,
     )
-    assert out_json.read_bytes() == (PROGRAMS / f"{name}.json").read_bytes(), f"recompile {name}.p4 (see module docstring)"
+    assert out_json.read_bytes() == (PROGRAMS / f"{name}.json").read_bytes(), (
+        f"recompile {name}.p4 (see module docstring)"
+    )
     assert out_info.read_bytes() == (PROGRAMS / f"{name}.p4info.txtpb").read_bytes()

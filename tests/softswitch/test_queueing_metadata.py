@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from softswitch import SoftSwitch, UnsupportedProgramError
-
 from tests.softswitch import fake_switch
 
-FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
+FRAME = bytes.fromhex("0200000000020200000000010800") + bytes(50)
 REPORT = struct.Struct(">IIHIB")  # enq_timestamp, deq_timedelta, egress ts (high 16, low 32), priority
 
 
@@ -34,16 +33,29 @@ def _assign(dst: dict[str, Any], src: dict[str, Any]) -> dict[str, Any]:
 
 def _shr(e: dict[str, Any], n: int, mask: int) -> dict[str, Any]:
     shifted = {"type": "expression", "value": {"op": ">>", "left": e, "right": {"type": "hexstr", "value": hex(n)}}}
-    return {"type": "expression", "value": {"op": "&", "left": shifted, "right": {"type": "hexstr", "value": hex(mask)}}}
+    return {
+        "type": "expression",
+        "value": {"op": "&", "left": shifted, "right": {"type": "hexstr", "value": hex(mask)}},
+    }
 
 
 def program(egress_reads: list[str], ingress_priority: int | None = None) -> str:
     """The tiny program with a `report` header filled in egress from standard_metadata's `egress_reads`."""
     doc = copy.deepcopy(fake_switch.TINY_JSON_DOC)
-    doc["header_types"].append({"name": "report_t", "id": 3, "fields": [
-        ["enq", 32, False], ["deq", 32, False], ["ts_hi", 16, False], ["ts_lo", 32, False], ["prio", 8, False],
-        ["other", 32, False],
-    ]})
+    doc["header_types"].append(
+        {
+            "name": "report_t",
+            "id": 3,
+            "fields": [
+                ["enq", 32, False],
+                ["deq", 32, False],
+                ["ts_hi", 16, False],
+                ["ts_lo", 32, False],
+                ["prio", 8, False],
+                ["other", 32, False],
+            ],
+        }
+    )
     doc["headers"].append({"name": "report", "id": 3, "header_type": "report_t", "metadata": False, "pi_omit": True})
     sm = "standard_metadata"
     prims: list[dict[str, Any]] = [{"op": "add_header", "parameters": [{"type": "header", "value": "report"}]}]
@@ -67,7 +79,9 @@ def program(egress_reads: list[str], ingress_priority: int | None = None) -> str
     doc["deparsers"][0]["order"] = ["ethernet", "report"]
     if ingress_priority is not None:
         set_port = next(a for a in doc["actions"] if a["name"] == "MyIngress.set_port")
-        set_port["primitives"].append(_assign(_field(sm, "priority"), {"type": "hexstr", "value": hex(ingress_priority)}))
+        set_port["primitives"].append(
+            _assign(_field(sm, "priority"), {"type": "hexstr", "value": hex(ingress_priority)})
+        )
     return json.dumps(doc)
 
 
@@ -123,7 +137,11 @@ def test_a_priority_within_the_queues_reaches_egress() -> None:
 def test_copying_queue_depth_through_metadata_is_not_a_read() -> None:
     """p4c copies standard_metadata field by field into an action's inout parameter and back: allowed."""
     doc = json.loads(program([]))
-    doc["header_types"][0]["fields"] = [["smeta_enq_qdepth", 19, False], ["smeta_deq_qdepth", 19, False], ["_pad", 2, False]]
+    doc["header_types"][0]["fields"] = [
+        ["smeta_enq_qdepth", 19, False],
+        ["smeta_deq_qdepth", 19, False],
+        ["_pad", 2, False],
+    ]
     act = next(a for a in doc["actions"] if a["name"] == "MyEgress.report")
     sm, sc = "standard_metadata", "scalars"
     act["primitives"] += [

@@ -18,8 +18,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from softswitch import SoftSwitch
-
-from tests.softswitch.test_p4runtime import Backend, Client, _primary, embedded, server, update  # noqa: F401
+from tests.softswitch.test_p4runtime import Backend, Client, _primary, embedded, server, update
 from tests.softswitch.test_vs_bmv2 import compare
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -69,8 +68,14 @@ def test_the_p4info_and_json_from_one_compile_are_accepted(server: Backend) -> N
 
 def _table_id(info: p4info_pb2.P4Info, name: str) -> tuple[int, int]:
     t = next(t for t in info.tables if t.preamble.name == name)
-    a = next(a for a in info.actions if a.preamble.name == "QIngress.set_err" and name.endswith("err")
-             or a.preamble.name == "QIngress.set_tag" and name.endswith("tag"))
+    a = next(
+        a
+        for a in info.actions
+        if a.preamble.name == "QIngress.set_err"
+        and name.endswith("err")
+        or a.preamble.name == "QIngress.set_tag"
+        and name.endswith("tag")
+    )
     return t.preamble.id, a.preamble.id
 
 
@@ -99,6 +104,11 @@ def test_error_and_translated_keys_take_data_plane_values(embedded: Backend) -> 
 
 @pytest.mark.bmv2
 def test_quirks_match_bmv2(sw: SoftSwitch) -> None:
-    seeds = [(1, packet(t, a, s, p)) for t in (0x1F, 0x3F, 0x00, 0x12) for a in (0x0AFFFFFF, 0x0B000000)
-             for s in (0, 1) for p in (0, 1)]
+    seeds = [
+        (1, packet(t, a, s, p))
+        for t in (0x1F, 0x3F, 0x00, 0x12)
+        for a in (0x0AFFFFFF, 0x0B000000)
+        for s in (0, 1)
+        for p in (0, 1)
+    ]
     compare(JSON, P4INFO, sw, seeds + [(1, b"\x01\x02")], set())

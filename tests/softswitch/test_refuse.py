@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -29,14 +30,19 @@ def _add_primitive(op: str) -> Callable[[dict[str, Any]], None]:
 def _add_expression_op(op: str) -> Callable[[dict[str, Any]], None]:
     def edit(doc: dict[str, Any]) -> None:
         field = {"type": "field", "value": ["standard_metadata", "egress_spec"]}
-        expr = {"type": "expression", "value": {"op": op, "left": {"type": "header_stack", "value": "s"}, "right": field}}
+        expr = {
+            "type": "expression",
+            "value": {"op": op, "left": {"type": "header_stack", "value": "s"}, "right": field},
+        }
         _first_action(doc)["primitives"].append({"op": "assign", "parameters": [field, expr]})
 
     return edit
 
 
 def _meter(doc: dict[str, Any]) -> None:
-    doc["meter_arrays"] = [{"name": "ingress.m", "id": 0, "type": "bytes", "rate_count": 2, "size": 4, "is_direct": False}]
+    doc["meter_arrays"] = [
+        {"name": "ingress.m", "id": 0, "type": "bytes", "rate_count": 2, "size": 4, "is_direct": False}
+    ]
 
 
 def _direct_counter(doc: dict[str, Any]) -> None:

@@ -30,7 +30,14 @@ def lanes(pool: ir.Pool, n: int, *, const_at: int | None = None) -> list[ir.Stmt
         s = pool.binary(B.AND, pool.binary(B.ADD, pool.binary(B.ADD, lane, inp), c), pool.const(0xFFFFFFFF), bits=32)
         out.append(ir.Assign(10 + j, s))
         out.append(ir.RegWrite(40 + j, cell, pool.field(10 + j, 32, None)))
-        out.append(ir.Assign(2, pool.binary(B.OR, flag, pool.unary(ir.UnOp.B2D, pool.binary(B.EQ, lane, pool.const(0)), bits=1), bits=1)))
+        out.append(
+            ir.Assign(
+                2,
+                pool.binary(
+                    B.OR, flag, pool.unary(ir.UnOp.B2D, pool.binary(B.EQ, lane, pool.const(0)), bits=1), bits=1
+                ),
+            )
+        )
     return out
 
 
@@ -139,7 +146,9 @@ def test_a_layout_the_loop_cannot_address_is_emitted_straight() -> None:
 
 
 def test_lane_loops_can_be_turned_off_for_a_target_with_another_struct_layout() -> None:
-    comp = codegen.compile_program(program.load((ROOT / "tests" / "softswitch" / "programs" / "lanes.json").read_bytes()))
+    comp = codegen.compile_program(
+        program.load((ROOT / "tests" / "softswitch" / "programs" / "lanes.json").read_bytes())
+    )
     e = cemit.CEmitter(comp.module, cemit.Options(lane_loops=False))
     src = e.module()
     assert e.lane_loops == 0 and "j_" not in src
@@ -149,10 +158,10 @@ def test_native_code_is_keyed_by_the_cpu_and_can_be_turned_off(monkeypatch: pyte
     tc = cbuild.toolchain()
     if tc is None:
         pytest.skip("[cc] no C compiler (cc) on PATH")
-    flags, cpu = cbuild._native(tc.cc)  # noqa: SLF001
+    flags, cpu = cbuild._native(tc.cc)
     if flags:
         assert flags == ("-march=native",) and cpu.startswith(" native:") and cpu in tc.version
     monkeypatch.setenv("P4INA_SOFTSWITCH_NATIVE", "0")
-    assert cbuild._native(tc.cc) == ((), "")  # noqa: SLF001
+    assert cbuild._native(tc.cc) == ((), "")
     monkeypatch.delenv("P4INA_SOFTSWITCH_NATIVE")
-    assert cbuild._native("/bin/false") == ((), "")  # noqa: SLF001  a compiler that cannot say: the baseline
+    assert cbuild._native("/bin/false") == ((), "")

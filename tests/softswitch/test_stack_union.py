@@ -71,8 +71,14 @@ def with_assign_into_member(member: str, src_type: str, field: str, value: int) 
     last = next(a for a in doc["actions"] if a["name"] == "stack_union89_1")
     last["primitives"] += [
         {"op": "add_header", "parameters": [{"type": "header", "value": "src"}]},
-        {"op": "assign", "parameters": [{"type": "field", "value": ["src", field]}, {"type": "hexstr", "value": hex(value)}]},
-        {"op": "assign_header", "parameters": [{"type": "header", "value": member}, {"type": "header", "value": "src"}]},
+        {
+            "op": "assign",
+            "parameters": [{"type": "field", "value": ["src", field]}, {"type": "hexstr", "value": hex(value)}],
+        },
+        {
+            "op": "assign_header",
+            "parameters": [{"type": "header", "value": member}, {"type": "header", "value": "src"}],
+        },
     ]
     sw = SoftSwitch(name="assign-union")
     sw.load_program(json.dumps(doc))
@@ -85,4 +91,4 @@ def test_assign_header_into_a_union_member_invalidates_its_siblings() -> None:
     out = sw.process_packet(0, bytes([0, 5]) + b"\x11\x22\x33\x44" + b"q")  # parses ab.b
     assert sw.stats["errors"] == 0 and len(out) == 1
     data = out[0][1]
-    assert data[OUT.size:] == bytes([0, 5]) + b"\xbe\xef" + b"q"  # ab.a emitted, ab.b no longer valid
+    assert data[OUT.size :] == bytes([0, 5]) + b"\xbe\xef" + b"q"  # ab.a emitted, ab.b no longer valid

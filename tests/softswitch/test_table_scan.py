@@ -63,7 +63,11 @@ def test_lookups_match_a_brute_force_model(seed: int) -> None:
     seq = 0
     for step in range(600):
         mask = rng.choice([0xFF, 0xF0, 0x0F, 0x00])
-        key = ((rng.randrange(256) & mask, mask), tuple(sorted((rng.randrange(256), rng.randrange(256)))), rng.randrange(2))
+        key = (
+            (rng.randrange(256) & mask, mask),
+            tuple(sorted((rng.randrange(256), rng.randrange(256)))),
+            rng.randrange(2),
+        )
         prio = rng.randint(1, 5)
         api = (Ternary(*key[0]), Range(*key[1]), Exact(key[2]))
         op = rng.random()

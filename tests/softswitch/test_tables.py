@@ -65,8 +65,14 @@ def sw() -> SoftSwitch:
 
 def test_table_info(sw: SoftSwitch) -> None:
     info = sw.tables()
-    assert [(k.name, k.match_type, k.bitwidth) for k in info[EXACT].keys] == [("key16", "exact", 16), ("tern", "exact", 8)]
-    assert [(k.name, k.match_type, k.bitwidth) for k in info[TERN].keys] == [("tern", "ternary", 8), ("key16", "exact", 16)]
+    assert [(k.name, k.match_type, k.bitwidth) for k in info[EXACT].keys] == [
+        ("key16", "exact", 16),
+        ("tern", "exact", 8),
+    ]
+    assert [(k.name, k.match_type, k.bitwidth) for k in info[TERN].keys] == [
+        ("tern", "ternary", 8),
+        ("key16", "exact", 16),
+    ]
     assert info[LPM].keys[0].match_type == "lpm" and info[RANGE].keys[0].match_type == "range"
     assert info[EXACT].size == 4
     assert set(info[EXACT].actions) == {"TIngress.set_exact", "TIngress.miss_exact"}
@@ -228,7 +234,7 @@ def test_reset_default_without_a_json_default_restores_the_initial_miss() -> Non
     del dmac["default_entry"]
     sw = SoftSwitch()
     sw.load_program(json.dumps(doc))
-    frame = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(50)
+    frame = bytes.fromhex("0200000000020200000000010800") + bytes(50)
     assert sw.process_packet(1, frame) == [(1, frame)]
     initial = sw.table_get_default("MyIngress.dmac")
     sw.table_set_default("MyIngress.dmac", ActionCall("MyIngress.set_src", (0x112233445566,)))

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from softswitch import ActionCall, Exact, Lpm, Range, SoftSwitch, TableEntry, Ternary
-
-from softswitch import bmv2diff
+from softswitch import ActionCall, Exact, Lpm, Range, SoftSwitch, TableEntry, Ternary, bmv2diff
 from wireformat import AGG
 
 pytestmark = pytest.mark.bmv2
@@ -59,7 +57,9 @@ def compare(
             mine.setdefault(eport, []).append(data)
     assert sw.stats["errors"] == 0
     expect = sum(len(v) for v in mine.values())
-    has_config = any(sw.table_entries(n) for n in sw.tables() if not sw._runtime().tables[n].immutable) or sw.mc_groups()
+    has_config = (
+        any(sw.table_entries(n) for n in sw.tables() if not sw._runtime().tables[n].immutable) or sw.mc_groups()
+    )
     res = bmv2diff.run(
         program,
         p4info,
@@ -96,14 +96,23 @@ def _ipv4_udp(extra: bytes) -> bytes:
 def test_arith_matches_bmv2() -> None:
     rng = random.Random(1)
     seeds = [(1, bytes(rng.randrange(256) for _ in range(10)) + b"pl") for _ in range(20)]
-    compare(PROGRAMS / "arith.json", PROGRAMS / "arith.p4info.txtpb", load(PROGRAMS / "arith.json"), mutate(seeds, 50, 2), set())
+    compare(
+        PROGRAMS / "arith.json",
+        PROGRAMS / "arith.p4info.txtpb",
+        load(PROGRAMS / "arith.json"),
+        mutate(seeds, 50, 2),
+        set(),
+    )
 
 
 def test_parser_and_checksums_match_bmv2() -> None:
     seeds = [(1, _ipv4_udp(b"\x7eab")), (1, _ipv4_udp(b"")), (2, _ipv4_udp(b"\x01")), (1, bytes(12) + b"\x88\x01zz")]
     compare(
-        PROGRAMS / "parse_csum.json", PROGRAMS / "parse_csum.p4info.txtpb", load(PROGRAMS / "parse_csum.json"),
-        mutate(seeds, 50, 3), set(),
+        PROGRAMS / "parse_csum.json",
+        PROGRAMS / "parse_csum.p4info.txtpb",
+        load(PROGRAMS / "parse_csum.json"),
+        mutate(seeds, 50, 3),
+        set(),
     )
 
 
@@ -114,16 +123,25 @@ def test_hash_matches_bmv2() -> None:
 
 
 def test_stack_union_matches_bmv2() -> None:
-    seeds = [(0, bytes([1, 10, 2, 20, 0, 30, 0xAA, 0xBB, 1])), (0, bytes([0, 5, 1, 2, 3, 4, 5])), (0, bytes([1, 1] * 4))]
+    seeds = [
+        (0, bytes([1, 10, 2, 20, 0, 30, 0xAA, 0xBB, 1])),
+        (0, bytes([0, 5, 1, 2, 3, 4, 5])),
+        (0, bytes([1, 1] * 4)),
+    ]
     compare(
-        PROGRAMS / "stack_union.json", PROGRAMS / "stack_union.p4info.txtpb", load(PROGRAMS / "stack_union.json"),
-        mutate(seeds, 50, 5), set(),
+        PROGRAMS / "stack_union.json",
+        PROGRAMS / "stack_union.p4info.txtpb",
+        load(PROGRAMS / "stack_union.json"),
+        mutate(seeds, 50, 5),
+        set(),
     )
 
 
 def test_tables_match_bmv2() -> None:
     sw = load(PROGRAMS / "tables.json")
-    sw.table_insert("TIngress.t_exact", TableEntry((Exact(0x1234), Exact(0x12)), ActionCall("TIngress.set_exact", (7,))))
+    sw.table_insert(
+        "TIngress.t_exact", TableEntry((Exact(0x1234), Exact(0x12)), ActionCall("TIngress.set_exact", (7,)))
+    )
     for prefix, plen, v in ((0x0A000000, 8, 1), (0x0A010000, 16, 2), (0x0A010200, 24, 3)):
         sw.table_insert("TIngress.t_lpm", TableEntry((Lpm(prefix, plen),), ActionCall("TIngress.set_lpm", (v,))))
     sw.table_insert(
@@ -148,8 +166,14 @@ def test_multicast_matches_bmv2() -> None:
     sw = load(PROGRAMS / "mcast.json")
     sw.mc_group_set(5, [(1, 10), (2, 20), (3, 99), (1, 11)])
     mc = struct.Struct(">HHHIBBI")
-    seeds = [(4, mc.pack(5, 0, 0, 0, 0, 0, 0) + b"x"), (4, mc.pack(0, 7, 0, 0, 0, 0, 0)), (2, mc.pack(0xFFFF, 0, 0, 0, 0, 0, 0))]
-    compare(PROGRAMS / "mcast.json", PROGRAMS / "mcast.p4info.txtpb", sw, mutate(seeds, 20, 7), {1, 2, 3, 7}, ordered=False)
+    seeds = [
+        (4, mc.pack(5, 0, 0, 0, 0, 0, 0) + b"x"),
+        (4, mc.pack(0, 7, 0, 0, 0, 0, 0)),
+        (2, mc.pack(0xFFFF, 0, 0, 0, 0, 0, 0)),
+    ]
+    compare(
+        PROGRAMS / "mcast.json", PROGRAMS / "mcast.p4info.txtpb", sw, mutate(seeds, 20, 7), {1, 2, 3, 7}, ordered=False
+    )
 
 
 def test_p4ina_matches_bmv2() -> None:
@@ -158,29 +182,67 @@ def test_p4ina_matches_bmv2() -> None:
     names = {n.rsplit(".", 1)[-1]: n for n in list(sw.actions()) + list(sw.tables())}
     sw.table_insert(
         names["job_config"],
-        TableEntry((Exact(1),), ActionCall(names["set_job"], (1, 1, 2, 0, 16, 1, 0, c["ELEM_INT32"], 0, 1, c["ELEM_INT32"], 0, 0))),
+        TableEntry(
+            (Exact(1),),
+            ActionCall(names["set_job"], (1, 1, 2, 0, 16, 1, 0, c["ELEM_INT32"], 0, 1, c["ELEM_INT32"], 0, 0)),
+        ),
     )
     for child, port in enumerate((1, 2)):
-        sw.table_insert(names["job_ports"], TableEntry((Exact(1), Exact(port)), ActionCall(names["from_child"], (child,))))
-        sw.table_insert(names["ipv4_lpm"], TableEntry((Lpm(0x0A000001 + child, 32),), ActionCall(names["forward"], (port,))))
-        sw.table_insert(names["host_port"], TableEntry((Exact(port),), ActionCall(names["set_host"], (0x020000000001 + child, 0x0A000001 + child))))
+        sw.table_insert(
+            names["job_ports"], TableEntry((Exact(1), Exact(port)), ActionCall(names["from_child"], (child,)))
+        )
+        sw.table_insert(
+            names["ipv4_lpm"], TableEntry((Lpm(0x0A000001 + child, 32),), ActionCall(names["forward"], (port,)))
+        )
+        sw.table_insert(
+            names["host_port"],
+            TableEntry((Exact(port),), ActionCall(names["set_host"], (0x020000000001 + child, 0x0A000001 + child))),
+        )
     sw.mc_group_set(1, [(1, 0), (2, 1)])
     seeds = []
     for slot in range(4):
         for child, port in enumerate((1, 2)):
             agg = AGG.pack_header(
-                version=c["AGG_VERSION"], op=c["OP_CONTRIB"], flags=0, elem_type=c["ELEM_INT32"], shift=0, job_id=1,
-                shadow=0, slot=slot, contributor=child, exponent=0, epoch=1, offset=0,
+                version=c["AGG_VERSION"],
+                op=c["OP_CONTRIB"],
+                flags=0,
+                elem_type=c["ELEM_INT32"],
+                shift=0,
+                job_id=1,
+                shadow=0,
+                slot=slot,
+                contributor=child,
+                exponent=0,
+                epoch=1,
+                offset=0,
                 checksum=AGG.checksum(sum((child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)), 0, 1, 1),
             )
-            lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(*[(child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)])
+            lanes = AGG.lane_struct(c["ELEM_INT32"]).pack(
+                *[(child + 1) * (i - 32) * 1000003 for i in range(AGG.num_lanes)]
+            )
             udp = struct.pack(">HHHH", c["UDP_PORT_AGG"], c["UDP_PORT_AGG"], 8 + len(agg) + len(lanes), 0)
-            ip = bytearray(struct.pack(">BBHHHBBHII", 0x45, 0, 28 + len(agg) + len(lanes), 0, 0, 64, 17, 0, 0x0A000001 + child, 0x0AFFFFFE))
+            ip = bytearray(
+                struct.pack(
+                    ">BBHHHBBHII", 0x45, 0, 28 + len(agg) + len(lanes), 0, 0, 64, 17, 0, 0x0A000001 + child, 0x0AFFFFFE
+                )
+            )
             total = sum(struct.unpack(">10H", bytes(ip)))
             while total >> 16:
                 total = (total & 0xFFFF) + (total >> 16)
             struct.pack_into(">H", ip, 10, ~total & 0xFFFF)
-            seeds.append((port, bytes.fromhex("027034696e61") + bytes(5) + bytes([child + 1]) + b"\x08\x00" + bytes(ip) + udp + agg + lanes))
+            seeds.append(
+                (
+                    port,
+                    bytes.fromhex("027034696e61")
+                    + bytes(5)
+                    + bytes([child + 1])
+                    + b"\x08\x00"
+                    + bytes(ip)
+                    + udp
+                    + agg
+                    + lanes,
+                )
+            )
     seeds.append((1, _ipv4_udp(b"hello")))
     traffic = seeds + [(1, seeds[0][1])] + mutate(seeds, 50, 8)[len(seeds) :]
     compare(P4INA, P4INA.with_name("p4ina.p4info.txtpb"), sw, traffic, {1, 2})

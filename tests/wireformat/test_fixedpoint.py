@@ -9,10 +9,21 @@ from hypothesis import strategies as st
 from wireformat import fixedpoint as fxp
 
 
-@pytest.mark.parametrize(("n", "c", "r", "shift"), [
-    (16, 32, 32, 0), (16, 32, 8, 24), (16, 32, 16, 16), (16, 8, 8, 4), (16, 16, 16, 4), (2, 8, 8, 1), (1, 8, 8, 0),
-    (12, 8, 8, 4), (200, 32, 8, 24), (128, 16, 8, 15),
-])
+@pytest.mark.parametrize(
+    ("n", "c", "r", "shift"),
+    [
+        (16, 32, 32, 0),
+        (16, 32, 8, 24),
+        (16, 32, 16, 16),
+        (16, 8, 8, 4),
+        (16, 16, 16, 4),
+        (2, 8, 8, 1),
+        (1, 8, 8, 0),
+        (12, 8, 8, 4),
+        (200, 32, 8, 24),
+        (128, 16, 8, 15),
+    ],
+)
 def test_default_shift(n: int, c: int, r: int, shift: int) -> None:
     assert fxp.default_shift(n, c, r) == shift
     fxp.check(n, c, r)  # the default is always accepted
@@ -27,21 +38,33 @@ def test_default_plan_never_overflows_and_uses_the_result(n: int, c: int, r: int
     assert plan.result_magnitude_bits >= min(r - 1, plan.contrib_magnitude_bits) - 1
 
 
-@pytest.mark.parametrize(("n", "c", "r", "shift", "message"), [
-    (16, 8, 8, 24, r"16 x 127 >> 24, keeps 0 of the result's 7 magnitude bits where shift 4 keeps 7; use shift 4"),
-    (16, 8, 8, 0, r"contributions keep 3 of their 7 magnitude bits \(\|q\| <= 7\) where shift 4 keeps 7"),
-    (16, 32, 32, 1, "only narrowed results are shifted"),
-    (16, 12, 8, None, "contribution lanes of 12 bits"),
-    (0, 8, 8, None, "at least one worker"),
-])
+@pytest.mark.parametrize(
+    ("n", "c", "r", "shift", "message"),
+    [
+        (16, 8, 8, 24, r"16 x 127 >> 24, keeps 0 of the result's 7 magnitude bits where shift 4 keeps 7; use shift 4"),
+        (16, 8, 8, 0, r"contributions keep 3 of their 7 magnitude bits \(\|q\| <= 7\) where shift 4 keeps 7"),
+        (16, 32, 32, 1, "only narrowed results are shifted"),
+        (16, 12, 8, None, "contribution lanes of 12 bits"),
+        (0, 8, 8, None, "at least one worker"),
+    ],
+)
 def test_refusals_name_the_numbers(n: int, c: int, r: int, shift: int | None, message: str) -> None:
     with pytest.raises(fxp.FixedPointConfigError, match=message):
         fxp.check(n, c, r, shift)
 
 
-@pytest.mark.parametrize(("n", "c", "r", "bits"), [
-    (16, 8, 8, 16), (256, 8, 8, 16), (257, 8, 8, 32), (16, 16, 16, 32), (16, 32, 32, 32), (16, 32, 8, 32), (2, 8, 16, 16),
-])
+@pytest.mark.parametrize(
+    ("n", "c", "r", "bits"),
+    [
+        (16, 8, 8, 16),
+        (256, 8, 8, 16),
+        (257, 8, 8, 32),
+        (16, 16, 16, 32),
+        (16, 32, 32, 32),
+        (16, 32, 8, 32),
+        (2, 8, 16, 16),
+    ],
+)
 def test_partial_sums_go_up_as_narrow_as_the_job_allows(n: int, c: int, r: int, bits: int) -> None:
     plan = fxp.check(n, c, r)
     assert fxp.partial_bits(n, c, r, plan.shift) == bits
@@ -51,7 +74,9 @@ def test_partial_sums_go_up_as_narrow_as_the_job_allows(n: int, c: int, r: int, 
 def test_packets_may_not_outgrow_bmv2s_headroom() -> None:
     fxp.check_growth(16, 8, 8, 4)  # int8 both ways, int16 partials: +256 B at most
     fxp.check_growth(16, 16, 16, 4)  # int16 lanes, int32 partials: +512 B, exactly what BMv2 allows
-    with pytest.raises(fxp.FixedPointConfigError, match=r"int8 contributions with int32 results grow each packet by 768 bytes"):
+    with pytest.raises(
+        fxp.FixedPointConfigError, match=r"int8 contributions with int32 results grow each packet by 768 bytes"
+    ):
         fxp.check_growth(16, 8, 32, 0)
     with pytest.raises(fxp.FixedPointConfigError, match="partial sums"):
         fxp.check_growth(300, 8, 8, fxp.default_shift(300, 8, 8))

@@ -14,20 +14,33 @@ from wireformat.format import DEFINITION, _parse
 ROOT = Path(__file__).resolve().parents[2]
 
 # A contribution header written out by hand from the field table, byte by byte.
-GOLDEN_FIELDS = dict(op=1, flags=1, elem_type=2, shift=3, job_id=0x1234, shadow=1, slot=0x0567,
-                     contributor=0x89AB, exponent=-2, epoch=7, offset=0xDEADBEEF, next_exponent=-3, checksum=0x01020304)
+GOLDEN_FIELDS = dict(
+    op=1,
+    flags=1,
+    elem_type=2,
+    shift=3,
+    job_id=0x1234,
+    shadow=1,
+    slot=0x0567,
+    contributor=0x89AB,
+    exponent=-2,
+    epoch=7,
+    offset=0xDEADBEEF,
+    next_exponent=-3,
+    checksum=0x01020304,
+)
 GOLDEN_BYTES = bytes.fromhex(
-    "21"        # version 2 | op 1
-    "01"        # flags RETRANSMIT
-    "02"        # elem_type INT8
-    "03"        # shift 3
-    "1234"      # job_id
-    "8567"      # shadow 1 | slot 0x0567
-    "89ab"      # contributor
-    "fe"        # exponent -2
-    "07"        # epoch
+    "21"  # version 2 | op 1
+    "01"  # flags RETRANSMIT
+    "02"  # elem_type INT8
+    "03"  # shift 3
+    "1234"  # job_id
+    "8567"  # shadow 1 | slot 0x0567
+    "89ab"  # contributor
+    "fe"  # exponent -2
+    "07"  # epoch
     "deadbeef"  # offset
-    "fd"        # next_exponent -3
+    "fd"  # next_exponent -3
     "01020304"  # checksum
 )
 
@@ -74,8 +87,11 @@ def test_frame_sizes() -> None:
 
 def test_lanes_dominate_the_frames() -> None:
     """The packet-size choice (issue: MTU-sized packets): int32 frames >= 90% lanes, int8 >= 75%."""
-    share = {name: AGG.num_lanes * AGG.lane_bytes(code) / AGG.frame_bytes(code)
-             for name, code in AGG.elem_types.items() if name != "ELEM_NONE"}
+    share = {
+        name: AGG.num_lanes * AGG.lane_bytes(code) / AGG.frame_bytes(code)
+        for name, code in AGG.elem_types.items()
+        if name != "ELEM_NONE"
+    }
     assert share["ELEM_INT32"] >= 0.90 and share["ELEM_INT8"] >= 0.75, share
     assert AGG.frame_bytes(AGG.elem_types["ELEM_INT32"]) <= 1514  # one Ethernet MTU
 
