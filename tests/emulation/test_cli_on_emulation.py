@@ -1,4 +1,4 @@
-"""The p4ina CLI, as a new user runs it, against switches the emulation started (python -m emulation.serve)."""
+"""The p4ina CLI, as a new user runs it, against switches `p4ina serve` started."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.mininet
 
 def p4ina(*args: str, state: Path) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "controller", *args, "--state", str(state), "--json"],
+        [sys.executable, "-m", "p4ina", *args, "--state", str(state), "--json"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -53,7 +53,7 @@ def test_cli_installs_inspects_and_removes_a_job(backend: str, tmp_path: Path, l
     try:
         deadline = time.monotonic() + 240
         while not topo_file.exists():
-            assert serve.poll() is None, f"emulation.serve exited early:\n{serve.stderr.read()}"
+            assert serve.poll() is None, f"p4ina serve exited early:\n{serve.stderr.read()}"
             assert time.monotonic() < deadline, "the network did not come up in 240 s"
             time.sleep(0.2)
         p4ina("pipeline", "push", "--topology", str(topo_file), state=state)
