@@ -28,10 +28,12 @@ setup: system-deps venv
 system-deps:
 	@bash scripts/install_system_deps.sh
 
-# Reinstall when the dependency list changes; otherwise this is a no-op.
-$(STAMP): pyproject.toml | system-deps
+# Reinstall when the dependency list or the packages change; otherwise this is a no-op. setuptools >= 77 (the
+# build requirement) goes into the venv too: tests/test_install.py builds the package with it, without build
+# isolation, so that the test downloads nothing.
+$(STAMP): pyproject.toml setup.py | system-deps
 	@test -x $(PY) || $(SYSTEM_PY) -m venv --system-site-packages $(VENV)
-	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip 'setuptools>=77' >/dev/null
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@
 

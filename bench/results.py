@@ -1,4 +1,4 @@
-"""Figures of a benchmark run, merged into results/bench.json across runs and benchmarks."""
+"""Figures of a benchmark run, merged into results/bench.json across runs and benchmarks (RESULTS says where)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent.parent / "results" / "bench.json"
+_CHECKOUT = Path(__file__).resolve().parent.parent
+# the checkout's results/bench.json (`make bench`); from an installed package (no checkout around it), the one
+# under the current directory, as the experiments' results/
+RESULTS = (_CHECKOUT if (_CHECKOUT / "pyproject.toml").is_file() else Path()) / "results" / "bench.json"
 
 
 @dataclass(frozen=True)

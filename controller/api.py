@@ -23,9 +23,23 @@ from controller.topology import Topology, TopologyError
 
 LOG = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_P4INFO = REPO / "p4" / "build" / "p4ina.p4info.txtpb"
-DEFAULT_BMV2_JSON = REPO / "p4" / "build" / "p4ina.json"
+
+def program_dir() -> Path:
+    """Where the compiled P4 program (p4ina.json, p4ina.p4info.txtpb, manifest.json) is.
+
+    Its one committed copy is p4/build. An installed package carries it as the data package
+    controller.program (setup.py maps that onto p4/build when the wheel is built); a source checkout, an
+    editable install included, has no controller/program and reads p4/build itself.
+    """
+    here = Path(__file__).resolve().parent
+    shipped = here / "program"
+    return shipped if (shipped / "p4ina.json").is_file() else here.parent / "p4" / "build"
+
+
+PROGRAM_DIR = program_dir()
+DEFAULT_P4INFO = PROGRAM_DIR / "p4ina.p4info.txtpb"
+DEFAULT_BMV2_JSON = PROGRAM_DIR / "p4ina.json"
+PROGRAM_MANIFEST = PROGRAM_DIR / "manifest.json"
 
 
 class Controller:

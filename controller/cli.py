@@ -318,10 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--p4info",
         type=Path,
         default=DEFAULT_P4INFO,
-        help="P4Info text file (default: the compiled p4/build one; else read from the switch)",
+        help=f"P4Info text file (default: the compiled one, {DEFAULT_P4INFO}; else read from the switch)",
     )
     common.add_argument(
-        "--bmv2-json", type=Path, default=DEFAULT_BMV2_JSON, help="BMv2 JSON pushed as the device config"
+        "--bmv2-json",
+        type=Path,
+        default=DEFAULT_BMV2_JSON,
+        help=f"BMv2 JSON pushed as the device config (default {DEFAULT_BMV2_JSON})",
     )
     common.add_argument(
         "--election-id", type=int, default=1, help="P4Runtime election id (default 1; a higher one wins primary)"

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, Controller
+from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, PROGRAM_MANIFEST, Controller
 from controller.planner import JobPlan
 from controller.state import State
 from controller.topology import Topology
@@ -47,7 +47,7 @@ from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent  # the checkout; site-packages when installed (no .git: no git info)
 JOB_IDS = {name: i + 1 for i, name in enumerate(METHODS)}  # one job per in-network method, reinstalled per host count
 MAX_HOPS = 6  # host-edge-agg-core-agg-edge-host
 
@@ -489,8 +489,9 @@ def check_program() -> None:
     missing = [p for p in (DEFAULT_BMV2_JSON, DEFAULT_P4INFO) if not p.exists()]
     if missing:
         raise ExperimentError(
-            f"{', '.join(map(str, missing))} missing: the compiled P4 program is committed in p4/build; "
-            "restore it (git checkout p4/build) or rebuild it with `make p4` (needs p4c)"
+            f"{', '.join(map(str, missing))} missing: the compiled P4 program is committed in p4/build and ships "
+            "inside the package (controller/program); in a checkout restore it (git checkout p4/build) or rebuild it "
+            "with `make p4` (needs p4c), else reinstall p4ina"
         )
 
 
@@ -509,6 +510,8 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
             return None
 
     def git(*args: str) -> str | None:
+        if not (REPO / ".git").exists():  # an installed package (None, not the commit of a repository around it)
+            return None
         try:
             done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
@@ -536,7 +539,7 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
 
         backend["implementation"] = "softswitch (p4ina's embedded switch)"
         backend["engine"] = default_engine()  # a program the C engine refuses still runs on Python (switch logs say)
-    manifest = REPO / "p4" / "build" / "manifest.json"
+    manifest = PROGRAM_MANIFEST
     cpu_model = None
     try:
         cpu_model = next(

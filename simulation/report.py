@@ -26,7 +26,7 @@ from simulation.model import Outcome, Row
 
 LOG = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent  # the checkout; site-packages when installed (no .git: no git info)
 CSV_FIELDS = list(Row.__dataclass_fields__)
 STYLE = {  # method -> (colour, marker, line style)
     "ring": ("tab:red", "^", "-"),
@@ -55,6 +55,8 @@ def human_bytes(n: float) -> str:
 
 def environment() -> dict[str, Any]:
     def git(*args: str) -> str | None:
+        if not (REPO / ".git").exists():  # an installed package (None, not the commit of a repository around it)
+            return None
         try:
             return (
                 subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -66,14 +68,15 @@ def environment() -> dict[str, Any]:
     simgrid = subprocess.run(
         [sys.executable, "-c", "import simgrid; print(simgrid.simgrid_version)"], capture_output=True, text=True
     )
+    commit = git("rev-parse", "HEAD")
     return {
         "started": datetime.now().isoformat(timespec="seconds"),
         "command": sys.argv,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "simgrid": simgrid.stdout.strip().splitlines()[-1] if simgrid.returncode == 0 else None,
-        "git_commit": git("rev-parse", "HEAD"),
-        "git_dirty": bool(git("status", "--porcelain")),
+        "git_commit": commit,
+        "git_dirty": bool(git("status", "--porcelain")) if commit else None,
     }
 
 

@@ -24,6 +24,7 @@ from simulation.params import NDR, Preset
 
 LOG = logging.getLogger(__name__)
 
+# the committed emulation runs: test data of the checkout (an installed package has none: validated without them)
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "simulation" / "data" / "emulation-k4"
 HELD_OUT = (
     FIXTURE.parent / "emulation-k4-held-out"
@@ -125,7 +126,8 @@ def run_all(
             check(calib, HELD_OUT, engine=engine)
         details["emulation"] = calib.to_dict()
     else:
-        LOG.warning("no emulation results at %s: no emulation validation", folder)
+        # the committed runs are test data of the checkout, not in an installed package: --emulation-results then
+        LOG.warning("no emulation results at %s: no emulation validation (--emulation-results FOLDER)", folder)
     cf = checks(engine=engine)
     anchor = sharp_anchor(fit=False, engine=engine)
     fitted = sharp_anchor(fit=True, engine=engine)

@@ -44,6 +44,9 @@ def splice(text: str, table: str) -> str:
 
 
 def main() -> int:
+    if not README.is_file():  # an installed package: README.md is the checkout's
+        print(f"no {README}: this rewrites a source checkout's README.md", file=sys.stderr)
+        return 2
     README.write_text(splice(README.read_text(), render()))
     return 0
 

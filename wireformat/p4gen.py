@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m wireformat.p4gen", description=__doc__)
     ap.add_argument("--check", action="store_true", help="only report files that are out of date (exit 1 if any)")
     args = ap.parse_args(argv)
+    if not (ROOT / "p4" / "p4ina.p4").is_file():  # an installed package: p4/ is the checkout's, not shipped
+        ap.error(f"no P4 sources at {ROOT / 'p4'}: this regenerates a source checkout's p4/generated")
     if args.check:
         stale = stale_files()
         for name in stale:
