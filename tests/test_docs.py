@@ -1,7 +1,7 @@
 """The docs name only commands and files that exist: a stale `p4ina VERB`, path, module or link fails here.
 
-Scanned: README.md, CHANGELOG.md, docs/*.md, the packages' README.md files and the notebooks' markdown
-cells. Checked:
+Scanned: README.md, CHANGELOG.md, docs/*.md, every other README.md of the repository's folders and the
+notebooks' markdown cells. Checked:
 - `p4ina VERB` in inline or fenced code: VERB is one of p4ina.cli.VERBS;
 - `python -m MODULE` in code: MODULE.py or MODULE/__main__.py exists;
 - anywhere, a path under one of the repository's own top-level folders (`experiments/harness.py`, `tests/simulation/`,
@@ -52,7 +52,7 @@ STRUCK = re.compile(r"~~.+?~~", re.S)
 def documents() -> dict[str, tuple[Path, str]]:
     """name -> (the file's folder, its Markdown text)."""
     docs = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
-    docs += sorted(p for pkg in PACKAGES for p in (ROOT / pkg).glob("README.md"))
+    docs += sorted(p for top in CHECKED_ROOTS for p in (ROOT / top).rglob("README.md"))
     out = {str(p.relative_to(ROOT)): (p.parent, p.read_text()) for p in docs if p.exists()}
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(nb.read_text())["cells"]
