@@ -223,7 +223,7 @@ def time_c(
     switches: dict[str, tuple[SoftSwitch, Any, Any]] = {}
     for kind, traffic in traffics.items():
         sw = _switch("c")
-        rt = sw._runtime()
+        rt = sw.runtime()
         prepared = rt.prepare(traffic)  # type: ignore[attr-defined]
         rt.run(prepared)  # type: ignore[attr-defined]  # warm: pages touched, branch predictors trained
         switches[kind] = (sw, rt, prepared)

@@ -92,7 +92,8 @@ class _Device:
     config: p4runtime_pb2.ForwardingPipelineConfig | None = None  # the committed one
     saved: tuple[p4runtime_pb2.ForwardingPipelineConfig, P4InfoIndex] | None = None  # VERIFY_AND_SAVE
     groups_with_port_bytes: set[int] = field(default_factory=set)  # answer reads in the form written
-    # the controller's opaque per-entry data, returned on read: (table, key, priority) -> (controller_metadata, metadata)
+    # the controller's opaque per-entry data, returned on read:
+    # (table, key, priority) -> (controller_metadata, metadata)
     entry_metadata: dict[tuple[str, tuple, int], tuple[int, bytes]] = field(default_factory=dict)
 
     def require_pipeline(self) -> P4InfoIndex:
@@ -319,6 +320,11 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 stream.send(msg)
 
         return send
+
+    @property
+    def device_ids(self) -> list[int]:
+        """The devices served, in order."""
+        return sorted(self._devices)
 
     def _device(self, device_id: int) -> _Device:
         try:
@@ -878,7 +884,7 @@ class P4RuntimeServer:
             raise OSError(f"cannot listen on {wanted} (address in use?)")
         server.start()
         self._server, self.port = server, port
-        LOG.info("P4Runtime server on %s for device(s) %s", self.address, sorted(self.servicer._devices))
+        LOG.info("P4Runtime server on %s for device(s) %s", self.address, self.servicer.device_ids)
         return port
 
     def stop(self, grace: float | None = 0.5) -> None:
