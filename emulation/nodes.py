@@ -22,10 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mininet.node import Switch
-
-# mininet.log makes MininetLogger (with its own console handler) the class of every logger created after it.
-logging.setLoggerClass(logging.Logger)
+from emulation.mininet_compat import Switch
 
 LOG = logging.getLogger(__name__)
 
