@@ -229,7 +229,7 @@ def time_c(
         switches[kind] = (sw, rt, prepared)
     timed: dict[str, list[Run]] = {kind: [] for kind in traffics}
     for _ in range(rounds):
-        for kind, (sw, rt, prepared) in switches.items():
+        for kind, (_sw, rt, prepared) in switches.items():
             sent = 0
             cpu0, start = time.process_time(), time.perf_counter()
             for _ in range(repeat):
@@ -333,7 +333,7 @@ def run() -> Figures:
     for kind, r in runs["python"].items():
         try:
             b = time_bmv2(traffic[kind], expect=r.sent, out_size=r.out_size)
-        except Exception as ex:  # the embedded figures stand on their own
+        except Exception as ex:  # noqa: BLE001 - BMv2 failing in any way must not lose the embedded figures
             LOG.warning("BMv2 comparison (%s) failed: %s", kind, ex)
             continue
         note = f"simple_switch_grpc --log-level off, pcap ports, same entries and traffic; {b.sent} of {r.sent} out"
