@@ -183,7 +183,7 @@ class P4Switch(Switch):
     def cpu_seconds(self) -> float | None:
         return proc_cpu_seconds(self.proc.pid) if self.proc else None
 
-    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's name)
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's keyword name
         if self.proc is not None:
             stop_process(self.proc)
         super().stop(deleteIntfs)

@@ -1029,7 +1029,10 @@ class Lowering:
                     ir.BinOp.AND, e, pool.const(key.mask), bits=min(w, key.mask.bit_length()) if key.mask >= 0 else None
                 )
             keys.append(e)
-        node = lambda name: self.node(pipeline, name)  # noqa: E731
+
+        def node(name: str | None) -> int:
+            return self.node(pipeline, name)
+
         by_action = []
         for aid in t.action_ids:
             a = self.prog.actions[self.action_of(aid)]

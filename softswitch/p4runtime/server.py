@@ -344,7 +344,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=api_version())
 
     # -- Pipeline --------------------------------------------------------------------------------
-    def SetForwardingPipelineConfig(  # noqa: N802
+    def SetForwardingPipelineConfig(  # noqa: N802 - gRPC method name
         self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: grpc.ServicerContext
     ) -> p4runtime_pb2.SetForwardingPipelineConfigResponse:
         try:
@@ -434,7 +434,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             len(index.counters),
         )
 
-    def GetForwardingPipelineConfig(  # noqa: N802
+    def GetForwardingPipelineConfig(  # noqa: N802 - gRPC method name
         self, request: p4runtime_pb2.GetForwardingPipelineConfigRequest, context: grpc.ServicerContext
     ) -> p4runtime_pb2.GetForwardingPipelineConfigResponse:
         try:
@@ -461,7 +461,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         return p4runtime_pb2.GetForwardingPipelineConfigResponse(config=out)
 
     # -- Write -------------------------------------------------------------------------------------
-    def Write(  # noqa: N802
+    def Write(  # noqa: N802 - gRPC method name
         self, request: p4runtime_pb2.WriteRequest, context: grpc.ServicerContext
     ) -> p4runtime_pb2.WriteResponse:
         try:
@@ -642,7 +642,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             dev.switch.register_write(spec.name, i, value)
 
     # -- Read --------------------------------------------------------------------------------------
-    def Read(  # noqa: N802
+    def Read(  # noqa: N802 - gRPC method name
         self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext
     ) -> Iterator[p4runtime_pb2.ReadResponse]:
         sink = _ResponseSink()
@@ -753,7 +753,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     mg.replicas.add(egress_port=port, instance=rid)
 
     # -- StreamChannel -----------------------------------------------------------------------------
-    def StreamChannel(  # noqa: N802
+    def StreamChannel(  # noqa: N802 - gRPC method name
         self, request_iterator: Iterator[p4runtime_pb2.StreamMessageRequest], context: grpc.ServicerContext
     ) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
         stream = _Stream()
