@@ -12,13 +12,14 @@ PYTEST_ARGS ?=
 EMULATE_ARGS ?=
 SIMULATE_ARGS ?=
 
-.PHONY: help setup system-deps venv test emulate emulate-faults simulate bench p4 p4-check clean-net clean
+.PHONY: help setup system-deps venv lint test emulate emulate-faults simulate bench p4 p4-check clean-net clean
 
 help:
 	@echo "make emulate   install what is missing, run the main experiment (embedded switch): bandwidth and latency presets"
 	@echo "make emulate-faults  a switch killed mid all-reduce, loss, duplication and reordering, four jobs at once, register bit flips (experiments.faults.run)"
 	@echo "make simulate  the same methods at 16 to 100,000 GPUs on SimGrid, calibrated on the emulation"
-	@echo "make test      install what is missing, run the test suite"
+	@echo "make lint      ruff (lint and format), the import layering (lint-imports) and mypy"
+	@echo "make test      install what is missing, run make lint, then the test suite"
 	@echo "make bench     run the benchmarks, write results/bench.json"
 	@echo "make p4        regenerate p4/generated and recompile p4/build with p4c (needs p4c-bm2-ss)"
 	@echo "make clean-net remove namespaces, links and processes left by a crashed run"
@@ -39,7 +40,18 @@ $(STAMP): pyproject.toml setup.py | system-deps
 
 venv: $(STAMP)
 
-test: setup
+# Each tool's configuration is in pyproject.toml (mypy checks the packages its `files` lists). All four run
+# even when one fails, so one run shows every problem.
+lint: setup
+	@status=0; \
+	echo "== ruff check"; $(PY) -m ruff check . || status=1; \
+	echo "== ruff format --check"; $(PY) -m ruff format --check . || status=1; \
+	echo "== lint-imports"; $(VENV)/bin/lint-imports --no-logo || status=1; \
+	echo "== mypy"; $(PY) -m mypy || status=1; \
+	exit $$status
+
+# CI runs this: a lint failure stops it before the (long) suite.
+test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Without EMULATE_ARGS: the bandwidth sweep, then the latency preset (small all-reduces over delayed links).
@@ -70,4 +82,4 @@ clean-net: setup
 	$(P4INA) clean
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache .mypy_cache .import_linter_cache

@@ -80,7 +80,7 @@ def run() -> Figures:
                 enter(sw_ns)
                 io.append(PortIO(sw, {1: "p1", 2: "p2"}, name="bench-io"))
                 io[0].start()
-            except BaseException as ex:  # reported below
+            except BaseException as ex:  # noqa: BLE001 - not handled here: reported by the caller's thread below
                 failure.append(ex)
 
         t = threading.Thread(target=start)

@@ -225,13 +225,13 @@ def time_c(
     switches: dict[str, tuple[SoftSwitch, Any, Any]] = {}
     for kind, traffic in traffics.items():
         sw = _switch("c")
-        rt = sw._runtime()
+        rt = sw.runtime()
         prepared = rt.prepare(traffic)  # type: ignore[attr-defined]
         rt.run(prepared)  # type: ignore[attr-defined]  # warm: pages touched, branch predictors trained
         switches[kind] = (sw, rt, prepared)
     timed: dict[str, list[Run]] = {kind: [] for kind in traffics}
     for _ in range(rounds):
-        for kind, (sw, rt, prepared) in switches.items():
+        for kind, (_sw, rt, prepared) in switches.items():
             sent = 0
             cpu0, start = time.process_time(), time.perf_counter()
             for _ in range(repeat):
@@ -338,7 +338,7 @@ def run() -> Figures:
     for kind, r in runs["python"].items():
         try:
             b = time_bmv2(traffic[kind], expect=r.sent, out_size=r.out_size)
-        except Exception as ex:  # the embedded figures stand on their own
+        except Exception as ex:  # noqa: BLE001 - BMv2 failing in any way must not lose the embedded figures
             LOG.warning("BMv2 comparison (%s) failed: %s", kind, ex)
             continue
         note = f"simple_switch_grpc --log-level off, pcap ports, same entries and traffic; {b.sent} of {r.sent} out"

@@ -113,7 +113,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m emulation.localne
 
     ap = argparse.ArgumentParser(
         prog=prog,
-        description="Start an embedded switch (P4Runtime on 127.0.0.1, no ports) for every switch of a topology and write the topology JSON with their addresses.",
+        description=(
+            "Start an embedded switch (P4Runtime on 127.0.0.1, no ports) for every switch of a topology "
+            "and write the topology JSON with their addresses."
+        ),
     )
     ap.add_argument("topology", help="fat-tree:K, leaf-spine:LxSxH or a topology JSON")
     ap.add_argument(

@@ -81,7 +81,8 @@ class NetnsLab:
         self.run(ns, "ip", "link", "set", ns_end, "up")
 
     def packet_socket(self, ns: str, dev: str) -> socket.socket:
-        """An AF_PACKET socket on `dev` inside `ns`, opened from a thread that entered it (sockets keep their namespace)."""
+        """An AF_PACKET socket on `dev` inside `ns`, opened from a thread that entered it
+        (sockets keep their namespace)."""
         box: list[socket.socket | BaseException] = []
 
         def body() -> None:
@@ -90,7 +91,7 @@ class NetnsLab:
                 sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))  # ETH_P_ALL
                 sock.bind((dev, 0))
                 box.append(sock)
-            except BaseException as ex:  # handed to the caller's thread
+            except BaseException as ex:  # noqa: BLE001 - not handled here: re-raised in the caller's thread
                 box.append(ex)
 
         t = threading.Thread(target=body, name=f"setns-{ns}")

@@ -26,18 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mininet.link import Link
-from mininet.log import setLogLevel
-from mininet.net import Mininet
-from mininet.node import Host
-
-# mininet.log makes MininetLogger (with its own console handler) the class of every logger created after it.
-logging.setLoggerClass(logging.Logger)
-
 from controller.topology import Topology, link_key
 from emulation import cleanup
 from emulation.commands import NetnsError, sh
 from emulation.impairments import add_random_loss, set_bpf_dup, set_bpf_loss, set_reorder, tc_counts
+from emulation.mininet_compat import Host, Link, Mininet, setLogLevel
 from emulation.nodes import (
     BACKENDS,
     IFACE_PREFIX,

@@ -22,10 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mininet.node import Switch
-
-# mininet.log makes MininetLogger (with its own console handler) the class of every logger created after it.
-logging.setLoggerClass(logging.Logger)
+from emulation.mininet_compat import Switch
 
 LOG = logging.getLogger(__name__)
 
@@ -186,7 +183,7 @@ class P4Switch(Switch):
     def cpu_seconds(self) -> float | None:
         return proc_cpu_seconds(self.proc.pid) if self.proc else None
 
-    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's name)
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's keyword name
         if self.proc is not None:
             stop_process(self.proc)
         super().stop(deleteIntfs)

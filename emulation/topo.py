@@ -6,16 +6,11 @@ planner) reads `controller.topology.Topology`; this module only transcribes it.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
-from mininet.topo import Topo
-
-# mininet.log makes MininetLogger (with its own console handler) the class of every logger created after it.
-logging.setLoggerClass(logging.Logger)
-
 from controller.topology import Topology
+from emulation.mininet_compat import Topo
 
 HOST_PREFIX_LEN = 8  # every host address is in 10.0.0.0/8; the switches route, the hosts just send on-link
 

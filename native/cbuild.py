@@ -362,7 +362,7 @@ def prune(d: Path, keep: str | None = None, max_bytes: int | None = None, max_en
         entries.append((used, key, size))
     total = sum(e[2] for e in entries)
     removed: list[str] = []
-    for used, key, size in sorted(entries):
+    for _used, key, size in sorted(entries):  # least recently used first
         if total <= max_bytes and len(entries) - len(removed) <= max_entries:
             break
         if key == keep:

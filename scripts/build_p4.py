@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from wireformat import p4gen  # noqa: E402
+from wireformat import p4gen  # noqa: E402 - after the path insert: the script runs uninstalled
 
 P4_DIR = ROOT / "p4"
 MAIN = P4_DIR / "p4ina.p4"

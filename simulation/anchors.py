@@ -76,16 +76,19 @@ class Anchor:
         lines = [
             f"SHARP anchor: {HOSTS} hosts, {TOPOLOGY}, preset {self.preset.name}",
             "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
-            f"{'size':>6} {'host-based us':>14} {'(published)':>11} {'SHARP us':>9} {'(published)':>11} {'speed-up':>9} {'(published)':>11}",
+            f"{'size':>6} {'host-based us':>14} {'(published)':>11} {'SHARP us':>9} {'(published)':>11}"
+            f" {'speed-up':>9} {'(published)':>11}",
         ]
         for size, pub in PUBLISHED.items():
             m = self.model[size]
             lines.append(
                 f"{size:>6} {m['rd'] * 1e6:>14.2f} {pub['rd'] * 1e6:>11.2f} {m['inc-int32'] * 1e6:>9.2f} "
-                f"{pub['inc-int32'] * 1e6:>11.2f} {m['rd'] / m['inc-int32']:>8.2f}x {pub['rd'] / pub['inc-int32']:>10.2f}x"
+                f"{pub['inc-int32'] * 1e6:>11.2f} {m['rd'] / m['inc-int32']:>8.2f}x "
+                f"{pub['rd'] / pub['inc-int32']:>10.2f}x"
             )
         lines.append(
-            f"max |error| {self.max_rel_error * 100:.1f}%; not fitted (SHARP 4096 B, its speed-up): {self.predicted_rel_error * 100:.1f}%"
+            f"max |error| {self.max_rel_error * 100:.1f}%; "
+            f"not fitted (SHARP 4096 B, its speed-up): {self.predicted_rel_error * 100:.1f}%"
         )
         return "\n".join(lines)
 

@@ -486,7 +486,8 @@ class Calibration:
         lines = [f"calibration against {r.folder} ({r.topology}, {r.links})" for r in self.results]
         lines += [
             "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
-            f"{'method':<10} {'hosts':>5} {'elements':>9} {'links':>18} {'bound':>11} {'emulation ms':>13} {'model ms':>10} {'error':>8}",
+            f"{'method':<10} {'hosts':>5} {'elements':>9} {'links':>18} {'bound':>11} {'emulation ms':>13}"
+            f" {'model ms':>10} {'error':>8}",
         ]
         lines += [_row_text(r) for r in self.table]
         lines.append(f"max |error| {self.max_rel_error * 100:.1f}% over {len(self.table)} points")
@@ -562,8 +563,8 @@ def check(calib: Calibration, folders: Path | str | Sequence[Path | str], engine
 
 
 def result_folders(path: Path | str) -> list[Path]:
-    """A results folder, or a folder of them (e.g. the sweep and latency runs of tests/simulation/data/emulation-k4): the
-    folders fitted together."""
+    """A results folder, or a folder of them (e.g. the sweep and latency runs of
+    tests/simulation/data/emulation-k4): the folders fitted together."""
     path = Path(path)
     if not path.is_dir():
         raise CalibrationError(f"{path} is not a results folder")

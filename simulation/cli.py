@@ -279,12 +279,12 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"validation: emulation {pct(v.get('emulation_max_rel_error'))} (limit 15%; runs held out of the fit "
                 f"{pct(v.get('emulation_held_out_max_rel_error'))}), closed forms "
-                f"{pct(v.get('closed_form_max_rel_error'))} (2%), SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
+                f"{pct(v.get('closed_form_max_rel_error'))} (2%), "
+                f"SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
                 f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)"
             )
-    print(
-        f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {', '.join(human_bytes(s) for s in args.sizes) if args.topology else 'per study'})"
-    )
+    sizes = ", ".join(human_bytes(s) for s in args.sizes) if args.topology else "per study"
+    print(f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {sizes})")
     return 0
 
 

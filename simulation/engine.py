@@ -76,7 +76,10 @@ def simgrid_available() -> str | None:
     """None when SimGrid's Python module can be imported (in a child, it starts threads), else why not."""
     probe = subprocess.run([sys.executable, "-c", "import simgrid"], capture_output=True, text=True)
     if probe.returncode:
-        return "SimGrid's Python bindings are not installed (Debian: apt-get install python3-simgrid; `make setup` does it)"
+        return (
+            "SimGrid's Python bindings are not installed "
+            "(Debian: apt-get install python3-simgrid; `make setup` does it)"
+        )
     return None
 
 

@@ -331,7 +331,8 @@ class ClosRouter(Router):
     def covers(self, x: int, d: int) -> bool:
         return self.lo[x] <= d < self.hi[x]
 
-    def _child(self, x: int, d: int) -> int:
+    def child(self, x: int, d: int) -> int:
+        """The child of switch x whose range holds GPU d (UnroutableError if none)."""
         i = bisect.bisect_right(self.down_lo[x], d) - 1
         if i < 0:
             raise UnroutableError(f"{self.fabric.name_of(x)} has no way down to GPU {d}")
@@ -340,14 +341,15 @@ class ClosRouter(Router):
     def down_path(self, x: int, d: int) -> list[int]:
         out = []
         while x != d:
-            x = self._child(x, d)
+            x = self.child(x, d)
             out.append(x)
         return out
 
-    def _down_ok(self, x: int, d: int) -> bool:
+    def down_ok(self, x: int, d: int) -> bool:
+        """Whether every link of the way down from x to GPU d is up."""
         f = self.fabric
         while x != d:
-            c = self._child(x, d)
+            c = self.child(x, d)
             if not f.link_ok(x, c):
                 return False
             x = c
@@ -361,7 +363,7 @@ class ClosRouter(Router):
         key = (x, int(f.attach[d]))
         got = self._reach.get(key)
         if got is None:
-            if self.covers(x, d) and self._down_ok(x, d):
+            if self.covers(x, d) and self.down_ok(x, d):
                 got = True
             else:
                 got = any(f.link_ok(x, u) and self.reaches(u, d) for u in self.ups[x])
@@ -375,7 +377,7 @@ class ClosRouter(Router):
         failures = f.has_failures
         if failures and not f.link_ok(src, x):
             raise UnroutableError(f"GPU {src}'s link is down")
-        while not self.covers(x, dst) or (failures and not self._down_ok(x, dst)):
+        while not self.covers(x, dst) or (failures and not self.down_ok(x, dst)):
             ups = self.ups[x]
             if not ups:
                 raise UnroutableError(f"no way from GPU {src} to GPU {dst} in {f.name}")

@@ -178,7 +178,7 @@ def _main(src: str, dst: str) -> int:
         sg.LinkInRoute(zone.create_link(f"l{i}", bw).set_latency(0.0).seal())
         for i, (bw, _lat) in enumerate(spec["links"])
     ]
-    lat = [l for _bw, l in spec["links"]]
+    lat = [link_lat for _bw, link_lat in spec["links"]]
     hosts = {n: zone.create_host(f"n{n}", 1.0).seal() for n in spec["hosts"]}
     algo = spec["algo"]
     per_message = spec["alpha"] if algo["name"] != "inc" else 0.0  # in-network: one start-up per collective

@@ -24,8 +24,8 @@ semantics (hosts/methods.py): inc-int32, inc-int16, inc-int8, ring, ring-bf16, h
   (params.IncFrames): hosts send int32/int16/int8 lanes, the switches sum in int32, every level shifts its
   sums right by the bits its additions gained (rounding ties to even) so the partial sums sent up stay as
   narrow as the lanes, the root sends the method's lanes down, and every slot opens with one exponent round
-  (header-only frames up and down) before its data rounds; switches aggregate at line rate unless the preset gives them a per-packet cost, and the
-  window is the job's aggregation slots.
+  (header-only frames up and down) before its data rounds; switches aggregate at line rate unless the preset
+  gives them a per-packet cost, and the window is the job's aggregation slots.
 Simulation-only methods (no emulation counterpart):
 - ring-addr: the ring in address order (the order the scheduler gave the GPUs): what reordering buys;
 - hier-rail: reduce-scatter inside the group, one ring per GPU index (rail) among the groups, all-gather

@@ -277,22 +277,25 @@ class Preset:
 _PRESET_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Preset))
 
 
-# The emulation's default (`make emulate`'s bandwidth preset): k=4 fat-tree, every link shaped to 2 Mbit/s by tc
-# (HTB, a one-frame burst), host agents (the in-network ones' stream loop in C) and the embedded switch (its C
-# engine, link delays held in its C port loop) on the machine's two cores. The costs are the calibration's one fit
-# to the four committed runs (tests/simulation/data/emulation-k4: the sweep preset, two more runs of its 1K points and the
-# latency preset with 100 ms links; `p4ina simulate --calibrate`), which also predicts two later runs it was not fitted to
+# The emulation's default (`make emulate`'s bandwidth preset): k=4 fat-tree, every link shaped to 2 Mbit/s by tc (HTB,
+# a one-frame burst), host agents (the in-network ones' stream loop in C) and the embedded switch (its C engine, link
+# delays held in its C port loop) on the machine's two cores. The costs are the calibration's one fit to the four
+# committed runs (tests/simulation/data/emulation-k4: the sweep preset, two more runs of its 1K points and the latency
+# preset with 100 ms links; `p4ina simulate --calibrate`), which also predicts two later runs it was not fitted to
 # (tests/simulation/data/emulation-k4-held-out): 10 us per packet in a host agent, 22 us per packet a switch forwards,
 # 33 us per step of a host method, and about nothing per aggregation packet beyond forwarding, per lane, per switch
-# hop or per rank. The start (10.7 ms) is the fitted per-call cost (1.5 ms) plus the sweep's median measured
-# wake-up of the last agent and its finish (0.79 x the start's skew scaled to the agents beyond the cores: the
-# same agents queueing for the same cores), which the calibration takes per point. On two shared cores the
-# agents' and the switches' per-packet work add up (the emulator's term), so the latencies alone do not tell
-# them apart, and where a cost does not bind anywhere in the runs the fit leaves it near zero: read them together.
+# hop or per rank. The start (10.7 ms) is the fitted per-call cost (1.5 ms) plus the sweep's median measured wake-up
+# of the last agent and its finish (0.79 x the start's skew scaled to the agents beyond the cores: the same agents
+# queueing for the same cores), which the calibration takes per point. On two shared cores the agents' and the
+# switches' per-packet work add up (the emulator's term), so the latencies alone do not tell them apart, and where a
+# cost does not bind anywhere in the runs the fit leaves it near zero: read them together.
 
 EMULATION = Preset(
     name="emulation",
-    description="make emulate: k=4 fat-tree, 2 Mbit/s tc-shaped links, host agents and the embedded switch (C engine) on 2 cores",
+    description=(
+        "make emulate: k=4 fat-tree, 2 Mbit/s tc-shaped links, "
+        "host agents and the embedded switch (C engine) on 2 cores"
+    ),
     nic_bw=mbit(2.0),
     fabric_bw=mbit(2.0),
     cable_latency=0.0,
@@ -340,7 +343,9 @@ NDR = Preset(
 # constants for its LL protocol (src/graph/tuning.cc: 2.7 us per network ring step, 0.47 us per NVLink step).
 H100 = Preset(
     name="h100",
-    description="H100-class servers (8 GPUs, NVLink 900 GB/s, 8x400G NICs) on an NDR 400 Gb/s fabric, NCCL-like software",
+    description=(
+        "H100-class servers (8 GPUs, NVLink 900 GB/s, 8x400G NICs) on an NDR 400 Gb/s fabric, NCCL-like software"
+    ),
     nic_bw=gbit(400),
     fabric_bw=gbit(400),
     cable_latency=25e-9,

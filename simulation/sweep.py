@@ -115,7 +115,8 @@ def failures(preset: str = "h100") -> list[Scenario]:
 
 
 def emulation(preset: str = "emulation") -> list[Scenario]:
-    """The emulation's sweep preset (its calibration input): k=4, 4/8/16 hosts, 1K/16K/128K float32 elements, seven methods."""
+    """The emulation's sweep preset (its calibration input): k=4, 4/8/16 hosts, 1K/16K/128K float32 elements,
+    seven methods."""
     return [
         Scenario(
             topology="fat-tree:4",

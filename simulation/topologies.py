@@ -305,7 +305,8 @@ def dragonfly_plus(n_gpus: int, preset: Preset, radix: int = 64) -> Fabric:
     ports = spines_per_group * global_ports
     if groups - 1 > ports:
         raise FabricError(
-            f"Dragonfly+ of radix {radix} joins at most {ports + 1} groups ({(ports + 1) * group_size} GPUs), not {groups}"
+            f"Dragonfly+ of radix {radix} joins at most {ports + 1} groups ({(ports + 1) * group_size} GPUs), "
+            f"not {groups}"
         )
     n_leaves = math.ceil(n_gpus / h)
     b = FabricBuilder(n_gpus)

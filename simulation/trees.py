@@ -158,22 +158,22 @@ def _clos_tree(fabric: Fabric, router: ClosRouter, job: Job, load: dict[int, int
         ]
         if not cands:
             continue
-        probes = _one_per_child(
-            router, cands[0], gpus
-        )  # one member per child range (the same ranges under every candidate)
+        # one member per child range (the same ranges under every candidate)
+        probes = _one_per_child(router, cands[0], gpus)
 
-        def score(i: int) -> tuple[int, int, int]:
+        # sorted() calls it within this iteration, so late binding is harmless; the defaults make the binding explicit
+        def score(i: int, cands: list[int] = cands, probes: list[int] = probes) -> tuple[int, int, int]:
             """The controller planner's key: the load of the tree's upper switches (root and the switches
             right below it that cover members: for a fat-tree core, one spine per member pod), then rotation."""
             root = cands[i]
-            kids = {router._child(root, g) for g in probes}
+            kids = {router.child(root, g) for g in probes}
             upper = [load.get(root, 0)] + [load.get(k, 0) for k in kids if fabric.tiers[k] > 0]
             return (max(upper), sum(upper), (i - job.index) % len(cands))
 
         order = sorted(range(len(cands)), key=score)
         for i in order:
             root = cands[i]
-            if fabric.has_failures and not all(router._down_ok(root, g) for g in gpus):
+            if fabric.has_failures and not all(router.down_ok(root, g) for g in gpus):
                 continue
             parent: dict[int, int] = {}
             for g in gpus:
@@ -195,7 +195,7 @@ def _one_per_child(router: ClosRouter, root: int, gpus: Sequence[int]) -> list[i
     """One member GPU under each child of `root` that has members (children cover contiguous ranges)."""
     out, last = [], -1
     for g in gpus:  # sorted
-        c = router._child(root, g)
+        c = router.child(root, g)
         if c != last:
             out.append(g)
             last = c

@@ -197,10 +197,10 @@ class P4RuntimeWriter:
 
     def copy_from(self, sw: SoftSwitch) -> None:
         """Install the embedded switch's table entries (not defaults) and multicast groups."""
-        for name, info in sw.tables().items():
+        for name in sw.tables():
             if not any(t.preamble.name == name for t in self.p4info.tables):
                 continue  # p4c's hidden tables
-            if sw._runtime().tables[name].immutable:
+            if sw.runtime().tables[name].immutable:
                 continue  # const entries come with the program
             for entry in sw.table_entries(name):
                 self.table_entry(name, entry)

@@ -20,7 +20,8 @@ def render(wf: WireFormat = AGG) -> str:
     lines = [
         f"`Ethernet / IPv4 / UDP (dport {wf.udp_port}) / agg ({wf.header_bytes} B) / {wf.num_lanes} lanes`;"
         f" frames of {wf.frame_bytes(wf.elem_types['ELEM_INT32'])} B (int32 lanes),"
-        f" {wf.frame_bytes(wf.elem_types['ELEM_INT16'])} B (int16), {wf.frame_bytes(wf.elem_types['ELEM_INT8'])} B (int8).",
+        f" {wf.frame_bytes(wf.elem_types['ELEM_INT16'])} B (int16),"
+        f" {wf.frame_bytes(wf.elem_types['ELEM_INT8'])} B (int8).",
         "",
         "| bits | field | meaning |",
         "|---:|---|---|",

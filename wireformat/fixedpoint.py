@@ -135,8 +135,9 @@ def check_growth(n_workers: int, contrib_bits: int, result_bits: int, shift: int
         if growth > MAX_GROWTH_BYTES:
             raise FixedPointConfigError(
                 f"int{contrib_bits} contributions with int{bits} {what} grow each packet by {growth} bytes, more than "
-                f"the {MAX_GROWTH_BYTES} bytes BMv2 can add to a packet: send int{max(contrib_bits, bits - 8 * MAX_GROWTH_BYTES // lanes)} "
-                "or wider contributions, or narrower results"
+                f"the {MAX_GROWTH_BYTES} bytes BMv2 can add to a packet: "
+                f"send int{max(contrib_bits, bits - 8 * MAX_GROWTH_BYTES // lanes)} or wider contributions, "
+                "or narrower results"
             )
 
 

@@ -60,11 +60,10 @@ def render_header(wf: WireFormat) -> str:
         kind = f"int<{f.bits}>" if f.signed else f"bit<{f.bits}>"
         out.append(f"    {kind} {f.name};  // {f.doc}")
     out.append("}")
-    for name, bits in WIDTHS.items():
-        suffix = bits
+    for bits in WIDTHS.values():
         out.append("")
         out.append(f"// {wf.num_lanes} lanes of int{bits} (two's complement, carried as bit<{bits}>).")
-        out.append(f"header lanes{suffix}_h {{")
+        out.append(f"header lanes{bits}_h {{")
         for i in range(wf.num_lanes):
             out.append(f"    bit<{bits}> {lane(i)};")
         out.append("}")

@@ -305,7 +305,7 @@ def summarize(config: ExperimentConfig, samples: Sequence[Sample], **extra: Any)
             "bound": f["bound"],
             "t_over_wire": f["t_over_wire"],
             "t_over_path": f["t_over_path"],
-            "why": _why_not(f),
+            "why": why_not(f),
         }
         for f in out_points
         if not f["headline"]
@@ -332,7 +332,7 @@ def _num(x: Any) -> float:
     return math.nan if x is None else float(x)
 
 
-def _why_not(f: dict[str, Any]) -> str:
+def why_not(f: dict[str, Any]) -> str:
     """Why a point is no headline (works on raw figures and on the NaN-free summary.json form)."""
     if not f["ok"]:
         return "failed: " + "; ".join(f["problems"][:3])

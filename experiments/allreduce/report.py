@@ -141,7 +141,8 @@ def notes(summary: dict[str, Any], environment: dict[str, Any] | None = None) ->
         out.append(
             f"{len(failed)} point(s) failed: "
             + "; ".join(
-                f"{p['method']} {p['hosts']} hosts {human_size(p['elements'])}: {'; '.join(p['problems'][:2]) or 'no result'}"
+                f"{p['method']} {p['hosts']} hosts {human_size(p['elements'])}: "
+                f"{'; '.join(p['problems'][:2]) or 'no result'}"
                 for p in failed[:4]
             )
         )
@@ -163,7 +164,7 @@ def notes(summary: dict[str, Any], environment: dict[str, Any] | None = None) ->
         out.append(
             f"{len(rest)} point(s) were neither ({len(cpu)} cpu, {len(rest) - len(cpu)} unexplained); they measure the "
             f"emulator, not the network (worst: {worst['method']}, {worst['hosts']} hosts, "
-            f"{human_size(worst['elements'])}: {analysis._why_not(worst)})."
+            f"{human_size(worst['elements'])}: {analysis.why_not(worst)})."
         )
     others = [
         (p["cores_busy"] or 0.0) - (p["ours_busy"] or 0.0)

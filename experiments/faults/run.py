@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.api import Controller
+from controller.client import SwitchClient
 from controller.counters import totals
 from controller.installer import RemoveError
 from controller.planner import HostsCutOffError, JobDoesNotFitError, JobPlan
@@ -433,6 +434,19 @@ class FaultsRun:
         plan = self.plan
         chunks = -(-self.cfg.size // AGG.num_lanes)  # an all-reduce uses the first min(slots, chunks) slots
 
+        def live(cl: SwitchClient, cell: int, full: int) -> tuple[int, int] | None:
+            """(bitmap, epoch) of the cell while a data round aggregates in it with some, not all, children in."""
+            state = read_register(cl, schema, AGG_PREFIX + "slot_state", cell)
+            bitmap = read_register(cl, schema, AGG_PREFIX + "slot_bitmap", cell)
+            epoch = read_register(cl, schema, AGG_PREFIX + "slot_epoch", cell)
+            if state & 3 == 0 and 0 < bitmap != full and not state & 0x20:
+                return bitmap, epoch
+            return None
+
+        def same_round(a: tuple[int, int], b: tuple[int, int] | None) -> bool:
+            # still open, same epoch, and only more children in (a new round would start from none)
+            return b is not None and b[1] == a[1] and b[0] & a[0] == a[0]
+
         def flipper() -> None:
             nonlocal attempts
             while not stop.is_set() and len(landed) < self.cfg.sdc_flips:
@@ -440,21 +454,8 @@ class FaultsRun:
                 cl = self.ctl.fabric.client(sp.switch)
                 cell = (sp.slot_base + rng.randrange(min(sp.slot_count, chunks))) * 2 + rng.randrange(2)
                 full = (1 << sp.fan_in) - 1
-
-                def live() -> tuple[int, int] | None:
-                    state = read_register(cl, schema, AGG_PREFIX + "slot_state", cell)
-                    bitmap = read_register(cl, schema, AGG_PREFIX + "slot_bitmap", cell)
-                    epoch = read_register(cl, schema, AGG_PREFIX + "slot_epoch", cell)
-                    if state & 3 == 0 and 0 < bitmap != full and not state & 0x20:
-                        return bitmap, epoch
-                    return None
-
-                def same_round(a: tuple[int, int], b: tuple[int, int] | None) -> bool:
-                    # still open, same epoch, and only more children in (a new round would start from none)
-                    return b is not None and b[1] == a[1] and b[0] & a[0] == a[0]
-
                 try:
-                    first = live()
+                    first = live(cl, cell, full)
                     if first is None or (sp.switch, cell, first[1]) in flipped:
                         continue
                     attempts += 1
@@ -462,7 +463,7 @@ class FaultsRun:
                     bit = rng.randrange(31)
                     value = read_register(cl, schema, lane, cell)
                     write_register(cl, schema, lane, cell, value ^ (1 << bit))
-                    after = live()
+                    after = live(cl, cell, full)
                     # the same round still open after the write, with nothing added in between: the flip is in it
                     flipped.add((sp.switch, cell, first[1]))
                     if same_round(first, after):

@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     fab, tr = config.fabric, config.train
     print(
         f"{prog}: {fab.topology} on the {fab.backend} switch, hosts {list(fab.host_counts)}, methods "
-        f"{list(fab.methods)}, {tr.steps} steps of {config.elements} parameters, links {fab.shape.bw_mbps or 'unshaped'} "
-        "Mbit/s",
+        f"{list(fab.methods)}, {tr.steps} steps of {config.elements} parameters, "
+        f"links {fab.shape.bw_mbps or 'unshaped'} Mbit/s",
         file=sys.stderr,
     )
     try:

@@ -63,7 +63,8 @@ class TrainingRunner(Runner):
         self.mlp = model.model_for(config.train, self.data)
 
     def _on_release(self, tag: str) -> None:
-        """No snapshot at a training step's barrier: counters are read per run, not per step (it would slow the steps)."""
+        """No snapshot at a training step's barrier: counters are read per run, not per step
+        (it would slow the steps)."""
         if not tag.startswith("train-"):
             super()._on_release(tag)
 

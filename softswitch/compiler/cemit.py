@@ -366,7 +366,7 @@ class CEmitter:
         """Each slot's byte offset in struct st as state_struct declares it (members in order, each aligned to
         its size: the x86-64 and AArch64 ABIs). Lane loops address slots by it; _Static_asserts check it."""
         out, off = [], 0
-        for w, s in self.slot_types:
+        for w, _signed in self.slot_types:
             size = slot_bytes(w)
             off = (off + size - 1) // size * size
             out.append(off)
@@ -413,7 +413,6 @@ class CEmitter:
         return text, v
 
     def _ex(self, e: ir.Expr) -> tuple[str, Val]:
-        B = ir.BinOp
         if isinstance(e, ir.Const):
             v = e.value
             k = classify(v, v)
@@ -445,11 +444,11 @@ class CEmitter:
                 return self.logical(op, e.a, e.b)
             if op in _RING:
                 return self.ring(op, e.a, e.b)
-            if op is B.SHL:
+            if op is ir.BinOp.SHL:
                 return self.shl(e.a, e.b)
-            if op is B.SHR:
+            if op is ir.BinOp.SHR:
                 return self.shr(e.a, e.b)
-            if op in (B.DIV, B.MOD):
+            if op in (ir.BinOp.DIV, ir.BinOp.MOD):
                 return self.divmod(op, e.a, e.b)
             raise ir.IRError(f"unknown binary operator {op!r}")
         if isinstance(e, ir.Unary):
@@ -537,23 +536,22 @@ class CEmitter:
         return f"((i64)({text}))" if r.kind is Kind.I64 else text
 
     def ring(self, op: ir.BinOp, ea: ir.Expr, eb: ir.Expr) -> tuple[str, Val]:
-        B = ir.BinOp
         a, va = self.ex(ea)
         b, vb = self.ex(eb)
         r: Val
-        if op is B.AND and (not va.exact or not vb.exact):
+        if op is ir.BinOp.AND and (not va.exact or not vb.exact):
             other = vb if not va.exact else va
             r = val(0, other.hi) if other.nonneg else MOD
         elif not va.exact or not vb.exact:
             r = MOD
-        elif op is B.ADD:
+        elif op is ir.BinOp.ADD:
             r = val(va.lo + vb.lo, va.hi + vb.hi)
-        elif op is B.SUB:
+        elif op is ir.BinOp.SUB:
             r = val(va.lo - vb.hi, va.hi - vb.lo)
-        elif op is B.MUL:
+        elif op is ir.BinOp.MUL:
             corners = (va.lo * vb.lo, va.lo * vb.hi, va.hi * vb.lo, va.hi * vb.hi)
             r = val(min(corners), max(corners))
-        elif op is B.AND:
+        elif op is ir.BinOp.AND:
             if va.lo >= 0 and vb.lo >= 0:
                 r = val(0, min(va.hi, vb.hi))
             elif va.lo >= 0 or vb.lo >= 0:
@@ -572,7 +570,7 @@ class CEmitter:
             and va.kind is Kind.I64
             and vb.kind is Kind.I64
             and r.kind is Kind.I64
-            and op in (B.AND, B.OR, B.XOR)
+            and op in (ir.BinOp.AND, ir.BinOp.OR, ir.BinOp.XOR)
         ):
             return f"({a} {_RING[op]} {b})", r  # bitwise operations on int64 never overflow
         return self.from_u(f"({u(a, va)} {_RING[op]} {u(b, vb)})", r), r
@@ -1406,10 +1404,8 @@ class CEmitter:
                     raise CUnsupported("a direct action call with a parameter beyond 64 bits", Where.TABLE, node.table)
                 if ps:
                     em(1, "{")
-                    em(
-                        2,
-                        f"static const u64 dp_[{_n(len(ps))}] = {{{', '.join('UINT64_C(' + _n(p) + ')' for p in ps)}}};",
-                    )
+                    values = ", ".join(f"UINT64_C({_n(p)})" for p in ps)
+                    em(2, f"static const u64 dp_[{_n(len(ps))}] = {{{values}}};")
                     em(2, f"a_{_n(t.direct_action)}(S, dp_, X);")
                     em(1, "}")
                 else:
@@ -1540,10 +1536,9 @@ class CEmitter:
         em(1, f"S->s{_n(m.ingress_length_slot)} = len;")
         its = slot("ingress_global_timestamp")
         if o.ingress_clock and its is not None:
-            em(
-                1,
-                f"{its} = ({self.std_type('ingress_global_timestamp')})((u64)rt_now_us(X) & UINT64_C(281474976710655));",
-            )
+            # the timestamp is 48 bits wide in v1model: the clock's microseconds mod 2^48
+            its_type = self.std_type("ingress_global_timestamp")
+            em(1, f"{its} = ({its_type})((u64)rt_now_us(X) & UINT64_C(281474976710655));")
         em(1, "off = parse(S, D, len, X);")
         em(1, "if (X->fail) return -1;")
         em(1, "payload = D + off;")
@@ -1607,23 +1602,17 @@ class CEmitter:
                 t.kind, "RT_KEYLESS"
             )
             rows.append(f"{{{kind}, {_n(len(t.keys))}, {_n(max(t.lpm_index, 0))}}}")
-        em(
-            0,
-            f"static const struct rt_table_desc PROG_TABLES[{_n(max(1, len(rows)))}] = {{{', '.join(rows) or '{0, 0, 0}'}}};",
-        )
+        table_rows = ", ".join(rows) or "{0, 0, 0}"
+        em(0, f"static const struct rt_table_desc PROG_TABLES[{_n(max(1, len(rows)))}] = {{{table_rows}}};")
         regs = [
             f"{{{_n(off)}, {_n(size)}, {_n(width)}, {_n(stride)}}}"
             for off, stride, (size, width) in zip(self._reg_off, self._reg_stride, m.registers)
         ]
-        em(
-            0,
-            f"static const struct rt_reg_desc PROG_REGS[{_n(max(1, len(regs)))}] = {{{', '.join(regs) or '{0, 0, 0}'}}};",
-        )
+        reg_rows = ", ".join(regs) or "{0, 0, 0}"
+        em(0, f"static const struct rt_reg_desc PROG_REGS[{_n(max(1, len(regs)))}] = {{{reg_rows}}};")
         cnts = [f"{{{_n(off)}, {_n(size)}}}" for off, size in zip(self._cnt_off, m.counters)]
-        em(
-            0,
-            f"static const struct rt_counter_desc PROG_COUNTERS[{_n(max(1, len(cnts)))}] = {{{', '.join(cnts) or '{0, 0}'}}};",
-        )
+        counter_rows = ", ".join(cnts) or "{0, 0}"
+        em(0, f"static const struct rt_counter_desc PROG_COUNTERS[{_n(max(1, len(cnts)))}] = {{{counter_rows}}};")
         em(0, "")
 
     def state_struct(self) -> None:

@@ -159,7 +159,9 @@ class _Pass:
         return tuple(out)
 
     def stmt(self, s: ir.Stmt, st: _State, straight: bool, pool: ir.Pool) -> ir.Stmt:
-        ex = lambda e: self.expr(e, st, straight, pool)  # noqa: E731
+        def ex(e: ir.Expr) -> ir.Expr:
+            return self.expr(e, st, straight, pool)
+
         if isinstance(s, ir.Assign):
             return ir.Assign(s.slot, ex(s.value))
         if isinstance(s, ir.Let):
@@ -250,7 +252,9 @@ class Spiller:
         return tuple(out)
 
     def stmt(self, s: ir.Stmt, lets: list[ir.Stmt]) -> ir.Stmt:
-        ex = lambda e: self.expr(e, lets)  # noqa: E731
+        def ex(e: ir.Expr) -> ir.Expr:
+            return self.expr(e, lets)
+
         if isinstance(s, ir.Assign):
             return ir.Assign(s.slot, ex(s.value))
         if isinstance(s, ir.Let):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Any, Union
+from typing import Any
 
 
 class IRError(ValueError):
@@ -527,26 +527,26 @@ class Advance:
     short_error: int
 
 
-Stmt = Union[
-    Assign,
-    Let,
-    If,
-    Return,
-    CopyFields,
-    SwapFields,
-    ZeroFields,
-    RegWrite,
-    Count,
-    Fail,
-    Loop,
-    Goto,
-    GotoUnless,
-    Extract,
-    ExtractStack,
-    Require,
-    Verify,
-    Advance,
-]
+Stmt = (
+    Assign
+    | Let
+    | If
+    | Return
+    | CopyFields
+    | SwapFields
+    | ZeroFields
+    | RegWrite
+    | Count
+    | Fail
+    | Loop
+    | Goto
+    | GotoUnless
+    | Extract
+    | ExtractStack
+    | Require
+    | Verify
+    | Advance
+)
 
 ACCEPT = -1  # parser: the accept state; control: no next node
 
@@ -661,7 +661,7 @@ class CallNode:
     next: int
 
 
-Node = Union[TableNode, CondNode, CallNode]
+Node = TableNode | CondNode | CallNode
 
 
 @dataclass(frozen=True, slots=True)

@@ -494,7 +494,8 @@ class Lowering:
         n = parse_hexstr(v)
         if n.bit_length() > self.limits.max_constant_bits:
             raise ProgramLimitError(
-                f"limit max_constant_bits={self.limits.max_constant_bits}: a constant in {self.where} has {n.bit_length()} bits"
+                f"limit max_constant_bits={self.limits.max_constant_bits}: "
+                f"a constant in {self.where} has {n.bit_length()} bits"
             )
         return n
 
@@ -522,14 +523,13 @@ class Lowering:
         op = j.get("op")
         left, right = j.get("left"), j.get("right")
         pool = self.pool
-        B = ir.BinOp
         if isinstance(op, str) and op in _BINOPS:
             a = self.rv(left, params, depth)
             b = self.rv(right, params, depth)
             bop = _BINOPS[op]
             if bop in ir.COMPARISONS or bop in ir.LOGICAL:
                 return pool.binary(bop, a, b)
-            if bop is B.AND:
+            if bop is ir.BinOp.AND:
                 # drop p4c's width masks when the other side already fits them
                 if (
                     isinstance(b, ir.Const)
@@ -548,12 +548,12 @@ class Lowering:
                 ):
                     return b
                 known = [x for x in (a.bits, b.bits) if x is not None]
-                return pool.binary(B.AND, a, b, bits=min(known) if known else None)
-            if bop in (B.OR, B.XOR):
+                return pool.binary(ir.BinOp.AND, a, b, bits=min(known) if known else None)
+            if bop in (ir.BinOp.OR, ir.BinOp.XOR):
                 bits = max(a.bits, b.bits) if a.bits is not None and b.bits is not None else None
                 return pool.binary(bop, a, b, bits=bits)
-            if bop is B.SHR:
-                return pool.binary(B.SHR, a, b, bits=a.bits)
+            if bop is ir.BinOp.SHR:
+                return pool.binary(ir.BinOp.SHR, a, b, bits=a.bits)
             return pool.binary(bop, a, b)
         if op == "not":
             return pool.unary(ir.UnOp.NOT, self.rv(right, params, depth))
@@ -580,19 +580,19 @@ class Lowering:
             if not isinstance(right, dict) or right.get("type") != "header":
                 raise self.refuse(f"'valid' on {right!r:.80}")
             v = self.lay.valid[self.header_name(right)]
-            return pool.binary(B.NE, pool.field(v, 1, None), pool.const(0))
+            return pool.binary(ir.BinOp.NE, pool.field(v, 1, None), pool.const(0))
         if op == "valid_union":
             if not isinstance(right, dict) or right.get("type") != "header_union":
                 raise self.refuse(f"'valid_union' on {right!r:.80}")
             u = next((u for u in self.prog.unions if u.name == right.get("value")), None)
             if u is None:
                 raise ValueError(f"unknown header union {right.get('value')!r:.80}")
-            parts = [pool.binary(B.NE, pool.field(self.lay.valid[m], 1, None), pool.const(0)) for m in u.headers]
+            parts = [pool.binary(ir.BinOp.NE, pool.field(self.lay.valid[m], 1, None), pool.const(0)) for m in u.headers]
             if not parts:
                 return pool.boolean(False)
             e = parts[0]
             for p in parts[1:]:
-                e = pool.binary(B.LOR, e, p)
+                e = pool.binary(ir.BinOp.LOR, e, p)
             return e
         if op in ("dereference_header_stack", "dereference_stack", "access_field", "last_stack_index", "size_stack"):
             raise self.refuse(f"{RUNTIME_INDEX} (expression op {op!r})")
@@ -735,9 +735,8 @@ class Lowering:
             size_expr = self.rv(args[3], params)
             size = self.temp(size_expr)
             out.append(ir.Let(size.index, size_expr))
-            B = ir.BinOp
-            divisor = pool.mux(pool.binary(B.NE, size, pool.const(0)), size, pool.const(1))
-            e = pool.binary(B.ADD, pool.binary(B.MOD, pool.hash(calc), divisor), base)
+            divisor = pool.mux(pool.binary(ir.BinOp.NE, size, pool.const(0)), size, pool.const(1))
+            e = pool.binary(ir.BinOp.ADD, pool.binary(ir.BinOp.MOD, pool.hash(calc), divisor), base)
             out.append(ir.Assign(slot, self.fit(e, w, signed)))
         elif op == "modify_field_rng_uniform":
             slot, w, signed = self.lvalue(args[0])
@@ -839,8 +838,10 @@ class Lowering:
         return self.pool.binary(ir.BinOp.NE, self.pool.field(valid_slot, 1, None), self.pool.const(0))
 
     def add_length(self, delta: int) -> ir.Assign:
-        L = self.lay.LEN
-        return ir.Assign(L, self.pool.binary(ir.BinOp.ADD, self.pool.field(L, None, None), self.pool.const(delta)))
+        length = self.lay.LEN
+        return ir.Assign(
+            length, self.pool.binary(ir.BinOp.ADD, self.pool.field(length, None, None), self.pool.const(delta))
+        )
 
     # ------------------------------------------------------------------ calculations
     def calculation(self, name: str) -> int:
@@ -1028,7 +1029,10 @@ class Lowering:
                     ir.BinOp.AND, e, pool.const(key.mask), bits=min(w, key.mask.bit_length()) if key.mask >= 0 else None
                 )
             keys.append(e)
-        node = lambda name: self.node(pipeline, name)  # noqa: E731
+
+        def node(name: str | None) -> int:
+            return self.node(pipeline, name)
+
         by_action = []
         for aid in t.action_ids:
             a = self.prog.actions[self.action_of(aid)]

@@ -344,7 +344,8 @@ def _load(doc: dict[str, Json], limits: Limits) -> Program:
             width = _int(width, f"width of field {name!r} in header type {tname!r}", 0)
             if width > limits.max_field_bits:
                 raise ProgramLimitError(
-                    f"limit max_field_bits={limits.max_field_bits}: field {name!r} of header type {tname!r} has {width} bits"
+                    f"limit max_field_bits={limits.max_field_bits}: "
+                    f"field {name!r} of header type {tname!r} has {width} bits"
                 )
             signed = f[2] if len(f) > 2 else False
             if signed not in (True, False):  # p4c writes false, or 0/1 for some bool-typed fields
@@ -572,7 +573,8 @@ def _table(t: dict[str, Json], actions: dict[int, ActionDef], limits: Limits) ->
         if not (isinstance(target, list) and len(target) == 2 and all(isinstance(x, str) for x in target)):
             if "dereference" in json.dumps(target) or "access_field" in json.dumps(target):
                 raise UnsupportedProgramError(
-                    f"a table key on a header stack element chosen at run time (dereference_header_stack) in table {name!r}"
+                    "a table key on a header stack element chosen at run time (dereference_header_stack) "
+                    f"in table {name!r}"
                 )
             raise UnsupportedProgramError(f"key target {target!r:.80} in table {name!r} (only header fields)")
         mask = k.get("mask")

@@ -402,10 +402,8 @@ class Emitter:
         if isinstance(node, ir.CondNode):
             for s in node.pre:
                 self.stmt(s, 1, fn, em)
-            em(
-                1,
-                f"return {self.node_ref(node.true_next)} if {self.ex(node.cond, fn)} else {self.node_ref(node.false_next)}",
-            )
+            cond = self.ex(node.cond, fn)
+            em(1, f"return {self.node_ref(node.true_next)} if {cond} else {self.node_ref(node.false_next)}")
         elif isinstance(node, ir.CallNode):
             em(1, f"a_{_n(node.action)}(F, ())")
             self.exit_check(1)

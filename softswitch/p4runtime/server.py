@@ -92,7 +92,8 @@ class _Device:
     config: p4runtime_pb2.ForwardingPipelineConfig | None = None  # the committed one
     saved: tuple[p4runtime_pb2.ForwardingPipelineConfig, P4InfoIndex] | None = None  # VERIFY_AND_SAVE
     groups_with_port_bytes: set[int] = field(default_factory=set)  # answer reads in the form written
-    # the controller's opaque per-entry data, returned on read: (table, key, priority) -> (controller_metadata, metadata)
+    # the controller's opaque per-entry data, returned on read:
+    # (table, key, priority) -> (controller_metadata, metadata)
     entry_metadata: dict[tuple[str, tuple, int], tuple[int, bytes]] = field(default_factory=dict)
 
     def require_pipeline(self) -> P4InfoIndex:
@@ -320,6 +321,11 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
         return send
 
+    @property
+    def device_ids(self) -> list[int]:
+        """The devices served, in order."""
+        return sorted(self._devices)
+
     def _device(self, device_id: int) -> _Device:
         try:
             return self._devices[device_id]
@@ -338,7 +344,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=api_version())
 
     # -- Pipeline --------------------------------------------------------------------------------
-    def SetForwardingPipelineConfig(  # noqa: N802
+    def SetForwardingPipelineConfig(  # noqa: N802 - gRPC method name
         self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: grpc.ServicerContext
     ) -> p4runtime_pb2.SetForwardingPipelineConfigResponse:
         try:
@@ -428,7 +434,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             len(index.counters),
         )
 
-    def GetForwardingPipelineConfig(  # noqa: N802
+    def GetForwardingPipelineConfig(  # noqa: N802 - gRPC method name
         self, request: p4runtime_pb2.GetForwardingPipelineConfigRequest, context: grpc.ServicerContext
     ) -> p4runtime_pb2.GetForwardingPipelineConfigResponse:
         try:
@@ -455,7 +461,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         return p4runtime_pb2.GetForwardingPipelineConfigResponse(config=out)
 
     # -- Write -------------------------------------------------------------------------------------
-    def Write(  # noqa: N802
+    def Write(  # noqa: N802 - gRPC method name
         self, request: p4runtime_pb2.WriteRequest, context: grpc.ServicerContext
     ) -> p4runtime_pb2.WriteResponse:
         try:
@@ -636,7 +642,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             dev.switch.register_write(spec.name, i, value)
 
     # -- Read --------------------------------------------------------------------------------------
-    def Read(  # noqa: N802
+    def Read(  # noqa: N802 - gRPC method name
         self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext
     ) -> Iterator[p4runtime_pb2.ReadResponse]:
         sink = _ResponseSink()
@@ -747,7 +753,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     mg.replicas.add(egress_port=port, instance=rid)
 
     # -- StreamChannel -----------------------------------------------------------------------------
-    def StreamChannel(  # noqa: N802
+    def StreamChannel(  # noqa: N802 - gRPC method name
         self, request_iterator: Iterator[p4runtime_pb2.StreamMessageRequest], context: grpc.ServicerContext
     ) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
         stream = _Stream()
@@ -878,7 +884,7 @@ class P4RuntimeServer:
             raise OSError(f"cannot listen on {wanted} (address in use?)")
         server.start()
         self._server, self.port = server, port
-        LOG.info("P4Runtime server on %s for device(s) %s", self.address, sorted(self.servicer._devices))
+        LOG.info("P4Runtime server on %s for device(s) %s", self.address, self.servicer.device_ids)
         return port
 
     def stop(self, grace: float | None = 0.5) -> None:

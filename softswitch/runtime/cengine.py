@@ -304,7 +304,9 @@ class CRuntime(ProgramRuntime):
         if not self.sw:
             raise MemoryError("C engine: cannot allocate the switch's state")
         cpu = switch.cpu_port if switch.cpu_port is not None else -1
-        self.lib.p4sw_config(self.sw, switch.priority_queues, cpu, int(switch._t0 * 1e9), random.getrandbits(64) | 1)
+        self.lib.p4sw_config(
+            self.sw, switch.priority_queues, cpu, int(switch.clock_origin * 1e9), random.getrandbits(64) | 1
+        )
         for name, mt in self.tables.items():
             i = self.table_index[name]
             kind = self.module.tables[i].kind

@@ -415,7 +415,7 @@ class PortIO:
                 continue
             if due is not None:
                 self._release(time.monotonic())
-            for fd, mask in events:
+            for fd, _mask in events:
                 if fd == self._wake_r:
                     try:
                         os.read(self._wake_r, 4096)

@@ -119,7 +119,7 @@ def _mod(a: int, b: int) -> int:
     return a % b if b else 0
 
 
-def _no_action(F: list[int], P: tuple[int, ...]) -> None:
+def _no_action(slots: list[int], params: tuple[int, ...]) -> None:
     """The default of a table whose JSON gives none."""
 
 
@@ -208,23 +208,23 @@ class PyRuntime(ProgramRuntime):
         selects a queue beyond them is dropped at enqueue, as simple_switch does.
         """
         std = self.std
-        F = self.template.copy()
+        slots = self.template.copy()
         n = len(data)
         lay = self.lay
-        F[std["ingress_port"]] = port & 0x1FF
+        slots[std["ingress_port"]] = port & 0x1FF
         if std["packet_length"] is not None:
-            F[std["packet_length"]] = n & 0xFFFFFFFF
-        F[lay.LEN] = n
-        F[lay.INGLEN] = n
+            slots[std["packet_length"]] = n & 0xFFFFFFFF
+        slots[lay.LEN] = n
+        slots[lay.INGLEN] = n
         ts = self.clock["ingress_global_timestamp"]
         if ts is not None:
-            F[ts] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFFFFFF
-        off = self.parse(F, data)
+            slots[ts] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFFFFFF
+        off = self.parse(slots, data)
         payload = data[off:]
-        self.ingress(F)
-        F[lay.EXIT] = 0
+        self.ingress(slots)
+        slots[lay.EXIT] = 0
         mslot = std["mcast_grp"]
-        mgid = F[mslot] if mslot is not None else 0
+        mgid = slots[mslot] if mslot is not None else 0
         out: list[tuple[int, bytes]] = []
         drops = 0
         itype = std["instance_type"]
@@ -232,64 +232,64 @@ class PyRuntime(ProgramRuntime):
             replicas = mc.get(mgid, ())
             if not replicas:
                 return out, 1
-            if not self._enqueue(F, t0, queues):
+            if not self._enqueue(slots, t0, queues):
                 return out, len(replicas)
             if itype is not None:
-                F[itype] = codegen.INSTANCE_REPLICATION
+                slots[itype] = codegen.INSTANCE_REPLICATION
             rslot = std["egress_rid"]
             for eport, rid in replicas:
-                G = F.copy()
+                replica = slots.copy()
                 if rslot is not None:
-                    G[rslot] = rid
-                pkt = self._egress(G, eport, payload, t0)
+                    replica[rslot] = rid
+                pkt = self._egress(replica, eport, payload, t0)
                 if pkt is None:
                     drops += 1
                 else:
                     out.append((eport, pkt))
             return out, drops
-        espec = F[std["egress_spec"]]
+        espec = slots[std["egress_spec"]]
         if espec == codegen.DROP_PORT:
             return out, 1
         if itype is not None:
-            F[itype] = codegen.INSTANCE_NORMAL
-        if not self._enqueue(F, t0, queues):
+            slots[itype] = codegen.INSTANCE_NORMAL
+        if not self._enqueue(slots, t0, queues):
             return out, 1
-        pkt = self._egress(F, espec, payload, t0)
+        pkt = self._egress(slots, espec, payload, t0)
         if pkt is None:
             return out, 1
         out.append((espec, pkt))
         return out, 0
 
-    def _enqueue(self, F: list[int], t0: float, queues: int) -> bool:
+    def _enqueue(self, slots: list[int], t0: float, queues: int) -> bool:
         """simple_switch's enqueue: the priority must name a queue; enq_timestamp is stamped."""
         prio = self.std["priority"]
-        if prio is not None and F[prio] >= queues:
+        if prio is not None and slots[prio] >= queues:
             return False
         enq = self.clock["enq_timestamp"]
         if enq is not None:
-            F[enq] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFF
+            slots[enq] = int((time.monotonic() - t0) * 1e6) & 0xFFFFFFFF
         return True
 
-    def _egress(self, F: list[int], port: int, payload: bytes, t0: float) -> bytes | None:
+    def _egress(self, slots: list[int], port: int, payload: bytes, t0: float) -> bytes | None:
         std = self.std
         if std["egress_port"] is not None:
-            F[std["egress_port"]] = port
+            slots[std["egress_port"]] = port
         es = std["egress_spec"]
-        F[es] = (codegen.DROP_PORT + 1) & 0x1FF
+        slots[es] = (codegen.DROP_PORT + 1) & 0x1FF
         if std["packet_length"] is not None:
-            F[std["packet_length"]] = F[self.lay.LEN] & 0xFFFFFFFF
+            slots[std["packet_length"]] = slots[self.lay.LEN] & 0xFFFFFFFF
         ts, dq = self.clock["egress_global_timestamp"], self.clock["deq_timedelta"]
         if ts is not None or dq is not None:
             now = int((time.monotonic() - t0) * 1e6)
             if ts is not None:
-                F[ts] = now & 0xFFFFFFFFFFFF
+                slots[ts] = now & 0xFFFFFFFFFFFF
             if dq is not None:
                 enq = std["enq_timestamp"]
-                F[dq] = (now - (F[enq] if enq is not None else now)) & 0xFFFFFFFF
-        self.egress(F)
-        if F[es] == codegen.DROP_PORT:
+                slots[dq] = (now - (slots[enq] if enq is not None else now)) & 0xFFFFFFFF
+        self.egress(slots)
+        if slots[es] == codegen.DROP_PORT:
             return None
-        return self.deparse(F, payload)
+        return self.deparse(slots, payload)
 
 
 # the name the tests and earlier code know the Python engine's runtime by
@@ -339,7 +339,7 @@ class SoftSwitch:
         self._rt: ProgramRuntime | None = None
         self._json: bytes | None = None
         self._pre = ReplicationEngine()
-        self._t0 = time.monotonic()
+        self._t0 = time.monotonic()  # the packets' timestamps count from here (clock_origin)
         # errors: interpreter bugs; assertions: the program's assert()/assume() failed (BMv2 would abort)
         # packet_in / packet_out: packets to and from the controller through the CPU port
         # (the C engine counts its packets itself: `stats` adds its counts, and those of programs replaced)
@@ -410,6 +410,11 @@ class SoftSwitch:
         old.close()
 
     @property
+    def clock_origin(self) -> float:
+        """time.monotonic() when the switch was made: its packets' timestamps count microseconds from it."""
+        return self._t0
+
+    @property
     def program_loaded(self) -> bool:
         return self._rt is not None
 
@@ -428,13 +433,17 @@ class SoftSwitch:
         """The code the program was compiled to (Python or C, for debugging)."""
         return self._rt.source if self._rt else None
 
-    def _runtime(self) -> ProgramRuntime:
+    def runtime(self) -> ProgramRuntime:
+        """The loaded program's engine (its tables, registers, generated code); NoProgramError before a load.
+
+        For benchmarks, cross-checks and tests that drive or inspect an engine directly: calls on it do not
+        take the switch's lock."""
         if self._rt is None:
             raise NoProgramError(f"{self.name}: no P4 program loaded")
         return self._rt
 
     def _table(self, name: str) -> tuple[ProgramRuntime, program.TableDef, MatchTable]:
-        rt = self._runtime()
+        rt = self.runtime()
         if name not in rt.tables:
             raise UnknownObjectError(f"no table {name!r} in the loaded program")
         return rt, rt.table_defs[name], rt.tables[name]
@@ -442,7 +451,7 @@ class SoftSwitch:
     # ---- introspection -----------------------------------------------------------------------
     def tables(self) -> dict[str, TableInfo]:
         with self._lock:
-            rt = self._runtime()
+            rt = self.runtime()
             out = {}
             for name, t in rt.table_defs.items():
                 keys = tuple(KeyFieldInfo(s.name, s.match_type, s.width) for s in rt.tables[name].keys)
@@ -451,7 +460,7 @@ class SoftSwitch:
 
     def actions(self) -> dict[str, ActionInfo]:
         with self._lock:
-            return dict(self._runtime().action_infos)
+            return dict(self.runtime().action_infos)
 
     # ---- table entries -----------------------------------------------------------------------
     def _checked_call(self, table: str, entry: TableEntry) -> tuple[Any, ActionCall, Any]:
@@ -508,11 +517,11 @@ class SoftSwitch:
     # ---- counters and registers ----------------------------------------------------------------
     def counters(self) -> dict[str, int]:
         with self._lock:
-            rt = self._runtime()
+            rt = self.runtime()
             return {name: size for name, size in zip(rt.names.counters, rt.module.counters)}
 
     def _counter(self, name: str, index: int | None) -> tuple[ProgramRuntime, int]:
-        rt = self._runtime()
+        rt = self.runtime()
         k = rt.counter_index.get(name)
         if k is None:
             raise UnknownObjectError(f"no counter {name!r} in the loaded program")
@@ -542,11 +551,11 @@ class SoftSwitch:
 
     def registers(self) -> dict[str, tuple[int, int]]:
         with self._lock:
-            rt = self._runtime()
+            rt = self.runtime()
             return {r.name: (r.size, r.width) for r in rt.prog.registers}
 
     def _register(self, name: str, index: int | None) -> tuple[ProgramRuntime, int, int]:
-        rt = self._runtime()
+        rt = self.runtime()
         k = rt.register_index.get(name)
         if k is None:
             raise UnknownObjectError(f"no register {name!r} in the loaded program")
@@ -576,19 +585,19 @@ class SoftSwitch:
     # ---- multicast -----------------------------------------------------------------------------
     def mc_group_set(self, group_id: int, replicas: list[tuple[int, int]]) -> None:
         with self._lock:
-            rt = self._runtime()
+            rt = self.runtime()
             self._pre.set(group_id, replicas)
             rt.mc_set(group_id, self._pre.groups[group_id])
 
     def mc_group_delete(self, group_id: int) -> None:
         with self._lock:
-            rt = self._runtime()
+            rt = self.runtime()
             self._pre.delete(group_id)
             rt.mc_delete(group_id)
 
     def mc_groups(self) -> dict[int, list[tuple[int, int]]]:
         with self._lock:
-            self._runtime()
+            self.runtime()
             return self._pre.snapshot()
 
     # ---- packets -------------------------------------------------------------------------------

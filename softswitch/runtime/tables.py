@@ -153,7 +153,8 @@ class MatchTable:
                 mask = _prefix_mask(k.prefix_len, spec.width)
                 if k.value & ~mask & top:
                     raise InvalidEntryError(
-                        f"table {self.name!r}: {spec.name!r} value {k.value:#x} has bits beyond its /{k.prefix_len} prefix"
+                        f"table {self.name!r}: {spec.name!r} value {k.value:#x} "
+                        f"has bits beyond its /{k.prefix_len} prefix"
                     )
                 parts.append((k.value, k.prefix_len))
             elif isinstance(k, Ternary):

@@ -45,9 +45,9 @@ def test_write_error_names_switch_entry_and_reason() -> None:
     err = WriteError(
         "e3", "UNKNOWN", "Write failure.", statuses, ["job_ports[...] a", "job_config[job_id=7] -> set_job(...)"]
     )
-    assert (
-        str(err)
-        == "switch e3: write of 2 update(s) failed: update 1 (job_config[job_id=7] -> set_job(...)): ALREADY_EXISTS entry exists"
+    assert str(err) == (
+        "switch e3: write of 2 update(s) failed: "
+        "update 1 (job_config[job_id=7] -> set_job(...)): ALREADY_EXISTS entry exists"
     )
     assert err.succeeded() == [0] and err.failed_codes() == {"ALREADY_EXISTS"}
     blind = WriteError("c1", "UNAVAILABLE", "connection reset", [], ["a", "b"])

@@ -188,7 +188,8 @@ def test_job_entries_follow_design() -> None:
         f"job_ports[ingress_port={up}, job_id=12] -> from_parent()",
     ]
     assert e1[-1].startswith(
-        "job_config[job_id=12] -> set_job(fan_in=2, in_shift=0, job_index=1, mcast_grp=1, result_type=0, role=2, shift=0, slot_base=0, slot_count=128,"
+        "job_config[job_id=12] -> set_job(fan_in=2, in_shift=0, job_index=1, mcast_grp=1, result_type=0, role=2, "
+        "shift=0, slot_base=0, slot_count=128,"
     )
     root = [str(e) for e in entries[plan.root]]
     assert not any("from_parent" in e for e in root) and root[-1].endswith("up_port=0, up_shift=0, up_type=0)")

@@ -46,7 +46,10 @@ def test_fat_tree_counts(k: int) -> None:
 def test_fat_tree_k4_stable_ports() -> None:
     t = fat_tree(4)
     assert len(t.switches) == 20 and len(t.hosts) == 16
-    ports = lambda sw: {n.port: n.peer for n in t.neighbors(sw)}  # noqa: E731
+
+    def ports(sw: str) -> dict[int, str]:
+        return {n.port: n.peer for n in t.neighbors(sw)}
+
     assert ports("e1") == {1: "h1", 2: "h2", 3: "a1", 4: "a2"}
     assert ports("e4") == {1: "h7", 2: "h8", 3: "a3", 4: "a4"}
     assert ports("a2") == {1: "e1", 2: "e2", 3: "c3", 4: "c4"}

@@ -135,7 +135,7 @@ def test_results_are_narrowed_with_a_saturating_shift(dut: Dut, result_type: int
     expected = [min(hi, max(lo, rshift(s, shift))) for s in lane_sum(a, b)]
     assert any(e in (lo, hi) for e in expected), "the case must exercise clamping"
     got = results_by_port(dut.receive(2), 2)
-    for port, pkt in got.items():
+    for pkt in got.values():
         assert pkt.header["elem_type"] == result_type and pkt.header["shift"] == shift
         assert pkt.lanes == expected
         assert pkt.header["flags"] & OVERFLOW, "clamped lanes set the overflow flag"

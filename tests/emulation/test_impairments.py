@@ -32,7 +32,10 @@ def link(lab: NetnsLab) -> tuple[str, str, Callable[..., str]]:
     lab.veth(a, "eth0", b, "eth0")
     lab.address(a, "eth0", "10.78.0.1/24")
     lab.address(b, "eth0", "10.78.0.2/24")
-    run = lambda *cmd: lab.run(a, *cmd)  # noqa: E731
+
+    def run(*cmd: str) -> str:
+        return lab.run(a, *cmd)
+
     # a static neighbour: no ARP request leaves a's eth0, so the datagrams are the only frames the filters see
     # (a copied ARP request is counted as duplicated but arrives as no datagram: CI once saw 35 copies, 34 extra)
     mac = lab.run(b, "cat", "/sys/class/net/eth0/address").strip()

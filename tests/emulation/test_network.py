@@ -86,7 +86,8 @@ def test_cleanup_removes_a_killed_run(tmp_path: Path, leak_check: None) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from controller.leafspine import leaf_spine
         from emulation.network import EmulatedNetwork, NetworkConfig, NetworkError, netem_missing
-        net = EmulatedNetwork(leaf_spine(2, 1, 1), NetworkConfig(run_dir=Path({str(tmp_path)!r}), backend="embedded")).start()
+        config = NetworkConfig(run_dir=Path({str(tmp_path)!r}), backend="embedded")
+        net = EmulatedNetwork(leaf_spine(2, 1, 1), config).start()
         pids = [str(p) for p in net.switch_pids().values()]
         Path({str(ready)!r}).write_text(net.tag + " " + " ".join(pids))
         time.sleep(600)
@@ -128,7 +129,8 @@ def test_ctrl_c_tears_the_network_down(tmp_path: Path, leak_check: None) -> None
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from controller.leafspine import leaf_spine
         from emulation.network import EmulatedNetwork, NetworkConfig, NetworkError, netem_missing
-        with EmulatedNetwork(leaf_spine(2, 1, 1), NetworkConfig(run_dir=Path({str(tmp_path)!r}), backend="embedded")) as net:
+        config = NetworkConfig(run_dir=Path({str(tmp_path)!r}), backend="embedded")
+        with EmulatedNetwork(leaf_spine(2, 1, 1), config) as net:
             pids = [str(p) for p in net.switch_pids().values()]
             Path({str(ready)!r}).write_text(net.tag + " " + " ".join(pids))
             time.sleep(600)

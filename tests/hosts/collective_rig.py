@@ -57,7 +57,7 @@ def run(ranks: Sequence[HostCollective], inputs: Sequence[np.ndarray], calls: in
             for _ in range(calls):
                 out[r] = ranks[r].allreduce(inputs[r])
             ranks[r].barrier("done")
-        except BaseException as ex:
+        except BaseException as ex:  # noqa: BLE001 - handed to the test thread, which re-raises it
             errors.append(ex)
         finally:
             ranks[r].close()

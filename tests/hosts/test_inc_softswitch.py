@@ -109,7 +109,7 @@ def run_ranks(workers: list[IncWorker], calls: list[list[np.ndarray]]) -> list[l
             for c, inputs in enumerate(calls):
                 res = workers[r].allreduce(inputs[r])
                 out[c][r] = (res, workers[r].last_stats, workers[r].last_plan)
-        except BaseException as ex:
+        except BaseException as ex:  # noqa: BLE001 - handed to the test thread, which re-raises it
             errors.append(ex)
 
     threads = [threading.Thread(target=body, args=(r,)) for r in range(len(workers))]

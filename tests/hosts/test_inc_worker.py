@@ -68,7 +68,7 @@ def run_all(workers: list[IncWorker], inputs: list[np.ndarray], calls: int = 1) 
         try:
             for _ in range(calls):
                 out[r].append(workers[r].allreduce(inputs[r]))
-        except BaseException as ex:  # reported below
+        except BaseException as ex:  # noqa: BLE001 - handed to the test thread, which re-raises it
             errors.append(ex)
 
     threads = [threading.Thread(target=body, args=(r,)) for r in range(len(workers))]

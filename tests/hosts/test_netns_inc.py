@@ -59,7 +59,7 @@ def attach(lab: NetnsLab, processor: Processor, n: int) -> Any:
         try:
             enter(f"p4ina-{lab.tag}-sw")
             io.start()
-        except BaseException as ex:
+        except BaseException as ex:  # noqa: BLE001 - handed to the test thread, which re-raises it
             box["error"] = ex
 
     t = threading.Thread(target=start)

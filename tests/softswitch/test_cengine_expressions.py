@@ -243,7 +243,7 @@ def test_random_expressions_compute_the_same_on_both_engines(seed: int) -> None:
         pytest.skip("[cc] no C compiler (cc) on PATH: the C engine cannot be built")
     in_bytes = (sum(w for _, w, _ in IN_FIELDS) + 7) // 8
     rng = random.Random(seed * 7919)
-    for raw, n in random_programs(seed):
+    for raw, _exprs in random_programs(seed):
         c, py = SoftSwitch(engine="c"), SoftSwitch(engine="python")
         c.load_program(raw)
         py.load_program(raw)

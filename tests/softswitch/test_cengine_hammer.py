@@ -51,7 +51,8 @@ def two_field_program() -> str:
 
 
 def params(gen: int) -> tuple[int, int]:
-    """Generation -> (mac, tag): the tag is a function of the mac's low 24 bits, so halves of two entries never agree."""
+    """Generation -> (mac, tag): the tag is a function of the mac's low 24 bits,
+    so halves of two entries never agree."""
     low = gen & 0xFFFFFF
     return 0x0A_00_00_00_00_00 | low, (low * 40503 + 0x1234) & 0xFFFF
 

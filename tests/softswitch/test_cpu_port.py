@@ -55,7 +55,10 @@ def punt_json() -> str:
         {"name": "packet_out", "id": 3, "header_type": "packet_out_t", "metadata": False, "pi_omit": True},
         {"name": "packet_in", "id": 4, "header_type": "packet_in_t", "metadata": False, "pi_omit": True},
     ]
-    extract = lambda h: {"parameters": [{"type": "regular", "value": h}], "op": "extract"}  # noqa: E731
+
+    def extract(h: str) -> dict[str, Any]:
+        return {"parameters": [{"type": "regular", "value": h}], "op": "extract"}
+
     doc["parsers"][0]["parse_states"] = [
         {
             "name": "start",
@@ -82,7 +85,10 @@ def punt_json() -> str:
             "transitions": [{"type": "default", "value": None, "mask": None, "next_state": None}],
         },
     ]
-    assign = lambda d, s: {"op": "assign", "parameters": [d, s]}  # noqa: E731
+
+    def assign(d: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+        return {"op": "assign", "parameters": [d, s]}
+
     doc["actions"] += [
         {
             "name": "from_cpu",

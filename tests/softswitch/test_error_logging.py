@@ -18,10 +18,10 @@ def test_internal_errors_are_counted_and_logged_rarely(caplog: pytest.LogCapture
     sw = SoftSwitch(name="flaky", engine="python")  # patches the Python engine's generated code
     sw.load_program(fake_switch.TINY_JSON)
 
-    def broken(F: list[int], D: bytes) -> int:
+    def broken(slots: list[int], data: bytes) -> int:
         raise ZeroDivisionError("a bug in the interpreter")
 
-    sw._runtime().parse = broken  # type: ignore[method-assign]
+    sw.runtime().parse = broken  # type: ignore[method-assign]
     with caplog.at_level(logging.DEBUG, logger="softswitch"):
         for _ in range(1000):
             assert sw.process_packet(1, FRAME) == []

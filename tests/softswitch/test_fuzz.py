@@ -88,6 +88,6 @@ def test_any_bytes_are_processed_or_dropped(name: str, port: int, data: bytes) -
 def test_internal_errors_are_caught_counted_and_dropped() -> None:
     sw = SoftSwitch(engine="python")  # patches the Python engine's generated code
     sw.load_program((PROGRAMS / "arith.json").read_bytes())
-    sw._runtime().ingress = lambda F: 1 / 0  # type: ignore[method-assign]  # simulate an interpreter bug
+    sw.runtime().ingress = lambda slots: 1 / 0  # type: ignore[method-assign]  # simulate an interpreter bug
     assert sw.process_packet(1, bytes(40)) == []
     assert sw.stats == {"rx": 1, "tx": 0, "dropped": 1, "errors": 1, "assertions": 0, "packet_in": 0, "packet_out": 0}

@@ -216,7 +216,7 @@ def test_every_number_must_be_an_integer(path: tuple[Any, ...], value: Any) -> N
 def test_generated_code_runs_with_only_the_builtins_it_needs() -> None:
     sw = SoftSwitch(engine="python")  # the generated Python's namespace (the C engine: test_cengine_hostile.py)
     sw.load_program(fake_switch.TINY_JSON)
-    namespace = sw._runtime().ns
+    namespace = sw.runtime().ns
     assert set(namespace["__builtins__"]) == {"len", "int", "min", "max"}
     assert "__import__" not in namespace and "open" not in namespace
 

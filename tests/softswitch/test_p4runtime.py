@@ -37,6 +37,8 @@ PKTS, REG = fake_switch.PKTS, fake_switch.REG
 
 DEVICE = 3
 U = p4runtime_pb2.Update
+GetConfig = p4runtime_pb2.GetForwardingPipelineConfigRequest
+SetConfig = p4runtime_pb2.SetForwardingPipelineConfigRequest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,9 +308,8 @@ def test_capabilities_reports_the_api_version(server: Backend) -> None:
 
 
 def test_pipeline_push_and_get(server: Backend, client: Client) -> None:
-    G = p4runtime_pb2.GetForwardingPipelineConfigRequest
     with pytest.raises(grpc.RpcError) as info:  # as PI: no config yet is an error, not an empty config
-        client.stub.GetForwardingPipelineConfig(G(device_id=DEVICE, response_type=G.COOKIE_ONLY))
+        client.stub.GetForwardingPipelineConfig(GetConfig(device_id=DEVICE, response_type=GetConfig.COOKIE_ONLY))
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
     client.set_pipeline(fake_switch.TINY_JSON, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY)
@@ -318,22 +319,27 @@ def test_pipeline_push_and_get(server: Backend, client: Client) -> None:
     client.set_pipeline(fake_switch.TINY_JSON, cookie=77)
     if server.switch is not None:
         assert server.switch.program_json == fake_switch.TINY_JSON.encode()
-    everything = client.stub.GetForwardingPipelineConfig(G(device_id=DEVICE, response_type=G.ALL)).config
+    everything = client.stub.GetForwardingPipelineConfig(
+        GetConfig(device_id=DEVICE, response_type=GetConfig.ALL)
+    ).config
     assert everything.p4info == fake_switch.tiny_p4info()
     assert everything.p4_device_config == fake_switch.TINY_JSON.encode()
     assert everything.cookie.cookie == 77
-    cookie = client.stub.GetForwardingPipelineConfig(G(device_id=DEVICE, response_type=G.COOKIE_ONLY)).config
+    cookie = client.stub.GetForwardingPipelineConfig(
+        GetConfig(device_id=DEVICE, response_type=GetConfig.COOKIE_ONLY)
+    ).config
     assert cookie.cookie.cookie == 77 and not cookie.HasField("p4info") and not cookie.p4_device_config
-    p4info = client.stub.GetForwardingPipelineConfig(G(device_id=DEVICE, response_type=G.P4INFO_AND_COOKIE)).config
+    p4info = client.stub.GetForwardingPipelineConfig(
+        GetConfig(device_id=DEVICE, response_type=GetConfig.P4INFO_AND_COOKIE)
+    ).config
     assert p4info.HasField("p4info") and not p4info.p4_device_config
 
 
 def test_save_then_commit(server: Backend, client: Client) -> None:
-    A = p4runtime_pb2.SetForwardingPipelineConfigRequest
-    client.set_pipeline(fake_switch.TINY_JSON, action=A.VERIFY_AND_SAVE)
+    client.set_pipeline(fake_switch.TINY_JSON, action=SetConfig.VERIFY_AND_SAVE)
     if server.switch is not None:
         assert not server.switch.program_loaded
-    req = A(device_id=DEVICE, action=A.COMMIT)
+    req = SetConfig(device_id=DEVICE, action=SetConfig.COMMIT)
     req.election_id.low = client.election_id
     client.stub.SetForwardingPipelineConfig(req)
     if server.switch is not None:

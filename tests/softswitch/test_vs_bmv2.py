@@ -57,9 +57,7 @@ def compare(
             mine.setdefault(eport, []).append(data)
     assert sw.stats["errors"] == 0
     expect = sum(len(v) for v in mine.values())
-    has_config = (
-        any(sw.table_entries(n) for n in sw.tables() if not sw._runtime().tables[n].immutable) or sw.mc_groups()
-    )
+    has_config = any(sw.table_entries(n) for n in sw.tables() if not sw.runtime().tables[n].immutable) or sw.mc_groups()
     res = bmv2diff.run(
         program,
         p4info,
