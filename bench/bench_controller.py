@@ -3,7 +3,7 @@
 The switches run in a child process (`python -m emulation.localnet`), so the
 controller and the switches use separate cores as they would in an emulation.
 Measured per fat-tree (k=4 and k=8): pipeline push, routes on every switch,
-and one job over all hosts (the issue's target: routes + job < 10 s at k=8);
+and one job over all hosts (target: routes + job < 10 s at k=8);
 the same at k=4 against simple_switch_grpc processes when BMv2 is installed.
 """
 

@@ -7,7 +7,7 @@ namespace `b`. Figures: frames the switch sent on port 2 per second of the sende
 of the switch (this process: the C loop's thread does the work, the Python thread sleeps), and
 the sender's own rate (the switch can only be measured up to it; per CPU second is the figure
 that says what a core of the switch does, and it is a lower bound: a loop that waits for frames
-offered at a third of a microsecond apart runs with part-filled batches). The issue's target is 300k
+offered at a third of a microsecond apart runs with part-filled batches). The target is 300k
 frames per second per core through a trivial program; p4ina's forwarding pipeline alone costs
 about 0.16 us a frame (bench_softswitch's engine_c_fwd_pps_cpu), a small part of that budget.
 

@@ -13,7 +13,7 @@ aggregation packet over its CPU per forwarded packet), and `engine_c_agg_over_fw
 at equal frame sizes. The second tells what aggregating costs beyond moving the bytes: with 1 kB
 frames cycling through 72 MB, a good part of both packets' cost is reading the frame from memory
 and writing it out, which a 106-byte forwarded frame does not pay. When simple_switch_grpc is on PATH, the
-same entries and traffic go through BMv2 over pcap files (emulation/softswitch/bmv2diff.py) and its
+same entries and traffic go through BMv2 over pcap files (softswitch/bmv2diff.py) and its
 sustained rate is reported beside both. Set P4INA_JSON to benchmark another compiled p4ina.json.
 
 Control plane: CPU seconds to insert TERNARY_INSERTS entries one by one into a ternary table

@@ -1,4 +1,4 @@
-"""Run benchmarks: `python -m bench [NAME ...]` (NAME = module suffix, e.g. softswitch)."""
+"""`p4ina bench [NAME ...]` (make bench): run benchmarks (NAME = module suffix, e.g. softswitch)."""
 
 from __future__ import annotations
 

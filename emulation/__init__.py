@@ -1,1 +1,2 @@
-"""Emulation layer: the embedded software switch, Mininet topologies and the experiment runner."""
+"""The Mininet network of P4 switches: nodes, links, shaping, impairments, namespaces, teardown, and the
+local and served networks (docs/DESIGN.md). Experiments on it live in experiments/."""

@@ -1,4 +1,4 @@
-"""`python -m emulation.cleanup` (make clean-net): remove what a crashed emulation left behind, and nothing else.
+"""`p4ina clean` (make clean-net): remove what a crashed emulation left behind, and nothing else.
 
 Every emulated network writes a run record (/run/p4ina/emulation/<tag>.json)
 listing the processes it started (PID + start time, so a reused PID is never
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None, prog: str = "p4ina clean") -> int:
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
     if os.geteuid() != 0:
-        print("python -m emulation.cleanup: needs root (it deletes interfaces and stops processes)", file=sys.stderr)
+        print(f"{prog}: needs root (it deletes interfaces and stops processes)", file=sys.stderr)
         return 1
     report = clean(args.include_live)
     if args.json:

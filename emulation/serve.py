@@ -1,4 +1,4 @@
-"""`python -m emulation.serve`: start the emulated network and keep it up for the `p4ina` CLI.
+"""`p4ina serve`: start the emulated network and keep it up for the `p4ina` CLI.
 
 The experiment runner drives the controller from Python; this is the same
 network for someone who wants to drive it by hand. It writes the topology

@@ -48,12 +48,9 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     # links slow enough for the switches and agents to keep up, so the wire is the limit. Only sizes whose wire
     # time dwarfs a repetition's fixed costs: the slowest of 16 agents starting after the barrier's release, the
-    # exponent round and a tree's pipeline fill and drain (a frame's store-and-forward at every busy hop, 1-4 ms
-    # each at 2 Mbit/s). At 1K elements those are all there is (the int16 and int8 jobs fit in the shaper's
-    # credit: no wire bound at all), and at 16K they are 10-25% of an in-network job's 100-320 ms (at 16 hosts
-    # 23-29 ms of start and exponent round against 130-194 ms for int8 and int16), so at 1K no point and at 16K
-    # not every point is link-bound (results/2026-12-05_120956_..._sweep: 38 of 63, all 21 at 128K). Small
-    # all-reduces are the latency preset's question, asked with a delay that dominates those costs.
+    # exponent round and a tree's pipeline fill and drain. At 1K elements those costs are all there is, and at
+    # 16K they are a large share (docs/experiments.md, Presets). Small all-reduces are the latency preset's
+    # question, asked with a delay that dominates those costs.
     "bandwidth": Preset(
         "large all-reduces where the links' rate sets the pace",
         DEFAULT_HOST_COUNTS,
@@ -70,17 +67,11 @@ PRESETS: dict[str, Preset] = {
         ALL_METHODS,
         DEFAULT_BW_MBPS,
     ),
-    # small all-reduces over links whose propagation delay dwarfs a software hop and a frame's serialization
-    # (87 us for a full int32 frame at 100 Mbit/s, paid again at every store-and-forward hop, which T_path does
-    # not count): the O(log N) methods against the ring's 2(N-1) steps. The delay: after the barrier's release
-    # an in-network round trip waits for the last of 16 agents to start (16 agents woken at once on 2 cores)
-    # and, once its results arrive together, for the last agent to take its own (the same 2 cores). Measured at
-    # 50 ms per link (results/2026-12-05_125045_..._latency-cdelay2, the delay held in the switches' C port loop):
-    # the network part was the path plus 2-12 ms, the slowest start 11-57 ms (median 20) and the spread of the
-    # results 5-37 ms (median 13), so the guessing in-network points measured 1.12-1.16x T_path, at 25 ms per
-    # link 1.13-1.16x: the agents' start and finish on 2 cores, about 30 ms, not the path. At 100 ms per link
-    # (a 600 ms path) those 30 ms are about 5%; one size (1K: 4 chunks, the issue's point) keeps the preset
-    # under 5 minutes.
+    # small all-reduces over links whose propagation delay dwarfs a software hop and a frame's serialization:
+    # the O(log N) methods against the ring's 2(N-1) steps. After the barrier's release an in-network round
+    # trip waits for the last of 16 agents (woken at once on 2 cores) to start and, once its results arrive
+    # together, for the last to take its own: tens of ms that 100 ms per link (a 600 ms path) make a few
+    # percent (docs/experiments.md, Presets). One size keeps the preset under 5 minutes.
     "latency": Preset(
         "small all-reduces where each hop's delay sets the pace", (16,), (1024,), ALL_METHODS, 100.0, delay_ms=100.0
     ),

@@ -76,7 +76,7 @@ def compile_to(out_dir: Path) -> tuple[Path, Path, str]:
 
 def build() -> None:
     if not shutil.which(COMPILER):
-        raise SystemExit(f"{COMPILER} is not on PATH: build the P4 toolchain first (see README, 'Real BMv2')")
+        raise SystemExit(f"{COMPILER} is not on PATH: build the P4 toolchain first (see docs/toolchain.md)")
     p4gen.main([])
     BUILD.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -5,5 +5,5 @@ sizes, jobs, placement), the system (the collective algorithms in
 `simulation.methods`, each written once as phases of concurrent flows) and
 the network (a fabric as data in `simulation.fabric`, whose per-flow rates
 under max-min sharing SimGrid computes in `simulation.engine`).  See
-simulation/README.md for the design and why.
+docs/simulation.md for the design and why.
 """

@@ -23,8 +23,8 @@ and a per-rank finish.  The rest is the machine's scheduler, two cores for 20 sw
 agents: the last agent's wake-up after the barrier's release is taken as measured (a collective waits for
 every member), and the agents' finish, the same queue for the same cores when their results arrive, as a
 fitted multiple of how far that last wake-up trailed the median one at the same point (the machine's
-measured contention then; runs of the same code differ by up to 30% at 16 hosts x 1K through it, and
-later runs held out of the fit check that it predicts rather than follows).  `fit` chooses the rest to
+measured contention then; runs of the same code differ through it (docs/simulation.md), and later
+runs held out of the fit check that it predicts rather than follows).  `fit` chooses the rest to
 minimise the eighth power of the log errors over every measured point (close to the largest error, which is
 what the test bounds; a bounded Nelder-Mead from a coarse grid, no SciPy needed).
 """

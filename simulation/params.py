@@ -273,7 +273,7 @@ class Preset:
         return cls(**d)
 
 
-# looked up once: the calibration builds hundreds of thousands of presets (dataclasses.fields() each time cost it 5 s)
+# looked up once: the calibration builds hundreds of thousands of presets
 _PRESET_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Preset))
 
 
@@ -319,7 +319,7 @@ EMULATION = Preset(
 )
 
 # An NDR InfiniBand cluster of CPU hosts (one NIC each), the setting of NVIDIA's published SHARP figures.
-# Switch traversal and host costs are the values the SHARP anchor fits (simulation/anchors.py, README).
+# Switch traversal and host costs are the values the SHARP anchor fits (simulation/anchors.py, docs/simulation.md).
 NDR = Preset(
     name="ndr",
     description="NDR 400 Gb/s InfiniBand cluster of CPU hosts, one NIC each, MPI-like host software",

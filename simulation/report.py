@@ -138,7 +138,7 @@ def _mean_over_jobs(rows: Iterable[Row]) -> dict[tuple, tuple[float, float]]:
 
 # -- findings ----------------------------------------------------------------------------------------------------
 def findings(rows: Sequence[Row]) -> dict[str, Any]:
-    """Per study, the numbers the README quotes: largest scale, placement ratios, failures, emulation."""
+    """Per study, the numbers docs/simulation.md quotes: largest scale, placement ratios, failures, emulation."""
     agg = _mean_over_jobs(rows)
     out: dict[str, Any] = {}
     scaling = [k for k in agg if k[0] == "scaling"]

@@ -1,4 +1,5 @@
-"""The embedded software switch: a pure-Python executor of p4c's BMv2 JSON (v1model) with simple_switch semantics."""
+"""p4ina's embedded P4 switch: compiles p4c's BMv2 JSON (v1model) to C (or Python) and runs it with
+simple_switch's semantics; serves P4Runtime on 127.0.0.1 (docs/softswitch.md)."""
 
 from softswitch.errors import (
     ConstDefaultActionError,

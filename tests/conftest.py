@@ -44,7 +44,7 @@ def _mininet_ok() -> str | None:
 
 
 def _which(tool: str) -> str | None:
-    return None if shutil.which(tool) else f"{tool} is not installed (build the P4 toolchain, see README)"
+    return None if shutil.which(tool) else f"{tool} is not installed (build the P4 toolchain: docs/toolchain.md)"
 
 
 REQUIREMENTS = {

@@ -68,7 +68,7 @@ class Rep:
     parts: dict[str, float]
     speculated: bool = False  # in-network: the workers guessed the exponents (no exponent rounds)
     missed_exponents: int = 0  # ... chunks sent again because a guess missed (the same on every rank)
-    agents_cores: float = math.nan  # where the cores went (experiment.Sample)
+    agents_cores: float = math.nan  # where the cores went (experiments.config.Sample)
     switches_cores: float = math.nan
     kernel_cores: float = math.nan
     line_rate_cores: float = math.nan

@@ -1,4 +1,4 @@
-"""`python -m emulation --experiment faults`: what a fabric does to an all-reduce, and that every sum stays exact.
+"""`p4ina faults`: what a fabric does to an all-reduce, and that every sum stays exact.
 
 One network, one in-network job (int32 lanes, integer inputs: every sum must be
 exact, checked against numpy's float64 sum), agents on every member host, then:

@@ -1,6 +1,6 @@
 """The training experiment as data: configuration, the rows a run records, the summary, the table and plots.
 
-`python -m emulation --experiment train` (experiments.train.run runs it)
+`p4ina train` (experiments.train.run runs it)
 trains hosts.training's MLP on the digits with every chosen all-reduce method
 through the emulated fabric, and checks three things that can fail:
 
@@ -346,7 +346,7 @@ def _final(evals: Sequence[EvalRow]) -> EvalRow | None:
 
 
 def summarize(result: TrainingResult) -> dict[str, Any]:
-    """Everything the table, the plots and the README say, from the rows alone."""
+    """Everything the table, the plots and docs/training.md say, from the rows alone."""
     cfg = result.config
     tol = cfg.tolerance_pp
     steps_wanted = cfg.train.steps

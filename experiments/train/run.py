@@ -1,4 +1,4 @@
-"""Run the training experiment on the emulated fabric (root, Mininet): `python -m emulation --experiment train`.
+"""Run the training experiment on the emulated fabric (root, Mininet): `p4ina train`.
 
     result = run_training(TrainingConfig.make(ExperimentConfig(topology="leaf-spine:2x1x2", host_counts=(4,))))
     print(training.table(training.summarize(result)))

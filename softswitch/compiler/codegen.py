@@ -1,12 +1,13 @@
 """Compile a loaded BMv2 program once, so per-packet work never walks the JSON: one lowering, one emitter.
 
     program.Program --lower.py--> ir.Module (+ ir.Names) --pyemit.py--> Python source
+                                                          --cemit.py---> C source (the C engine)
 
 The lowering (lower.py, with cse.py's temporaries) is the only code that reads the program's
 expressions and control flow; it produces an IR of ints, enums and numbered identifiers, with
 the JSON's names kept aside as data. The Python emitter (pyemit.py) writes code from the IR
-alone, so no text from the JSON can reach generated code. A C emitter (issue 10) is a second
-emitter over the same `ir.Module`.
+alone, so no text from the JSON can reach generated code. The C emitter (cemit.py) is the
+second emitter over the same `ir.Module`.
 """
 
 from __future__ import annotations

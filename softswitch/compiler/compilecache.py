@@ -1,10 +1,9 @@
 """Compile a program once per process: the switches of one process share the compiled program.
 
 Nothing is cached on disk. The switch runs as root and executes what it compiles, so generated
-code read back from a cache directory (as an earlier version did, from a predictable path under
-the user's cache directory) would run whatever another user managed to write there. A cache
-keyed by the JSON and the interpreter's own source is kept in memory only, for several switches
-in one process (tests, `emulation.serve`).
+code read back from a cache directory would run whatever another user managed to write there.
+A cache keyed by the JSON and the compiler's own source is kept in memory only, for several
+switches in one process (tests, `emulation.localnet`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The switches of one process (a test's fat-tree, `emulation.localnet`, the controller benchmark) receive
 their pipeline from the controller all at once, each on its own gRPC thread. A plain look-up-then-build
 cache let every one of them miss and compile the same program: twenty compiles of p4ina.json where one
-suffices (measured: a k=2 fat-tree's five switches, five compiles and 17 s of CPU for the push). Here the
+suffices. Here the
 first thread to miss builds; the others wait for its result. If that build fails, each waiter tries
 again itself, so a failure is reported to every caller as its own exception, never as a shared one.
 """

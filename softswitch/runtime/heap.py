@@ -1,11 +1,9 @@
 """The switch process's garbage collector around its one big allocation, the compiled program.
 
 Compiling p4ina.json leaves about half a million objects that live as long as the program (the IR, its pools
-and tables). Python's cyclic collector walks every one of them in each full collection: measured on this
-project's 2-core machine, a full collection after the compile took 1.1-1.3 s, the compile itself took 5.7-6.0 s
-with the collector running against 3.1-3.2 s with it paused (same runs), and a switch process spent about 3 s
-collecting at exit (0.04 s with the program frozen), which the emulation's 5 s SIGTERM grace only just covered
-with twenty switches busy at once. Two remedies, the usual ones for a server with a large long-lived heap:
+and tables). Python's cyclic collector walks every one of them in each full collection, which costs seconds
+during the compile and again at exit, where the emulation's SIGTERM grace only just covers twenty switches
+(docs/results-history.md has the measurements). Two remedies, the usual ones for a server with a large long-lived heap:
 no collection while the program is built (`paused`), and, in a switch process, the built program moved out of
 the collector's sight once it is loaded (`settle`: one collection, then gc.freeze()).
 """
@@ -62,9 +60,7 @@ _timer: threading.Timer | None = None
 
 def settle_soon(delay_s: float = 0.5) -> threading.Timer:
     """settle() once, `delay_s` after the last call: a process of many switches that all get a program at once
-    (emulation.localnet) collects once, not once per switch. Measured with 80 switches (bench controller):
-    push, then routes and a job, 13.6 + 5.2 s never settled, 22.9 + 2.4 s settled per switch, 11.4 + 3.1 s
-    settled once. Returns the pending timer."""
+    (emulation.localnet) collects once, not once per switch. Returns the pending timer."""
     global _timer
     with _LOCK:
         if _timer is not None:

@@ -75,7 +75,7 @@ def test_teardown_runs_when_the_body_fails(tmp_path: Path, leak_check: None) -> 
 
 
 def test_cleanup_removes_a_killed_run(tmp_path: Path, leak_check: None) -> None:
-    """A runner killed with SIGKILL cannot tear down; `python -m emulation.cleanup` must."""
+    """A runner killed with SIGKILL cannot tear down; `p4ina clean` must."""
     ready = tmp_path / "ready"
     # Ctrl-C's own handler, whatever this process inherited: a shell starting a job in the background without
     # job control makes it ignore SIGINT, and Python keeps an inherited SIG_IGN (the network would never stop)

@@ -2,7 +2,7 @@
 
 A switch process is started as the emulation starts it (the embedded switch, or BMv2's
 simple_switch_grpc), the tiny test program pushed, and a topology JSON with the switch's gRPC
-address written, as `python -m emulation.serve` writes it. The script inserts, reads and deletes
+address written, as `p4ina serve` writes it. The script inserts, reads and deletes
 a table entry, reads a counter, and sends a batch that fails only in part (which p4runtime-shell
 0.0.6 alone loops on forever; `p4ina shell` fixes its error iterator).
 """

@@ -1,4 +1,4 @@
-"""Lane runs (emulation/softswitch/reroll.py) on hand-made IR, and the C engine rolling p4ina's lanes into loops.
+"""Lane runs (softswitch/compiler/reroll.py) on hand-made IR, and the C engine rolling p4ina's lanes into loops.
 
 Whether the loops compute what the straight code did is the differential tests' job (test_cengine_differential:
 p4ina.p4 and tests/softswitch/programs/lanes.p4 on both engines and BMv2); here: which runs are found, with

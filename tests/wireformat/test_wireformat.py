@@ -122,8 +122,8 @@ def test_generated_p4_header_matches_definition() -> None:
     assert f"UDP_PORT_AGG = {AGG.udp_port};" in text
 
 
-def test_readme_packet_table_is_up_to_date() -> None:
-    text = docs.README.read_text()
+def test_design_packet_table_is_up_to_date() -> None:
+    text = docs.DESIGN.read_text()
     assert docs.splice(text, docs.render()) == text, "run `python -m wireformat.docs`"
 
 
