@@ -266,7 +266,9 @@ class Bmv2Switch(P4Switch):
     def command(self) -> list[str]:
         binary = shutil.which(BMV2_BINARY)
         if binary is None:
-            raise SwitchStartError(f"{BMV2_BINARY} is not on PATH; use --switch embedded or build BMv2 (see docs/toolchain.md)")
+            raise SwitchStartError(
+                f"{BMV2_BINARY} is not on PATH; use --switch embedded or build BMv2 (see docs/toolchain.md)"
+            )
         self.grpc_port = free_tcp_port()
         # a BMv2 built with Thrift listens on 9090 unless told otherwise, which twenty switches cannot share
         thrift = ["--thrift-port", str(free_tcp_port())] if _bmv2_has_thrift(binary) else []
