@@ -99,12 +99,14 @@ class Controller:
         self,
         job_id: int,
         hosts: Iterable[str],
-        quantize: str = "none",
+        down_lanes: str = "int32",
+        *,
+        up_lanes: str | None = None,
         shift: int | None = None,
         slots: int = DEFAULT_SLOTS,
-        contrib: str | None = None,
     ) -> JobPlan:
-        spec = JobSpec.make(job_id, hosts, quantize, shift, slots, contrib)
+        """Plan and install a job: down_lanes come back, up_lanes (default: the same) go up (JobSpec.make)."""
+        spec = JobSpec.make(job_id, hosts, down_lanes, up_lanes=up_lanes, shift=shift, slots=slots)
         self._need_schema()
         try:
             return I.install_job(self.fabric, self.state, spec)

@@ -46,9 +46,9 @@ def draw_topology(topo: Topology) -> str:
 
 def draw_job(plan: JobPlan) -> str:
     spec = plan.spec
-    result = {"none": "int32", "int16": "int16", "int8": "int8"}[spec.quantize]
     head = (
-        f"job {plan.job_id}: {len(spec.hosts)} hosts, {spec.contrib} up, {result} results (shift {spec.shift}), "
+        f"job {plan.job_id}: {len(spec.hosts)} hosts, {spec.up_lanes} up, {spec.down_lanes} results "
+        f"(shift {spec.shift}), "
         f"{spec.slots} slots, root {plan.root}, {len(plan.switches)} switches"
     )
     nodes = {sp.switch: sp for sp in plan.switches}

@@ -877,7 +877,10 @@ def _schema(fabric: Fabric) -> P4Schema:
 
 
 def _spec_text(spec: JobSpec) -> str:
-    return f"hosts {','.join(spec.hosts)}, quantize {spec.quantize}, shift {spec.shift}, {spec.slots} slots"
+    return (
+        f"hosts {','.join(spec.hosts)}, {spec.up_lanes} up, {spec.down_lanes} down, shift {spec.shift}, "
+        f"{spec.slots} slots"
+    )
 
 
 __all__ = [

@@ -290,7 +290,7 @@ class Runner:
             m = METHODS[name]
             if not m.in_network:
                 continue
-            plan = self.ctl.install_job(JOB_IDS[name], hosts, m.quantize, slots=self.config.slots, contrib=m.lanes)
+            plan = self.ctl.install_job(JOB_IDS[name], hosts, m.lanes, slots=self.config.slots)  # lanes both ways
             spec = plan.spec
             out[name] = (
                 plan,

@@ -202,7 +202,7 @@ class IsolationRun:
     def run(self) -> dict[str, Any]:
         plans = []
         for j, hosts in enumerate(self.job_hosts):
-            plan = self.ctl.install_job(FIRST_JOB_ID + j, hosts, "none", slots=self.slots)
+            plan = self.ctl.install_job(FIRST_JOB_ID + j, hosts, "int32", slots=self.slots)
             plans.append(plan)
         try:
             with ExitStack() as stack:

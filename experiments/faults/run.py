@@ -188,7 +188,7 @@ class FaultsRun:
     def install(self, timeout_s: float, min_timeout_s: float) -> None:
         if self.plan is not None:
             self.ctl.remove_job(JOB_ID)
-        self.plan = self.ctl.install_job(JOB_ID, self.hosts, "none", slots=self.cfg.slots)
+        self.plan = self.ctl.install_job(JOB_ID, self.hosts, "int32", slots=self.cfg.slots)
         self.installs += 1
         self.job = _job_dict(self.plan, self.installs, timeout_s, min_timeout_s, self.failure_timeout_s)
         LOG.info("job %d: root %s, %d switches", JOB_ID, self.plan.root, len(self.plan.switches))
