@@ -297,8 +297,8 @@ class Runner:
                 {
                     "job_id": plan.job_id,
                     "slots": spec.slots,
-                    "contrib_type": spec.contrib_type,
-                    "result_type": spec.result_type,
+                    "up_lanes": spec.up_lanes,
+                    "down_lanes": spec.down_lanes,
                     "shift": spec.shift,
                     "timeout_s": self.tmo["inc"],
                     "install": self.step,

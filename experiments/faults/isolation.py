@@ -215,8 +215,8 @@ class IsolationRun:
                     g.job = {
                         "job_id": plan.job_id,
                         "slots": spec.slots,
-                        "contrib_type": spec.contrib_type,
-                        "result_type": spec.result_type,
+                        "up_lanes": spec.up_lanes,
+                        "down_lanes": spec.down_lanes,
                         "shift": spec.shift,
                         "timeout_s": self.timeout_s,
                         "min_timeout_s": self.timeout_s,

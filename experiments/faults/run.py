@@ -150,8 +150,8 @@ def _job_dict(
     return {
         "job_id": plan.job_id,
         "slots": spec.slots,
-        "contrib_type": spec.contrib_type,
-        "result_type": spec.result_type,
+        "up_lanes": spec.up_lanes,
+        "down_lanes": spec.down_lanes,
         "shift": spec.shift,
         "timeout_s": timeout_s,
         "min_timeout_s": min_timeout_s,

@@ -76,8 +76,8 @@ def agents(tmp_path: Path) -> Any:
 JOB = {
     "job_id": 3,
     "slots": 4,
-    "contrib_type": qz.ELEM_INT32,
-    "result_type": qz.ELEM_INT32,
+    "up_lanes": "int32",
+    "down_lanes": "int32",
     "shift": 0,
     "timeout_s": 5.0,
 }

@@ -21,8 +21,8 @@ N = 3
 JOB = {
     "job_id": 3,
     "slots": 4,
-    "contrib_type": qz.ELEM_INT32,
-    "result_type": qz.ELEM_INT32,
+    "up_lanes": "int32",
+    "down_lanes": "int32",
     "shift": 0,
     "timeout_s": 0.02,
     "failure_timeout_s": 0.3,

@@ -43,7 +43,8 @@ def rig(
         threads.append(threading.Thread(target=agent.serve, daemon=True))
     for t in threads:
         t.start()
-    job = {"job_id": 5, "slots": 16, "contrib_type": elem, "result_type": elem, "shift": shift, "timeout_s": 5.0}
+    lanes = request.param
+    job = {"job_id": 5, "slots": 16, "up_lanes": lanes, "down_lanes": lanes, "shift": shift, "timeout_s": 5.0}
     try:
         yield server, {"lanes": request.param, "job": job}, agents
     finally:
