@@ -129,7 +129,7 @@ def cmd_job_remove(args: argparse.Namespace, ctl: Controller) -> int:
 
 
 def cmd_job_list(args: argparse.Namespace, ctl: Controller) -> int:
-    rows = [
+    rows: list[dict[str, Any]] = [  # the --json rows
         {
             "job_id": p.job_id,
             "hosts": list(p.spec.hosts),
@@ -189,11 +189,10 @@ def cmd_counters(args: argparse.Namespace, ctl: Controller) -> int:
 def cmd_verify(args: argparse.Namespace, ctl: Controller) -> int:
     if args.repair:
         res = ctl.repair()
-        data = {n: vars(r) for n, r in res.items()}
         changed = {n: r for n, r in res.items() if r.inserted or r.modified or r.deleted}
         _emit(
             args,
-            {"repaired": data},
+            {"repaired": {n: vars(r) for n, r in res.items()}},
             "repaired: "
             + (
                 ", ".join(f"{n} (+{r.inserted} ~{r.modified} -{r.deleted})" for n, r in changed.items())

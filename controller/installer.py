@@ -435,11 +435,12 @@ def _holdings(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> 
         for e in entries:
             if not (isinstance(e, TableEntry) and e.action == N.A_SET_JOB):
                 continue
-            job, params = dict(e.match).get(N.K_JOB_ID, -1), dict(e.params)
+            found, params = e.exact(N.K_JOB_ID), dict(e.params)
+            job = -1 if found is None else found
             if job in mine:
                 continue
-            foreign.job_indexes[int(params.get("job_index", 0))] = int(job)
-            foreign.ranges.append((int(params.get("slot_base", 0)), int(params.get("slot_count", 0)), int(job)))
+            foreign.job_indexes[int(params.get("job_index", 0))] = job
+            foreign.ranges.append((int(params.get("slot_base", 0)), int(params.get("slot_count", 0)), job))
             foreign_tokens.add(int(params.get("token", 0)))
         try:  # a multicast group with no job_config (an install cut short elsewhere) still holds its job index
             groups = [e.group_id for e in read_entities(cl, schema, [], groups=None) if isinstance(e, MulticastGroup)]
@@ -728,8 +729,8 @@ def expected_entries(fabric: Fabric, state: State) -> dict[str, list[Entity]]:
     topo = live_topology(fabric, state)
     out: dict[str, list[Entity]] = {s.name: [] for s in topo.switches}
     if state.routes:
-        for name, ents in all_route_entries(topo).items():
-            out[name] += ents
+        for name, routes in all_route_entries(topo).items():
+            out[name] += routes
     for plan in state.plans():
         for name, ents in job_entries(plan).items():
             out[name] += ents
@@ -850,9 +851,10 @@ def reconcile(fabric: Fabric, state: State) -> Reconciliation:
         if safe != have:
             state.installs[name] = safe
             out.tokens[name] = [have, safe]
-        for job in sorted({dict(e.match).get(N.K_JOB_ID) for e in entries if isinstance(e, TableEntry)}):
+        held = {e.exact(N.K_JOB_ID) for e in entries if isinstance(e, TableEntry)}
+        for job in sorted(j for j in held if j is not None):  # every job table is keyed by job_id
             if job not in want:
-                out.unknown.setdefault(int(job), []).append(name)
+                out.unknown.setdefault(job, []).append(name)
     for job, per_switch in want.items():
         bad = []
         for name, ents in per_switch.items():
@@ -860,7 +862,7 @@ def reconcile(fabric: Fabric, state: State) -> Reconciliation:
             if got is None:
                 bad.append(name)
                 continue
-            mine = [e for e in got[0] if dict(e.match).get(N.K_JOB_ID) == job]
+            mine: list[Entity] = [e for e in got[0] if isinstance(e, TableEntry) and e.exact(N.K_JOB_ID) == job]
             if not diff([e for e in ents if isinstance(e, TableEntry)], mine).clean:
                 bad.append(name)
         if bad:

@@ -396,10 +396,10 @@ class Agent:
                 worker.realign()  # the in-network worker, if it is used again, starts level with the others
                 ring = self._host_method(method("ring"), cmd.ring)
                 return ring.allreduce(x, call=step), ring
-            cmd = dataclasses.replace(cmd, job=JobTicket.from_dict(decision["job"], where="the fail-over's job"))
+            job = JobTicket.from_dict(decision["job"], where="the fail-over's job")
+            cmd = dataclasses.replace(cmd, job=job)
             worker.on_stall = None
-            # the same worker on a false alarm (same install), else a new one
-            worker = self._inc_worker(cmd.job)
+            worker = self._inc_worker(job)  # the same worker on a false alarm (same install), else a new one
             worker.realign()  # every rank from the same shadow copies (a rejoined one had advanced its own)
 
     def _check(

@@ -8,9 +8,9 @@ worker's hot path sends pre-built bytes (see ``hosts.packets``).
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, ClassVar
 
-from scapy.fields import BitEnumField, BitField, Field, FlagsField
+from scapy.fields import AnyField, BitEnumField, BitField, Field, FlagsField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
@@ -113,7 +113,7 @@ class AggHeader(Packet):
     """p4ina aggregation header plus its lanes (the UDP payload on ``UDP_PORT_AGG``)."""
 
     name = "P4inaAgg"
-    fields_desc = [_scapy_field(f) for f in AGG.fields] + [LanesField("lanes", AGG.num_lanes)]
+    fields_desc: ClassVar[list[AnyField]] = [*(_scapy_field(f) for f in AGG.fields), LanesField("lanes", AGG.num_lanes)]
 
     def mysummary(self) -> str:
         op = OP_NAMES.get(self.op, str(self.op)).upper()

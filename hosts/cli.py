@@ -18,7 +18,7 @@ import json
 import logging
 import statistics
 import sys
-from typing import Any
+from typing import Any, TypedDict
 
 from hosts.coordination import CoordinatorClient
 from wireformat import fixedpoint as fxp
@@ -117,8 +117,15 @@ def _summary(method: str, args: argparse.Namespace, runs: list[dict[str, Any]]) 
     }
 
 
-def _timeouts(args: argparse.Namespace) -> dict[str, float]:
-    out = {}
+class Timeouts(TypedDict, total=False):
+    """The timers given on the command line (the others: the worker's defaults)."""
+
+    timeout_s: float
+    min_timeout_s: float
+
+
+def _timeouts(args: argparse.Namespace) -> Timeouts:
+    out: Timeouts = {}
     if args.timeout:
         out["timeout_s"] = args.timeout
     if args.min_timeout:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,11 @@ ELEM_INT8 = AGG.elem_types["ELEM_INT8"]
 ELEM_NONE = AGG.elem_types["ELEM_NONE"]
 ELEM_BITS = dict(fxp.ELEM_BITS)
 EXPONENT_STEPS = dict(fxp.EXPONENT_STEPS)  # exponent units per octave, by contribution lane type
-ELEM_DTYPE = {ELEM_INT32: np.dtype(np.int32), ELEM_INT16: np.dtype(np.int16), ELEM_INT8: np.dtype(np.int8)}
+ELEM_DTYPE: dict[int, np.dtype[np.signedinteger[Any]]] = {
+    ELEM_INT32: np.dtype(np.int32),
+    ELEM_INT16: np.dtype(np.int16),
+    ELEM_INT8: np.dtype(np.int8),
+}
 EXPONENT_MIN = AGG.field("exponent").min_value
 EXPONENT_MAX = AGG.field("exponent").max_value
 FLOAT32_REL_ERR = 2.0**-24
@@ -263,7 +268,7 @@ def plan(
     return FixedPoint(e, n_workers, fxp.lane_type(up_lanes), fxp.lane_type(down_lanes), shift)
 
 
-def quantize(x: np.ndarray, exponent: int, elem_type: int = ELEM_INT32) -> np.ndarray:
+def quantize(x: np.ndarray, exponent: int | np.ndarray, elem_type: int = ELEM_INT32) -> np.ndarray:
     """round(x * scale(exponent)) as the lane dtype; refuses NaN/inf and values that do not fit."""
     arr = np.asarray(x)
     check_finite(arr)
