@@ -71,7 +71,8 @@ class Controller:
         config = self.fabric.client(first).get_pipeline(with_p4info=True)
         if config is None or not config.p4info.tables:
             raise I.InstallError(
-                f"no P4Info file ({self.p4info_path or 'none given'}) and switch {first} has no pipeline: run `make p4`, then `p4ina pipeline push`"
+                f"no P4Info file ({self.p4info_path or 'none given'}) and switch {first} has no pipeline: "
+                "run `make p4`, then `p4ina pipeline push`"
             )
         return P4Schema(config.p4info)
 

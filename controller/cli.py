@@ -54,7 +54,8 @@ def _check_state_fits(topo: Topology, state: State, path: Path) -> None:
         missing += [h for h in plan.spec.hosts if not topo.has_host(h)]
         if missing:
             raise UsageError(
-                f"state file {path} has job {plan.job_id} on {', '.join(missing[:5])}, which this {topo.kind} topology lacks; use --state for another fabric"
+                f"state file {path} has job {plan.job_id} on {', '.join(missing[:5])}, which this {topo.kind} "
+                "topology lacks; use --state for another fabric"
             )
 
 
@@ -204,7 +205,8 @@ def cmd_verify(args: argparse.Namespace, ctl: Controller) -> int:
     dirty = {n: d for n, d in drift.items() if not d.clean}
     data = {"clean": not dirty, "switches": {n: vars(d) for n, d in dirty.items()}}
     if not dirty:
-        text = f"all {len(drift)} switches match the state ({len(ctl.jobs())} job(s), routes {'installed' if ctl.state.routes else 'not installed'})"
+        routes = "installed" if ctl.state.routes else "not installed"
+        text = f"all {len(drift)} switches match the state ({len(ctl.jobs())} job(s), routes {routes})"
     else:
         text = "\n".join(
             f"{n}: "
@@ -291,7 +293,8 @@ def cmd_shell(args: argparse.Namespace) -> int:
         ) from ex
     if not sw.grpc_addr:
         raise UsageError(
-            f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation (python -m emulation.serve)"
+            f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation "
+            "(python -m emulation.serve)"
         )
     _fix_p4runtime_shell()
     from p4runtime_sh import shell as sh
@@ -330,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--topology",
         "-t",
-        help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or leaf-spine:LxSxH; remembered in the state",
+        help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or "
+        "leaf-spine:LxSxH; remembered in the state",
     )
     common.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"state file (default {DEFAULT_STATE})")
     common.add_argument(

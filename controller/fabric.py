@@ -62,7 +62,8 @@ class Fabric:
             if not sw.grpc_addr:
                 raise SwitchError(
                     name,
-                    "the topology gives no P4Runtime address (grpc_addr) for this switch; use the topology JSON written by the emulation runner",
+                    "the topology gives no P4Runtime address (grpc_addr) for this switch; use the topology JSON "
+                    "written by the emulation runner",
                 )
             cl = SwitchClient(name, sw.grpc_addr, sw.device_id, self.election_id, self.timeout).connect()
             with self._lock:
@@ -141,7 +142,8 @@ class Fabric:
             for name, fut in futures.items():
                 try:
                     results[name] = fut.result()
-                except Exception as ex:  # collected per switch: the caller decides (rollback, report)
+                # any failure of one switch's call, collected per switch: the caller decides (rollback, report)
+                except Exception as ex:  # noqa: BLE001
                     errors[name] = ex
         return results, errors
 

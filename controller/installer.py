@@ -263,13 +263,14 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec, timings: dict[str, 
     if old is not None:
         if old.spec != spec:
             raise DuplicateJobError(
-                f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; remove it first or pick another id"
+                f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; "
+                "remove it first or pick another id"
             )
         _reconcile(fabric, schema, old)
         return old
     plan = _plan_around_the_switches(fabric, schema, state, spec, clock)
     entries = job_entries(plan)
-    for sw, ents in entries.items():
+    for ents in entries.values():
         for e in ents:
             e.encode(schema)
 
@@ -301,7 +302,8 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec, timings: dict[str, 
             why = str(ex)
         others = f" (and {len(errors) - 1} other switch(es))" if len(errors) > 1 else ""
         raise InstallError(
-            f"job {spec.job_id} not installed, {sum(map(len, written.values()))} written update(s) rolled back: {why}{others}"
+            f"job {spec.job_id} not installed, {sum(map(len, written.values()))} written update(s) rolled back: "
+            f"{why}{others}"
         ) from (ex.error if isinstance(ex, _PartialWrite) else ex)
     state.jobs[spec.job_id] = plan
     _remember_install(fabric, plan)
@@ -606,7 +608,8 @@ def remove_job(fabric: Fabric, state: State, job_id: int) -> JobPlan:
     _, errors = fabric.run(one, entries)
     if errors:
         raise RemoveError(
-            f"job {job_id} only partly removed, it stays in the state; run `p4ina job remove --job {job_id}` again: {FabricError('remove', errors)}"
+            f"job {job_id} only partly removed, it stays in the state; run `p4ina job remove --job {job_id}` "
+            f"again: {FabricError('remove', errors)}"
         )
     del state.jobs[job_id]
     return plan
@@ -657,7 +660,7 @@ def fail_over(
         del state.jobs[job_id]
         raise
     new_entries = job_entries(plan)
-    for sw, ents in new_entries.items():
+    for ents in new_entries.values():
         for e in ents:
             e.encode(schema)
     for sp in plan.switches:  # a new token per attempt (see install_job)

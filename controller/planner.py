@@ -367,7 +367,8 @@ def plan_job(
     unknown = [h for h in spec.hosts if not topo.has_host(h)]
     if unknown:
         raise UnknownHostError(
-            f"job {spec.job_id}: unknown host(s) {', '.join(unknown)} (this {topo.kind} has {topo.hosts[0].name}..{topo.hosts[-1].name})"
+            f"job {spec.job_id}: unknown host(s) {', '.join(unknown)} "
+            f"(this {topo.kind} has {topo.hosts[0].name}..{topo.hosts[-1].name})"
             if topo.hosts
             else f"job {spec.job_id}: topology has no hosts"
         )

@@ -97,7 +97,8 @@ class State:
             if isinstance(ex, StateError):
                 raise
             raise StateError(
-                f"state file {path} is unreadable ({ex}); move it away and run `p4ina verify` to compare with the switches"
+                f"state file {path} is unreadable ({ex}); move it away and run `p4ina verify` to compare with "
+                "the switches"
             ) from ex
         return cls(
             path,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import select
 import threading
@@ -111,7 +112,8 @@ class Agent:
         def run() -> None:
             try:
                 box["value"] = fn()
-            except BaseException as ex:  # handed to the caller below
+            # anything fn raised (a KeyboardInterrupt too) is raised again in the caller's thread below
+            except BaseException as ex:  # noqa: BLE001
                 box["error"] = ex
 
         t = threading.Thread(target=run, name="agent-wait", daemon=True)
@@ -367,11 +369,14 @@ class Agent:
             }
             LOG.warning("step %d: %s; reporting to the coordinator", step, ex)
             attempt = first + len(failovers)
-            values, released, decision = self._serviced(
-                lambda: self.client.decided_exchange(
-                    f"failover-{step}-{attempt}", mine, call_in={"step": step, "attempt": attempt}
-                )
+            # bound now: the call runs in another thread (Agent._serviced) while this loop's names move on
+            exchange = functools.partial(
+                self.client.decided_exchange,
+                f"failover-{step}-{attempt}",
+                mine,
+                call_in={"step": step, "attempt": attempt},
             )
+            values, released, decision = self._serviced(exchange)
             refused = [v for v in values if isinstance(v, dict) and "error" in v]
             if refused:
                 raise SwitchFailureError(
@@ -474,7 +479,7 @@ class Agent:
         """Take steps until the runner says stop; returns the number of steps run."""
         last, done = -1, 0
         while True:
-            cmd = self._serviced(lambda: self.client.next_command(last, wait_s=60.0))
+            cmd = self._serviced(functools.partial(self.client.next_command, last, wait_s=60.0))
             if cmd is None:
                 continue
             if cmd.get("op") == "rejoin":  # a step it finished, called back (not a new step: `last` stays)

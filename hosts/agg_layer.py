@@ -14,7 +14,7 @@ from scapy.fields import AnyField, BitEnumField, BitField, Field, FlagsField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from wireformat import AGG
+from wireformat import AGG, WireFormatError
 from wireformat import Field as WireField
 
 ELEM_NAMES = {code: name.removeprefix("ELEM_").lower() for name, code in AGG.elem_types.items()}
@@ -55,7 +55,7 @@ class LanesField(Field[list[int], bytes]):
     def _width(pkt: Packet) -> int | None:
         try:
             return AGG.lane_bytes(pkt.elem_type)
-        except Exception:
+        except WireFormatError:  # an elem_type the wire format does not know: no lanes to read
             return None
 
     def addfield(self, pkt: Packet, s: bytes, val: list[int] | None) -> bytes:

@@ -293,7 +293,8 @@ def main(argv: list[str] | None = None, prog: str = "p4ina host") -> int:
         return 0 if out["ok"] else 1
     try:
         report = {"inc": run_inc, "ring": run_ring, "agent": run_agent}[args.cmd](args)
-    except Exception as ex:
+    # whatever stopped the worker is its report (and exit status 1): the runner reads it, not a traceback
+    except Exception as ex:  # noqa: BLE001
         LOG.error("%s worker rank %d failed: %s", args.cmd, args.rank, ex)
         if getattr(args, "json", False):
             print(json.dumps({"method": args.cmd, "rank": args.rank, "error": f"{type(ex).__name__}: {ex}"}))

@@ -833,7 +833,7 @@ class IncWorker:
             rto=rto.rto,
             srtt=rto.srtt or 0.0,
             rttvar=rto.rttvar,
-            calm_until=rto._calm_until,
+            calm_until=rto.calm_until,
             rto_min=rto.min_s,
             rto_max=rto.max_s,
         )
@@ -858,8 +858,7 @@ class IncWorker:
 
             def stats_now(t_end: float, final: bool) -> AllreduceStats:
                 c, t = ns.stats()
-                rto.rto, rto.rttvar, rto._calm_until = t["rto"], t["rttvar"], t["calm_until"]
-                rto.srtt = t["srtt"] if c["has_srtt"] else None
+                rto.restore(t["rto"], t["rttvar"], t["calm_until"], t["srtt"] if c["has_srtt"] else None)
                 parts = (
                     {
                         "quantize": t["quantize_s"],
