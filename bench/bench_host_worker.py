@@ -15,18 +15,18 @@ import time
 import numpy as np
 
 from bench.results import Figure, Figures
-from hosts import quantization as qz
 from hosts.fakeswitch import FakeSwitch, FakeTransport
 from hosts.inc_worker import IncJob, IncWorker
 from hosts.packets import Endpoint
 from wireformat import AGG
+from wireformat import fixedpoint as fxp
+from wireformat.fixedpoint import LaneType
 
 LOG = logging.getLogger(__name__)
 
 ELEMENTS = 131072
 CALLS = 12
 SLOTS = 64
-TYPES = {"int32": qz.ELEM_INT32, "int16": qz.ELEM_INT16, "int8": qz.ELEM_INT8}
 
 
 class _TimedTransport(FakeTransport):
@@ -40,22 +40,23 @@ class _TimedTransport(FakeTransport):
         self.switch_s += time.thread_time() - t0
 
 
-def worker_cpu_per_round(elem_type: int, calls: int = CALLS, elements: int = ELEMENTS) -> float:
-    """Seconds of the worker's CPU per round, over `calls` all-reduces of new tensors (after one warm-up)."""
-    switch = FakeSwitch(job_id=7, n_workers=1, slot_count=SLOTS, result_type=elem_type)
+def worker_cpu_per_round(lanes: LaneType, calls: int = CALLS, elements: int = ELEMENTS) -> float:
+    """Seconds of the worker's CPU per round, over `calls` all-reduces of new tensors (after one warm-up);
+    `lanes` both ways."""
+    switch = FakeSwitch(job_id=7, n_workers=1, slot_count=SLOTS, result_type=fxp.lane_elem(lanes))
     transport = _TimedTransport(switch, 0)
     job = IncJob(
         job_id=7,
         rank=0,
         n_workers=1,
         slot_count=SLOTS,
-        result_type=elem_type,
-        contrib_type=elem_type,
+        up_lanes=lanes,
+        down_lanes=lanes,
         timeout_s=1.0,
         min_timeout_s=1.0,
     )
     worker = IncWorker(job, transport, Endpoint(mac="02:00:00:00:00:01", ip="10.0.0.1"))
-    rng = np.random.default_rng(elem_type)
+    rng = np.random.default_rng(fxp.lane_elem(lanes))  # the seeds the figures were measured with
     tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(calls + 1)]
     worker.allreduce(tensors[0])
     transport.switch_s = 0.0
@@ -64,8 +65,8 @@ def worker_cpu_per_round(elem_type: int, calls: int = CALLS, elements: int = ELE
         t0 = time.thread_time()
         out = worker.allreduce(x)
         total += time.thread_time() - t0
-        if not np.allclose(out, x, rtol=0, atol=float(np.abs(x).max()) * 2.0 ** -(qz.ELEM_BITS[elem_type] - 3)):
-            raise AssertionError(f"elem_type {elem_type}: a one-worker all-reduce does not return its input")
+        if not np.allclose(out, x, rtol=0, atol=float(np.abs(x).max()) * 2.0 ** -(fxp.bits_of(lanes) - 3)):
+            raise AssertionError(f"{lanes} lanes: a one-worker all-reduce does not return its input")
         stats = worker.last_stats
         assert stats is not None
         rounds += stats.packets_received
@@ -74,8 +75,8 @@ def worker_cpu_per_round(elem_type: int, calls: int = CALLS, elements: int = ELE
 
 def run() -> Figures:
     figures: Figures = {}
-    for name, elem_type in TYPES.items():
-        per_round = worker_cpu_per_round(elem_type)
+    for name in fxp.LANE_TYPES:
+        per_round = worker_cpu_per_round(name)
         LOG.info("worker %s: %.1f us of CPU per round", name, per_round * 1e6)
         figures[f"host_worker_cpu_us_per_round_{name}"] = Figure(
             per_round * 1e6,

@@ -85,7 +85,8 @@ class Controller:
         config = self.fabric.client(first).get_pipeline(with_p4info=True)
         if config is None or not config.p4info.tables:
             raise I.InstallError(
-                f"no P4Info file ({self.p4info_path or 'none given'}) and switch {first} has no pipeline: run `make p4`, then `p4ina pipeline push`"
+                f"no P4Info file ({self.p4info_path or 'none given'}) and switch {first} has no pipeline: "
+                "run `make p4`, then `p4ina pipeline push`"
             )
         return P4Schema(config.p4info)
 
@@ -113,12 +114,14 @@ class Controller:
         self,
         job_id: int,
         hosts: Iterable[str],
-        quantize: str = "none",
+        down_lanes: str = "int32",
+        *,
+        up_lanes: str | None = None,
         shift: int | None = None,
         slots: int = DEFAULT_SLOTS,
-        contrib: str | None = None,
     ) -> JobPlan:
-        spec = JobSpec.make(job_id, hosts, quantize, shift, slots, contrib)
+        """Plan and install a job: down_lanes come back, up_lanes (default: the same) go up (JobSpec.make)."""
+        spec = JobSpec.make(job_id, hosts, down_lanes, up_lanes=up_lanes, shift=shift, slots=slots)
         self._need_schema()
         try:
             return I.install_job(self.fabric, self.state, spec)

@@ -23,10 +23,11 @@ from controller.draw import draw_job, draw_topology
 from controller.fabric import FabricError
 from controller.installer import InstallError
 from controller.p4info import P4InfoError
-from controller.planner import DEFAULT_SLOTS, QUANTIZE, PlanError
+from controller.planner import DEFAULT_SLOTS, PlanError
 from controller.state import DEFAULT_STATE, State, StateError, locked
 from controller.topology import Topology, TopologyError, host_names
 from controller.topospec import load_topology
+from wireformat.fixedpoint import LANE_TYPES
 
 LOG = logging.getLogger("p4ina")
 
@@ -53,7 +54,8 @@ def _check_state_fits(topo: Topology, state: State, path: Path) -> None:
         missing += [h for h in plan.spec.hosts if not topo.has_host(h)]
         if missing:
             raise UsageError(
-                f"state file {path} has job {plan.job_id} on {', '.join(missing[:5])}, which this {topo.kind} topology lacks; use --state for another fabric"
+                f"state file {path} has job {plan.job_id} on {', '.join(missing[:5])}, which this {topo.kind} "
+                "topology lacks; use --state for another fabric"
             )
 
 
@@ -90,10 +92,28 @@ def cmd_routes_install(args: argparse.Namespace, ctl: Controller) -> int:
     return 0
 
 
+def job_lanes(args: argparse.Namespace) -> tuple[str, str]:
+    """(up, down) lanes of `job install`: --lanes both ways, --up-lanes / --down-lanes for one direction.
+
+    The flags of the old vocabulary still work for one release, with a warning: --quantize (the result lanes,
+    "none" for int32) and --contrib (the lanes hosts send)."""
+    down = args.down_lanes or args.lanes
+    up = args.up_lanes
+    if args.quantize is not None:
+        LOG.warning("--quantize is deprecated: use --lanes (both ways) or --down-lanes (int32 for 'none')")
+        down = down or ("int32" if args.quantize == "none" else args.quantize)
+    if args.contrib is not None:
+        LOG.warning("--contrib is deprecated: use --up-lanes")
+        up = up or args.contrib
+    down = down or "int32"
+    return up or args.lanes or down, down
+
+
 def cmd_job_install(args: argparse.Namespace, ctl: Controller) -> int:
     hosts = host_names(ctl.topo, args.hosts)
+    up, down = job_lanes(args)
     t0 = time.perf_counter()
-    plan = ctl.install_job(args.job, hosts, args.quantize, args.shift, args.slots, args.contrib)
+    plan = ctl.install_job(args.job, hosts, down, up_lanes=up, shift=args.shift, slots=args.slots)
     took = time.perf_counter() - t0
     _emit(args, {**plan.to_dict(), "seconds": took}, draw_job(plan) + f"\ninstalled in {took:.2f} s")
     return 0
@@ -110,22 +130,23 @@ def cmd_job_remove(args: argparse.Namespace, ctl: Controller) -> int:
 
 
 def cmd_job_list(args: argparse.Namespace, ctl: Controller) -> int:
-    rows = [
+    rows: list[dict[str, Any]] = [  # the --json rows
         {
             "job_id": p.job_id,
             "hosts": list(p.spec.hosts),
             "root": p.root,
             "switches": len(p.switches),
-            "quantize": p.spec.quantize,
-            "contrib": p.spec.contrib,
+            "up_lanes": p.spec.up_lanes,
+            "down_lanes": p.spec.down_lanes,
             "shift": p.spec.shift,
             "slots": p.spec.slots,
         }
         for p in ctl.jobs()
     ]
-    lines = [f"{'job':>5}  {'hosts':>5}  {'root':<6} {'switches':>8}  {'quantize':<8} {'shift':>5} {'slots':>5}"]
+    lines = [f"{'job':>5}  {'hosts':>5}  {'root':<6} {'switches':>8}  {'up':<5} {'down':<5} {'shift':>5} {'slots':>5}"]
     lines += [
-        f"{r['job_id']:>5}  {len(r['hosts']):>5}  {r['root']:<6} {r['switches']:>8}  {r['quantize']:<8} {r['shift']:>5} {r['slots']:>5}"
+        f"{r['job_id']:>5}  {len(r['hosts']):>5}  {r['root']:<6} {r['switches']:>8}  "
+        f"{r['up_lanes']:<5} {r['down_lanes']:<5} {r['shift']:>5} {r['slots']:>5}"
         for r in rows
     ]
     _emit(args, rows, "\n".join(lines) if rows else "no jobs installed")
@@ -169,11 +190,10 @@ def cmd_counters(args: argparse.Namespace, ctl: Controller) -> int:
 def cmd_verify(args: argparse.Namespace, ctl: Controller) -> int:
     if args.repair:
         res = ctl.repair()
-        data = {n: vars(r) for n, r in res.items()}
         changed = {n: r for n, r in res.items() if r.inserted or r.modified or r.deleted}
         _emit(
             args,
-            {"repaired": data},
+            {"repaired": {n: vars(r) for n, r in res.items()}},
             "repaired: "
             + (
                 ", ".join(f"{n} (+{r.inserted} ~{r.modified} -{r.deleted})" for n, r in changed.items())
@@ -185,7 +205,8 @@ def cmd_verify(args: argparse.Namespace, ctl: Controller) -> int:
     dirty = {n: d for n, d in drift.items() if not d.clean}
     data = {"clean": not dirty, "switches": {n: vars(d) for n, d in dirty.items()}}
     if not dirty:
-        text = f"all {len(drift)} switches match the state ({len(ctl.jobs())} job(s), routes {'installed' if ctl.state.routes else 'not installed'})"
+        routes = "installed" if ctl.state.routes else "not installed"
+        text = f"all {len(drift)} switches match the state ({len(ctl.jobs())} job(s), routes {routes})"
     else:
         text = "\n".join(
             f"{n}: "
@@ -272,7 +293,8 @@ def cmd_shell(args: argparse.Namespace) -> int:
         ) from ex
     if not sw.grpc_addr:
         raise UsageError(
-            f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation (python -m emulation.serve)"
+            f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation "
+            "(python -m emulation.serve)"
         )
     _fix_p4runtime_shell()
     from p4runtime_sh import shell as sh
@@ -311,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--topology",
         "-t",
-        help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or leaf-spine:LxSxH; remembered in the state",
+        help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or "
+        "leaf-spine:LxSxH; remembered in the state",
     )
     common.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"state file (default {DEFAULT_STATE})")
     common.add_argument(
@@ -358,14 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = leaf(job, "install", cmd_job_install, "plan a job's aggregation tree and install it (all or nothing)")
     p.add_argument("--job", type=int, required=True, help="job id (1..65535), carried in every packet")
     p.add_argument("--hosts", required=True, help="member hosts: h1,h2,... ranges h1-h8, or all")
-    p.add_argument(
-        "--quantize", choices=sorted(QUANTIZE), default="none", help="result lane type: none (int32), int16, int8"
-    )
-    p.add_argument(
-        "--contrib",
-        choices=("int32", "int16", "int8"),
-        help="lane type hosts send (default: the result's: narrow lanes both ways)",
-    )
+    p.add_argument("--lanes", choices=LANE_TYPES, help="lane type both ways (default int32)")
+    p.add_argument("--up-lanes", choices=LANE_TYPES, help="lane type hosts send (default: --lanes)")
+    p.add_argument("--down-lanes", choices=LANE_TYPES, help="lane type of the results (default: --lanes)")
+    # the old vocabulary, for one release (job_lanes warns)
+    p.add_argument("--quantize", choices=("none", "int16", "int8"), help=argparse.SUPPRESS)
+    p.add_argument("--contrib", choices=LANE_TYPES, help=argparse.SUPPRESS)
     p.add_argument(
         "--shift",
         type=int,

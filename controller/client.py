@@ -83,7 +83,8 @@ class WriteError(SwitchError):
         failed = [s for s in self.statuses if not s.ok]
         if failed:
             lines = [
-                f"update {s.index} ({labels[s.index] if s.index < len(labels) else '?'}): {s.code_name} {s.message}".rstrip()
+                f"update {s.index} ({labels[s.index] if s.index < len(labels) else '?'}): "
+                f"{s.code_name} {s.message}".rstrip()
                 for s in failed[:5]
             ]
             more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
@@ -168,7 +169,8 @@ class SwitchClient:
                 self.close()
                 raise ArbitrationError(
                     self.name,
-                    f"no arbitration answer from {self.address} (device id {self.device_id}) within {self.timeout:.0f} s",
+                    f"no arbitration answer from {self.address} (device id {self.device_id}) "
+                    f"within {self.timeout:.0f} s",
                 ) from None
             if isinstance(msg, Exception):
                 self.close()
@@ -189,7 +191,8 @@ class SwitchClient:
                     self.close()
                     raise ArbitrationError(
                         self.name,
-                        f"not primary for device {self.device_id} with election id {self.election_id}: {msg.arbitration.status.message or code_pb2.Code.Name(code)}",
+                        f"not primary for device {self.device_id} with election id {self.election_id}: "
+                        f"{msg.arbitration.status.message or code_pb2.Code.Name(code)}",
                     )
                 LOG.debug("%s: primary on %s (device %d)", self.name, self.address, self.device_id)
                 self._primary = True

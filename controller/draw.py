@@ -18,7 +18,8 @@ def draw_topology(topo: Topology) -> str:
     counts = ", ".join(f"{n} {role}" for role, n in tiers.items())
     params = " ".join(f"{k}={v}" for k, v in topo.params.items())
     lines = [
-        f"{topo.kind} {params}: {len(topo.switches)} switches ({counts}), {len(topo.hosts)} hosts, {len(topo.links)} switch links"
+        f"{topo.kind} {params}: {len(topo.switches)} switches ({counts}), {len(topo.hosts)} hosts, "
+        f"{len(topo.links)} switch links"
     ]
     width = max(len(s.name) for s in topo.switches) if topo.switches else 4
     podless = [s for s in topo.switches if s.pod is None]
@@ -46,9 +47,9 @@ def draw_topology(topo: Topology) -> str:
 
 def draw_job(plan: JobPlan) -> str:
     spec = plan.spec
-    result = {"none": "int32", "int16": "int16", "int8": "int8"}[spec.quantize]
     head = (
-        f"job {plan.job_id}: {len(spec.hosts)} hosts, {spec.contrib} up, {result} results (shift {spec.shift}), "
+        f"job {plan.job_id}: {len(spec.hosts)} hosts, {spec.up_lanes} up, {spec.down_lanes} results "
+        f"(shift {spec.shift}), "
         f"{spec.slots} slots, root {plan.root}, {len(plan.switches)} switches"
     )
     nodes = {sp.switch: sp for sp in plan.switches}
@@ -57,7 +58,9 @@ def draw_job(plan: JobPlan) -> str:
     def label(name: str) -> str:
         sp = nodes[name]
         up = f" up {sp.up_port}" if sp.up_port else ""
-        return f"{name} {N.ROLE_NAMES[sp.role]}  idx {sp.job_index}  fan-in {sp.fan_in}  slots {sp.slot_base}..{sp.slot_base + sp.slot_count - 1}  grp {sp.mcast_grp}{up}"
+        slots = f"{sp.slot_base}..{sp.slot_base + sp.slot_count - 1}"
+        role = N.ROLE_NAMES[sp.role]
+        return f"{name} {role}  idx {sp.job_index}  fan-in {sp.fan_in}  slots {slots}  grp {sp.mcast_grp}{up}"
 
     def walk(name: str, prefix: str) -> None:
         sp = nodes[name]

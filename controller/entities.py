@@ -37,6 +37,15 @@ class TableEntry:
     ) -> TableEntry:
         return cls(table, tuple(sorted(match.items())), action, tuple(sorted((params or {}).items())))
 
+    def exact(self, name: str) -> int | None:
+        """The value of the exact match field `name` (None: the entry does not match on it)."""
+        for key, value in self.match:
+            if key == name:
+                if isinstance(value, Lpm):
+                    raise TypeError(f"{self.table}: {name} is an LPM match, not an exact one")
+                return value
+        return None
+
     @property
     def key(self) -> tuple:
         """What identifies the entry on the switch (table and match)."""

@@ -62,7 +62,8 @@ class Fabric:
             if not sw.grpc_addr:
                 raise SwitchError(
                     name,
-                    "the topology gives no P4Runtime address (grpc_addr) for this switch; use the topology JSON written by the emulation runner",
+                    "the topology gives no P4Runtime address (grpc_addr) for this switch; use the topology JSON "
+                    "written by the emulation runner",
                 )
             cl = SwitchClient(name, sw.grpc_addr, sw.device_id, self.election_id, self.timeout).connect()
             with self._lock:
@@ -106,8 +107,9 @@ class Fabric:
         switch over P4Runtime took 21-49 ms for the fail-over's 13 switches on the emulation's loaded machine:
         the slowest switch process's reply.) A connection still pending after `timeout` is a slow switch:
         alive. The second try rules out a server caught between its socket and its listen()."""
-        addrs = {n: self.topo.switch(n).grpc_addr for n in switches}
-        suspects = [n for n, a in addrs.items() if a]
+        names = list(switches)
+        addrs = {n: a for n in names if (a := self.topo.switch(n).grpc_addr)}  # no address: not probed
+        suspects = list(addrs)
         t0 = time.monotonic()
         for attempt in range(attempts):
             if not suspects:
@@ -117,7 +119,7 @@ class Fabric:
             suspects = sorted(refused({n: addrs[n] for n in suspects}, timeout))
         LOG.debug(
             "liveness probe of %d switch(es): %s refused (%.1f ms)",
-            len(addrs),
+            len(names),
             suspects or "none",
             1e3 * (time.monotonic() - t0),
         )
@@ -140,7 +142,8 @@ class Fabric:
             for name, fut in futures.items():
                 try:
                     results[name] = fut.result()
-                except Exception as ex:  # collected per switch: the caller decides (rollback, report)
+                # any failure of one switch's call, collected per switch: the caller decides (rollback, report)
+                except Exception as ex:  # noqa: BLE001
                     errors[name] = ex
         return results, errors
 
@@ -198,8 +201,9 @@ def refused(addresses: dict[str, str], timeout: float) -> set[str]:
         deadline = time.monotonic() + timeout
         while pending and (left := deadline - time.monotonic()) > 0:
             for key, _ in sel.select(left):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
+                fileobj = key.fileobj
+                assert isinstance(fileobj, socket.socket)  # only sockets are registered
+                sock = fileobj
                 sel.unregister(sock)
                 if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
                     out.add(pending[sock])

@@ -263,13 +263,14 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec, timings: dict[str, 
     if old is not None:
         if old.spec != spec:
             raise DuplicateJobError(
-                f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; remove it first or pick another id"
+                f"job {spec.job_id} is already installed with {_spec_text(old.spec)}; "
+                "remove it first or pick another id"
             )
         _reconcile(fabric, schema, old)
         return old
     plan = _plan_around_the_switches(fabric, schema, state, spec, clock)
     entries = job_entries(plan)
-    for sw, ents in entries.items():
+    for ents in entries.values():
         for e in ents:
             e.encode(schema)
 
@@ -301,7 +302,8 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec, timings: dict[str, 
             why = str(ex)
         others = f" (and {len(errors) - 1} other switch(es))" if len(errors) > 1 else ""
         raise InstallError(
-            f"job {spec.job_id} not installed, {sum(map(len, written.values()))} written update(s) rolled back: {why}{others}"
+            f"job {spec.job_id} not installed, {sum(map(len, written.values()))} written update(s) rolled back: "
+            f"{why}{others}"
         ) from (ex.error if isinstance(ex, _PartialWrite) else ex)
     state.jobs[spec.job_id] = plan
     _remember_install(fabric, plan)
@@ -435,11 +437,12 @@ def _holdings(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> 
         for e in entries:
             if not (isinstance(e, TableEntry) and e.action == N.A_SET_JOB):
                 continue
-            job, params = dict(e.match).get(N.K_JOB_ID, -1), dict(e.params)
+            found, params = e.exact(N.K_JOB_ID), dict(e.params)
+            job = -1 if found is None else found
             if job in mine:
                 continue
-            foreign.job_indexes[int(params.get("job_index", 0))] = int(job)
-            foreign.ranges.append((int(params.get("slot_base", 0)), int(params.get("slot_count", 0)), int(job)))
+            foreign.job_indexes[int(params.get("job_index", 0))] = job
+            foreign.ranges.append((int(params.get("slot_base", 0)), int(params.get("slot_count", 0)), job))
             foreign_tokens.add(int(params.get("token", 0)))
         try:  # a multicast group with no job_config (an install cut short elsewhere) still holds its job index
             groups = [e.group_id for e in read_entities(cl, schema, [], groups=None) if isinstance(e, MulticastGroup)]
@@ -605,7 +608,8 @@ def remove_job(fabric: Fabric, state: State, job_id: int) -> JobPlan:
     _, errors = fabric.run(one, entries)
     if errors:
         raise RemoveError(
-            f"job {job_id} only partly removed, it stays in the state; run `p4ina job remove --job {job_id}` again: {FabricError('remove', errors)}"
+            f"job {job_id} only partly removed, it stays in the state; run `p4ina job remove --job {job_id}` "
+            f"again: {FabricError('remove', errors)}"
         )
     del state.jobs[job_id]
     return plan
@@ -656,7 +660,7 @@ def fail_over(
         del state.jobs[job_id]
         raise
     new_entries = job_entries(plan)
-    for sw, ents in new_entries.items():
+    for ents in new_entries.values():
         for e in ents:
             e.encode(schema)
     for sp in plan.switches:  # a new token per attempt (see install_job)
@@ -728,8 +732,8 @@ def expected_entries(fabric: Fabric, state: State) -> dict[str, list[Entity]]:
     topo = live_topology(fabric, state)
     out: dict[str, list[Entity]] = {s.name: [] for s in topo.switches}
     if state.routes:
-        for name, ents in all_route_entries(topo).items():
-            out[name] += ents
+        for name, routes in all_route_entries(topo).items():
+            out[name] += routes
     for plan in state.plans():
         for name, ents in job_entries(plan).items():
             out[name] += ents
@@ -850,9 +854,10 @@ def reconcile(fabric: Fabric, state: State) -> Reconciliation:
         if safe != have:
             state.installs[name] = safe
             out.tokens[name] = [have, safe]
-        for job in sorted({dict(e.match).get(N.K_JOB_ID) for e in entries if isinstance(e, TableEntry)}):
+        held = {e.exact(N.K_JOB_ID) for e in entries if isinstance(e, TableEntry)}
+        for job in sorted(j for j in held if j is not None):  # every job table is keyed by job_id
             if job not in want:
-                out.unknown.setdefault(int(job), []).append(name)
+                out.unknown.setdefault(job, []).append(name)
     for job, per_switch in want.items():
         bad = []
         for name, ents in per_switch.items():
@@ -860,7 +865,7 @@ def reconcile(fabric: Fabric, state: State) -> Reconciliation:
             if got is None:
                 bad.append(name)
                 continue
-            mine = [e for e in got[0] if dict(e.match).get(N.K_JOB_ID) == job]
+            mine: list[Entity] = [e for e in got[0] if isinstance(e, TableEntry) and e.exact(N.K_JOB_ID) == job]
             if not diff([e for e in ents if isinstance(e, TableEntry)], mine).clean:
                 bad.append(name)
         if bad:
@@ -877,7 +882,10 @@ def _schema(fabric: Fabric) -> P4Schema:
 
 
 def _spec_text(spec: JobSpec) -> str:
-    return f"hosts {','.join(spec.hosts)}, quantize {spec.quantize}, shift {spec.shift}, {spec.slots} slots"
+    return (
+        f"hosts {','.join(spec.hosts)}, {spec.up_lanes} up, {spec.down_lanes} down, shift {spec.shift}, "
+        f"{spec.slots} slots"
+    )
 
 
 __all__ = [

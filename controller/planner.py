@@ -18,11 +18,10 @@ from typing import Any
 from controller import names as N
 from controller.topology import Topology
 from wireformat import fixedpoint as fxp
+from wireformat.fixedpoint import LaneType
 
 LOG = logging.getLogger(__name__)
 
-QUANTIZE = {"none": N.ELEM_INT32, "int16": N.ELEM_INT16, "int8": N.ELEM_INT8}
-LANE_BITS = {"none": 32, "int32": 32, "int16": 16, "int8": 8}
 # The root narrows a sum by the shift that gives n contributions exactly the headroom they
 # need (wireformat.fixedpoint.default_shift: int8 lanes both ways of 16 hosts -> 4; int32
 # contributions with int8 results -> 24); the host multiplies a result by 2^shift (the shift
@@ -84,32 +83,33 @@ def _components(topo: Topology, exclude: frozenset[str]) -> dict[str, int]:
 class JobSpec:
     job_id: int
     hosts: tuple[str, ...]
-    quantize: str = "none"  # result lanes: none (int32), int16, int8
+    up_lanes: LaneType = "int32"  # what hosts send (the switches widen it and sum in int32)
+    down_lanes: LaneType = "int32"  # what comes back: the root narrows the sum to it (shifted right by `shift`)
     shift: int = 0
     slots: int = DEFAULT_SLOTS
-    contrib: str = "int32"  # the lanes hosts send up (the switches widen them and sum in int32)
 
     @classmethod
     def make(
         cls,
         job_id: int,
         hosts: Iterable[str],
-        quantize: str = "none",
+        down_lanes: str = "int32",
+        *,
+        up_lanes: str | None = None,
         shift: int | None = None,
         slots: int = DEFAULT_SLOTS,
-        contrib: str | None = None,
     ) -> JobSpec:
-        """A checked job; contributions default to the result's width (narrow lanes both ways), the shift
-        to the one that gives the sum of this many hosts the headroom it needs."""
-        if quantize not in QUANTIZE:
-            raise PlanError(f"job {job_id}: quantize must be one of {sorted(QUANTIZE)}, got {quantize!r}")
-        contrib = contrib or ("int32" if quantize == "none" else quantize)
-        if contrib not in fxp.ELEM_NAMES:
-            raise PlanError(f"job {job_id}: contributions must be one of {', '.join(fxp.ELEM_NAMES)}, got {contrib!r}")
+        """A checked job; hosts send the lanes that come back unless up_lanes says otherwise (narrow lanes both
+        ways), the shift defaults to the one that gives the sum of this many hosts the headroom it needs."""
+        try:
+            down = fxp.lane_type(down_lanes)
+            up = fxp.lane_type(up_lanes or down)
+        except fxp.FixedPointConfigError as ex:
+            raise PlanError(f"job {job_id}: {ex}") from ex
         hosts = tuple(hosts)
         if shift is None:
-            shift = fxp.default_shift(max(1, len(hosts)), LANE_BITS[contrib], LANE_BITS[quantize])
-        spec = cls(job_id, hosts, quantize, shift, slots, contrib)
+            shift = fxp.default_shift(max(1, len(hosts)), fxp.LANE_BITS[up], fxp.LANE_BITS[down])
+        spec = cls(job_id, hosts, up_lanes=up, down_lanes=down, shift=shift, slots=slots)
         spec.validate()
         return spec
 
@@ -120,45 +120,47 @@ class JobSpec:
             raise PlanError(f"job {self.job_id} has no hosts")
         if len(set(self.hosts)) != len(self.hosts):
             raise PlanError(f"job {self.job_id} lists a host twice")
-        if self.quantize not in QUANTIZE:
-            raise PlanError(f"job {self.job_id}: quantize must be one of {sorted(QUANTIZE)}")
+        for lanes in (self.up_lanes, self.down_lanes):
+            if lanes not in fxp.LANE_BITS:
+                raise PlanError(f"job {self.job_id}: lanes must be one of {', '.join(fxp.LANE_TYPES)}, got {lanes!r}")
         if not 0 <= self.shift <= 31:
             raise PlanError(f"job {self.job_id}: shift must be 0..31, got {self.shift}")
-        if self.quantize == "none" and self.shift:
+        if self.down_lanes == "int32" and self.shift:
             raise PlanError(
-                f"job {self.job_id}: shift {self.shift} needs --quantize int16 or int8 (int32 results are not shifted)"
+                f"job {self.job_id}: shift {self.shift} needs int16 or int8 lanes down (int32 results are not shifted)"
             )
         if not 1 <= self.slots <= N.NUM_SLOTS:
             raise PlanError(f"job {self.job_id}: slots must be 1..{N.NUM_SLOTS}, got {self.slots}")
         try:  # the workers refuse the same configurations (hosts/inc_worker.py), with the same message
-            fxp.check(len(self.hosts), LANE_BITS[self.contrib], LANE_BITS[self.quantize], self.shift)
-            fxp.check_growth(len(self.hosts), LANE_BITS[self.contrib], LANE_BITS[self.quantize], self.shift)
+            fxp.check(len(self.hosts), self.up_bits, self.down_bits, self.shift)
+            fxp.check_growth(len(self.hosts), self.up_bits, self.down_bits, self.shift)
         except fxp.FixedPointConfigError as ex:
             raise PlanError(f"job {self.job_id}: {ex}") from ex
 
     @property
-    def result_type(self) -> int:
-        return QUANTIZE[self.quantize]
+    def up_bits(self) -> int:
+        return fxp.LANE_BITS[self.up_lanes]
 
     @property
-    def contrib_type(self) -> int:
-        return fxp.BITS_ELEM[LANE_BITS[self.contrib]]
+    def down_bits(self) -> int:
+        return fxp.LANE_BITS[self.down_lanes]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["hosts"] = list(self.hosts)
-        d["result_type"] = self.result_type
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobSpec:
+        """The lane keys are required: a dict of the old vocabulary (a version 1 state file) is upgraded by
+        controller.state first, not read as int32 lanes."""
         return cls.make(
             int(d["job_id"]),
             d["hosts"],
-            d.get("quantize", "none"),
-            d.get("shift"),
-            int(d.get("slots", DEFAULT_SLOTS)),
-            d.get("contrib"),
+            d["down_lanes"],
+            up_lanes=d["up_lanes"],
+            shift=d.get("shift"),
+            slots=int(d.get("slots", DEFAULT_SLOTS)),
         )
 
 
@@ -365,7 +367,8 @@ def plan_job(
     unknown = [h for h in spec.hosts if not topo.has_host(h)]
     if unknown:
         raise UnknownHostError(
-            f"job {spec.job_id}: unknown host(s) {', '.join(unknown)} (this {topo.kind} has {topo.hosts[0].name}..{topo.hosts[-1].name})"
+            f"job {spec.job_id}: unknown host(s) {', '.join(unknown)} "
+            f"(this {topo.kind} has {topo.hosts[0].name}..{topo.hosts[-1].name})"
             if topo.hosts
             else f"job {spec.job_id}: topology has no hosts"
         )
@@ -455,7 +458,7 @@ def _shifts(spec: JobSpec, root: str, tree: Mapping[str, tuple[str | None, int, 
     partial sums unshifted and as wide as fixedpoint.partial_bits says.
     """
     members = set(spec.hosts)
-    n, c, r, shift = len(spec.hosts), LANE_BITS[spec.contrib], LANE_BITS[spec.quantize], spec.shift
+    n, c, r, shift = len(spec.hosts), spec.up_bits, spec.down_bits, spec.shift
     depth: dict[str, int] = {}
     for sw, (parent, _port, _children) in tree.items():  # breadth-first: a parent comes before its children
         depth[sw] = 0 if parent is None else depth[parent] + 1
@@ -530,7 +533,7 @@ def _assign(
                 up_port=up_port,
                 parent=parent,
                 children=tuple(Child(port, i, node) for i, (port, node) in enumerate(children)),
-                result_type=spec.result_type,
+                result_type=fxp.lane_elem(spec.down_lanes),
                 shift=spec.shift,
                 token=next_token(installs.get(sw, 0)),
                 up_type=shifts.per_switch[sw][0],

@@ -23,11 +23,25 @@ from controller.topology import link_key
 LOG = logging.getLogger(__name__)
 
 DEFAULT_STATE = Path("state/p4ina-state.json")
-STATE_VERSION = 1
+# 2: a job's lanes as up_lanes / down_lanes ("int32" | "int16" | "int8"). Version 1 files still load (their jobs
+# upgraded by upgrade_v1_job); a version 1 controller refuses version 2 files instead of misreading their lanes.
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 class StateError(ValueError):
     pass
+
+
+def upgrade_v1_job(plan: dict[str, Any]) -> dict[str, Any]:
+    """A job plan of a version 1 state file in today's vocabulary: its spec's result lanes were `quantize`
+    ("none" for int32), the lanes hosts send `contrib` (absent in the oldest files: the result's), and the
+    result's elem_type code `result_type` (derived from the lanes, dropped)."""
+    spec = {k: v for k, v in plan["spec"].items() if k not in ("quantize", "contrib", "result_type")}
+    quantize = plan["spec"].get("quantize", "none")
+    spec["down_lanes"] = "int32" if quantize == "none" else quantize
+    spec["up_lanes"] = plan["spec"].get("contrib") or spec["down_lanes"]
+    return {**plan, "spec": spec}
 
 
 @dataclass
@@ -63,11 +77,16 @@ class State:
             return cls(path)
         try:
             data = json.loads(path.read_text())
-            if data.get("version") != STATE_VERSION:
+            version = data.get("version")
+            if version not in READABLE_VERSIONS:
                 raise StateError(
-                    f"state file {path} has version {data.get('version')}, this controller writes {STATE_VERSION}"
+                    f"state file {path} has version {version}, this controller reads "
+                    f"{', '.join(map(str, READABLE_VERSIONS))} and writes {STATE_VERSION}"
                 )
-            jobs = {int(j): JobPlan.from_dict(p) for j, p in data.get("jobs", {}).items()}
+            raw = data.get("jobs", {})
+            if version == 1:
+                raw = {j: upgrade_v1_job(p) for j, p in raw.items()}
+            jobs = {int(j): JobPlan.from_dict(p) for j, p in raw.items()}
             installs = {str(k): int(v) for k, v in data.get("installs", {}).items()}
             links = set()
             for pair in data.get("failed_links", []):
@@ -78,7 +97,8 @@ class State:
             if isinstance(ex, StateError):
                 raise
             raise StateError(
-                f"state file {path} is unreadable ({ex}); move it away and run `p4ina verify` to compare with the switches"
+                f"state file {path} is unreadable ({ex}); move it away and run `p4ina verify` to compare with "
+                "the switches"
             ) from ex
         return cls(
             path,

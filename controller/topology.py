@@ -244,7 +244,7 @@ def host_names(topo: Topology, spec: str | Iterable[str]) -> tuple[str, ...]:
     for item in filter(None, items):
         if item == "all":
             out.extend(order)
-        elif "-" in item and item not in topo._host:
+        elif "-" in item and not topo.has_host(item):
             lo, _, hi = item.partition("-")
             try:
                 i, j = order.index(lo), order.index(hi)

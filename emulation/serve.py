@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None, prog: str = "p4ina serve") -> int:
             f"topology with gRPC addresses in {args.topology_out}\n"
             f"  p4ina pipeline push --topology {args.topology_out}\n"
             f"  p4ina routes install\n"
-            f"  p4ina job install --job 7 --hosts {hosts} --quantize int8\n"
+            f"  p4ina job install --job 7 --hosts {hosts} --lanes int8\n"
             f"  p4ina job show --job 7; p4ina counters --job 7; p4ina verify\n"
             f"Ctrl-C stops the network.",
             flush=True,

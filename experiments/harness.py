@@ -43,6 +43,7 @@ from experiments.config import ConfigError, ExperimentConfig, Sample
 from hosts import clock
 from hosts.coordination import CoordinatorServer
 from hosts.methods import METHODS, Method
+from hosts.tickets import JobTicket, RingSettings, StepCommand
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
@@ -89,6 +90,36 @@ def timeouts(config: ExperimentConfig) -> dict[str, float]:
 
 
 WINDOWS_PER_LINK = {"ring": 1, "hier": 2, "tree": 3}
+
+
+def job_ticket(
+    plan: JobPlan,
+    *,
+    install: int,
+    timeout_s: float,
+    min_timeout_s: float | None = None,
+    failure_timeout_s: float | None = None,
+    early_window: float | None = None,
+) -> JobTicket:
+    """What the agents of a planned (and installed) job need to run it: the one place a plan becomes a ticket.
+
+    install: the runner's count of this job's installs (a new one makes the agents start a fresh worker);
+    min_timeout_s defaults to timeout_s; failure_timeout_s and early_window to the worker's own (None)."""
+    spec = plan.spec
+    return JobTicket(
+        job_id=plan.job_id,
+        slots=spec.slots,
+        up_lanes=spec.up_lanes,
+        down_lanes=spec.down_lanes,
+        shift=spec.shift,
+        install=install,
+        timeout_s=timeout_s,
+        min_timeout_s=timeout_s if min_timeout_s is None else min_timeout_s,
+        error_lsb=plan.error_lsb,
+        q_limit=plan.q_limit or None,  # 0: the plan left it to the formula
+        failure_timeout_s=failure_timeout_s,
+        early_window=early_window,
+    )
 
 
 def method_order(config: ExperimentConfig, hosts: int, size: int, rep: int) -> list[str]:
@@ -283,29 +314,16 @@ class Runner:
         return out
 
     # -- jobs and agents ------------------------------------------------------------------------
-    def install_jobs(self, hosts: tuple[str, ...]) -> dict[str, tuple[JobPlan, dict[str, Any]]]:
-        """One job per in-network method: method -> (plan, what its agents need to know)."""
+    def install_jobs(self, hosts: tuple[str, ...]) -> dict[str, tuple[JobPlan, JobTicket]]:
+        """One job per in-network method: method -> (plan, its agents' ticket)."""
         out = {}
         for name in self.config.methods:
             m = METHODS[name]
             if not m.in_network:
                 continue
-            plan = self.ctl.install_job(JOB_IDS[name], hosts, m.quantize, slots=self.config.slots, contrib=m.lanes)
+            plan = self.ctl.install_job(JOB_IDS[name], hosts, m.lanes, slots=self.config.slots)  # lanes both ways
             spec = plan.spec
-            out[name] = (
-                plan,
-                {
-                    "job_id": plan.job_id,
-                    "slots": spec.slots,
-                    "contrib_type": spec.contrib_type,
-                    "result_type": spec.result_type,
-                    "shift": spec.shift,
-                    "timeout_s": self.tmo["inc"],
-                    "install": self.step,
-                    "error_lsb": plan.error_lsb,
-                    "q_limit": plan.q_limit,
-                },
-            )
+            out[name] = (plan, job_ticket(plan, install=self.step, timeout_s=self.tmo["inc"]))
             LOG.info(
                 "job %d (%s) on %d hosts: root %s, %d switches, shift %d",
                 plan.job_id,
@@ -393,7 +411,7 @@ class Runner:
         size: int,
         rep: int,
         order: int,
-        job: dict[str, Any] | None,
+        job: JobTicket | None,
         t_path: tuple[float, float],
     ) -> list[Sample]:
         """One repetition on every host. t_path: the path bound with the exponent rounds and without them
@@ -401,18 +419,18 @@ class Runner:
         cfg = self.config
         self.step += 1
         step = self.step
-        cmd: dict[str, Any] = {
-            "method": m.name,
-            "size": size,
-            "iteration": rep,
-            "input": cfg.input_kind,
-            "seed": cfg.seed,
-            "checker": 0,
-            "ring": {"window": cfg.ring_window, "timeout_s": self.tmo.get(m.family, self.tmo["ring"])},
-        }
-        if job is not None:
-            cmd["job"] = job
-        server.post(step, cmd)
+        cmd = StepCommand(
+            step=step,
+            method=m.name,
+            size=size,
+            iteration=rep,
+            input=cfg.input_kind,
+            seed=cfg.seed,
+            checker=0,
+            ring=RingSettings(window=cfg.ring_window, timeout_s=self.tmo.get(m.family, self.tmo["ring"])),
+            job=job,
+        )
+        server.post(step, cmd.to_dict())
         reports = server.step_reports(step, self.step_timeout(size), alive=self.alive)
         after = self.snapshot()
         before = self.take_snapshot(step)

@@ -4,7 +4,7 @@ One agent per host keeps its sockets (the in-network worker's AF_PACKET
 transport, one UDP socket per host method) across steps, so the runner can
 interleave methods in any order without starting processes in between. A step:
 
-1. the command arrives (method, size, iteration, the job's settings);
+1. the command arrives (a hosts.tickets.StepCommand: method, size, iteration, the job's ticket);
 2. the agent builds its input for that iteration (hosts.workload: every
    iteration all-reduces different tensors, so a stale result cannot pass);
 3. it meets the other agents at the step's barrier; the release instant, on
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import select
 import threading
@@ -39,6 +40,7 @@ from hosts import clock, workload
 from hosts.coordination import CoordinatorClient, result_digest, same_size
 from hosts.methods import Method, method
 from hosts.packets import Endpoint
+from hosts.tickets import JobTicket, RingSettings, StepCommand
 
 LOG = logging.getLogger(__name__)
 
@@ -110,7 +112,8 @@ class Agent:
         def run() -> None:
             try:
                 box["value"] = fn()
-            except BaseException as ex:  # handed to the caller below
+            # anything fn raised (a KeyboardInterrupt too) is raised again in the caller's thread below
+            except BaseException as ex:  # noqa: BLE001
                 box["error"] = ex
 
         t = threading.Thread(target=run, name="agent-wait", daemon=True)
@@ -127,42 +130,42 @@ class Agent:
         return box["value"]
 
     # -- workers ---------------------------------------------------------------------------------
-    def _worker(self, m: Method, cmd: dict[str, Any]) -> Any:
+    def _worker(self, m: Method, job: JobTicket | None, ring: RingSettings) -> Any:
         if m.in_network:
-            return self._inc_worker(cmd)
-        return self._host_method(m, cmd)
+            if job is None:
+                raise StepError(f"{m.name} runs through the switches: the command carries no job ticket")
+            return self._inc_worker(job)
+        return self._host_method(m, ring)
 
-    def _inc_worker(self, cmd: dict[str, Any]) -> Any:
+    def _inc_worker(self, job: JobTicket) -> Any:
         from hosts.inc_worker import IncJob, IncWorker
         from hosts.transport import RawSocketTransport, interface_endpoint
 
-        job = cmd["job"]
-        key = ("inc", job["job_id"], job.get("install", 0))
+        key = ("inc", job.job_id, job.install)
         if key not in self._workers:
-            if self._transport is None and not self.cfg.iface:
-                raise StepError("an in-network method needs --iface")
             if self._transport is None:
+                if not self.cfg.iface:
+                    raise StepError("an in-network method needs --iface")
                 self._endpoint = interface_endpoint(self.cfg.iface)
                 self._transport = RawSocketTransport(self.cfg.iface, self._endpoint.ip)
             # a reinstalled job (new token) starts its epochs afresh; the old worker is dropped
-            for old in [k for k in self._workers if k[0] == "inc" and k[1] == job["job_id"]]:
+            for old in [k for k in self._workers if k[0] == "inc" and k[1] == job.job_id]:
                 del self._workers[old]
             assert self._endpoint is not None
             self._workers[key] = IncWorker(
                 IncJob(
-                    job_id=job["job_id"],
+                    job_id=job.job_id,
                     rank=self.cfg.rank,
                     n_workers=self.cfg.workers,
-                    slot_count=job["slots"],
-                    contrib_type=job["contrib_type"],
-                    result_type=job["result_type"],
-                    shift=job["shift"],
-                    timeout_s=job["timeout_s"],
-                    min_timeout_s=job.get("min_timeout_s", job["timeout_s"]),
-                    first_epoch=job.get("first_epoch", 1),
-                    failure_timeout_s=job.get("failure_timeout_s"),
-                    error_lsb=job.get("error_lsb"),
-                    max_lane=job.get("q_limit"),
+                    slot_count=job.slots,
+                    up_lanes=job.up_lanes,
+                    down_lanes=job.down_lanes,
+                    shift=job.shift,
+                    timeout_s=job.timeout_s,
+                    min_timeout_s=job.min_timeout_s,
+                    failure_timeout_s=job.failure_timeout_s,
+                    error_lsb=job.error_lsb,
+                    max_lane=job.q_limit,
                 ),
                 self._transport,
                 self._endpoint,
@@ -170,12 +173,11 @@ class Agent:
         worker = self._workers[key]
         # early retransmission may change between steps of one install (the faults experiment's bit-flip phase
         # turns it off so that a lost frame holds its round open for the flipper)
-        early = job.get("early_window")
-        if early is not None and float(early) != worker.job.early_window:
-            worker.job = dataclasses.replace(worker.job, early_window=float(early))
+        if job.early_window is not None and job.early_window != worker.job.early_window:
+            worker.job = dataclasses.replace(worker.job, early_window=job.early_window)
         return worker
 
-    def _host_method(self, m: Method, cmd: dict[str, Any]) -> Any:
+    def _host_method(self, m: Method, settings: RingSettings) -> Any:
         """The ring, hier or tree worker of this method, on its own UDP port (base port + the method's offset)."""
         from hosts.hier import HierAllreduce, HierConfig
         from hosts.ring import RingAllreduce, RingConfig, topology_order
@@ -185,8 +187,8 @@ class Agent:
             raise StepError(f"a host method needs the {self.cfg.workers} peers' addresses (--peers)")
         if (m.family, m.wire) not in HOST_METHOD_PORTS:
             raise StepError(f"{m.name}: no host method of family {m.family!r} with {m.wire} on the wire")
-        settings = cmd.get("ring", {})  # the runner's transport settings, the same for every host method
-        key = (m.family, m.wire, settings.get("window"), settings.get("timeout_s"))
+        # the runner's transport settings, the same for every host method
+        key = (m.family, m.wire, settings.window, settings.timeout_s)
         if key not in self._workers:
             offset = HOST_METHOD_PORTS[(m.family, m.wire)]
             peers = []
@@ -195,9 +197,11 @@ class Agent:
                 peers.append((ip, (int(port) if port else RING_BASE_PORT) + offset))
             groups = self.cfg.groups
             order = topology_order(list(groups)) if groups else None
-            extra: dict[str, Any] = {k: settings[k] for k in ("window", "ack_every", "ack_delay_s") if k in settings}
-            if "timeout_s" in settings:
-                extra.update(timeout_s=settings["timeout_s"], min_timeout_s=settings["timeout_s"])
+            extra: dict[str, Any] = {}
+            if settings.window is not None:
+                extra["window"] = settings.window
+            if settings.timeout_s is not None:
+                extra.update(timeout_s=settings.timeout_s, min_timeout_s=settings.timeout_s)
             common: dict[str, Any] = dict(rank=self.cfg.rank, peers=tuple(peers), wire=m.wire, **extra)
             if m.family == "ring":
                 worker: Any = RingAllreduce(RingConfig(order=order, **common))
@@ -211,11 +215,10 @@ class Agent:
         return self._workers[key]
 
     # -- one step --------------------------------------------------------------------------------
-    def run_step(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        step, m = int(cmd["step"]), method(cmd["method"])
-        size, iteration = int(cmd["size"]), int(cmd["iteration"])
-        kind, seed = cmd.get("input", "normal"), int(cmd.get("seed", 0))
-        worker = self._worker(m, cmd)
+    def run_step(self, cmd: StepCommand) -> dict[str, Any]:
+        step, m = cmd.step, method(cmd.method)
+        size, iteration, kind, seed = cmd.size, cmd.iteration, cmd.input, cmd.seed
+        worker = self._worker(m, cmd.job, cmd.ring)
         x = workload.make_input(kind, size, self.cfg.rank, seed, iteration)
         _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
         failovers: list[dict[str, Any]] = []
@@ -244,7 +247,7 @@ class Agent:
         if hasattr(worker, "false_alarms"):
             worker.on_stall = None
             report["false_alarms"] = worker.false_alarms
-        if cmd.get("checker") == self.cfg.rank:
+        if cmd.checker == self.cfg.rank:
             used = method("ring") if report.get("fallback") == "ring" else m
             report.update(self._check(used, result, kind, size, seed, iteration, worker))
         kept = m.in_network and report.get("fallback") is None and getattr(worker, "last_partial", None) is not None
@@ -265,13 +268,7 @@ class Agent:
                     f"was {done['step'] if done else 'none'}"
                 )
             cmd, worker, report = done["cmd"], done["worker"], dict(done["report"])
-            x = workload.make_input(
-                cmd.get("input", "normal"),
-                int(cmd["size"]),
-                self.cfg.rank,
-                int(cmd.get("seed", 0)),
-                int(cmd["iteration"]),
-            )
+            x = workload.make_input(cmd.input, cmd.size, self.cfg.rank, cmd.seed, cmd.iteration)
         except Exception as ex:  # the others wait at the barrier for this rank: tell them, then report
             with contextlib.suppress(Exception):
                 self.client.decided_exchange(
@@ -313,7 +310,7 @@ class Agent:
         self,
         worker: Any,
         x: np.ndarray,
-        cmd: dict[str, Any],
+        cmd: StepCommand,
         step: int,
         failovers: list[dict[str, Any]],
         rejoin: tuple[Any, int] | None = None,
@@ -337,9 +334,12 @@ class Agent:
             )
         )
 
+        assert cmd.job is not None  # an in-network step (StepCommand refuses one without its ticket)
+        job_id = cmd.job.job_id
+
         def alive(stalled_s: float, missing: int, chunks: int) -> bool:
             answer = self.client.ask(
-                "stall", {"job_id": cmd["job"]["job_id"], "stalled_s": stalled_s, "missing": missing, "chunks": chunks}
+                "stall", {"job_id": job_id, "stalled_s": stalled_s, "missing": missing, "chunks": chunks}
             )
             return isinstance(answer, dict) and answer.get("alive") is True
 
@@ -359,7 +359,7 @@ class Agent:
             called = rejoin is not None and not failovers
             mine = {
                 "rank": self.cfg.rank,
-                "job_id": cmd["job"]["job_id"],
+                "job_id": job_id,
                 "missing": pack_mask(partial.missing),
                 "chunks": n,
                 "detected_at": None if called else ex.detected_at,
@@ -369,11 +369,14 @@ class Agent:
             }
             LOG.warning("step %d: %s; reporting to the coordinator", step, ex)
             attempt = first + len(failovers)
-            values, released, decision = self._serviced(
-                lambda: self.client.decided_exchange(
-                    f"failover-{step}-{attempt}", mine, call_in={"step": step, "attempt": attempt}
-                )
+            # bound now: the call runs in another thread (Agent._serviced) while this loop's names move on
+            exchange = functools.partial(
+                self.client.decided_exchange,
+                f"failover-{step}-{attempt}",
+                mine,
+                call_in={"step": step, "attempt": attempt},
             )
+            values, released, decision = self._serviced(exchange)
             refused = [v for v in values if isinstance(v, dict) and "error" in v]
             if refused:
                 raise SwitchFailureError(
@@ -396,11 +399,12 @@ class Agent:
             event.update({k: decision[k] for k in ("failed", "root", "fallback") if k in decision})
             if decision.get("fallback") == "ring":
                 worker.realign()  # the in-network worker, if it is used again, starts level with the others
-                ring = self._host_method(method("ring"), cmd)
+                ring = self._host_method(method("ring"), cmd.ring)
                 return ring.allreduce(x, call=step), ring
-            cmd = {**cmd, "job": decision["job"]}
+            job = JobTicket.from_dict(decision["job"], where="the fail-over's job")
+            cmd = dataclasses.replace(cmd, job=job)
             worker.on_stall = None
-            worker = self._inc_worker(cmd)  # the same worker on a false alarm (same install), else a new one
+            worker = self._inc_worker(job)  # the same worker on a false alarm (same install), else a new one
             worker.realign()  # every rank from the same shadow copies (a rejoined one had advanced its own)
 
     def _check(
@@ -424,7 +428,8 @@ class Agent:
         from hosts.training import Replica, TrainConfig, run_segment
 
         m, run, count = method(cmd["method"]), str(cmd["run"]), int(cmd["count"])
-        worker = self._worker(m, cmd)
+        job = JobTicket.from_dict(cmd["job"], where="the training job") if cmd.get("job") is not None else None
+        worker = self._worker(m, job, RingSettings.from_dict(cmd["ring"]) if "ring" in cmd else RingSettings())
         replica = self._replicas.get(run)
         at = replica.step if replica is not None else 0
         if int(cmd.get("first", at + 1)) != at + 1:
@@ -474,7 +479,7 @@ class Agent:
         """Take steps until the runner says stop; returns the number of steps run."""
         last, done = -1, 0
         while True:
-            cmd = self._serviced(lambda: self.client.next_command(last, wait_s=60.0))
+            cmd = self._serviced(functools.partial(self.client.next_command, last, wait_s=60.0))
             if cmd is None:
                 continue
             if cmd.get("op") == "rejoin":  # a step it finished, called back (not a new step: `last` stays)
@@ -489,7 +494,10 @@ class Agent:
             if cmd.get("op") == "quit":
                 return done
             try:
-                report = self.run_train(cmd) if cmd.get("op") == "train" else self.run_step(cmd)
+                if cmd.get("op") == "train":
+                    report = self.run_train(cmd)
+                else:
+                    report = self.run_step(StepCommand.from_dict(cmd))
             except Exception as ex:  # the step failed here; the runner decides what happens next
                 LOG.exception("step %d (%s) failed", last, cmd.get("method"))
                 report = {

@@ -8,13 +8,13 @@ worker's hot path sends pre-built bytes (see ``hosts.packets``).
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, ClassVar
 
-from scapy.fields import BitEnumField, BitField, Field, FlagsField
+from scapy.fields import AnyField, BitEnumField, BitField, Field, FlagsField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from wireformat import AGG
+from wireformat import AGG, WireFormatError
 from wireformat import Field as WireField
 
 ELEM_NAMES = {code: name.removeprefix("ELEM_").lower() for name, code in AGG.elem_types.items()}
@@ -55,7 +55,7 @@ class LanesField(Field[list[int], bytes]):
     def _width(pkt: Packet) -> int | None:
         try:
             return AGG.lane_bytes(pkt.elem_type)
-        except Exception:
+        except WireFormatError:  # an elem_type the wire format does not know: no lanes to read
             return None
 
     def addfield(self, pkt: Packet, s: bytes, val: list[int] | None) -> bytes:
@@ -113,7 +113,7 @@ class AggHeader(Packet):
     """p4ina aggregation header plus its lanes (the UDP payload on ``UDP_PORT_AGG``)."""
 
     name = "P4inaAgg"
-    fields_desc = [_scapy_field(f) for f in AGG.fields] + [LanesField("lanes", AGG.num_lanes)]
+    fields_desc: ClassVar[list[AnyField]] = [*(_scapy_field(f) for f in AGG.fields), LanesField("lanes", AGG.num_lanes)]
 
     def mysummary(self) -> str:
         op = OP_NAMES.get(self.op, str(self.op)).upper()

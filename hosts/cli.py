@@ -18,14 +18,13 @@ import json
 import logging
 import statistics
 import sys
-from typing import Any
+from typing import Any, TypedDict
 
 from hosts.coordination import CoordinatorClient
-from wireformat import AGG
+from wireformat import fixedpoint as fxp
+from wireformat.fixedpoint import LANE_TYPES
 
 LOG = logging.getLogger("hosts")
-
-ELEM_BY_NAME = {name.removeprefix("ELEM_").lower(): code for name, code in AGG.elem_types.items()}
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -63,8 +62,11 @@ def build_parser(prog: str = "p4ina host") -> argparse.ArgumentParser:
     inc.add_argument("--iface", required=True, help="the host's interface towards its switch")
     inc.add_argument("--job-id", type=int, required=True)
     inc.add_argument("--slot-count", type=int, required=True, help="slots of the job (the window)")
-    inc.add_argument("--result-type", choices=sorted(ELEM_BY_NAME), default="int32")
-    inc.add_argument("--contrib-type", choices=sorted(ELEM_BY_NAME), default="int32")
+    inc.add_argument("--up-lanes", choices=LANE_TYPES, help="lane type this worker sends (default int32)")
+    inc.add_argument("--down-lanes", choices=LANE_TYPES, help="lane type of the results (default int32)")
+    # the old names, for one release (inc_lanes warns)
+    inc.add_argument("--contrib-type", choices=LANE_TYPES, help=argparse.SUPPRESS)
+    inc.add_argument("--result-type", choices=LANE_TYPES, help=argparse.SUPPRESS)
     inc.add_argument("--shift", type=int, default=0, help="the job's data-plane right shift")
     inc.add_argument("--first-epoch", type=int, default=1)
     inc.add_argument("--max-retries", type=int, default=100)
@@ -115,8 +117,15 @@ def _summary(method: str, args: argparse.Namespace, runs: list[dict[str, Any]]) 
     }
 
 
-def _timeouts(args: argparse.Namespace) -> dict[str, float]:
-    out = {}
+class Timeouts(TypedDict, total=False):
+    """The timers given on the command line (the others: the worker's defaults)."""
+
+    timeout_s: float
+    min_timeout_s: float
+
+
+def _timeouts(args: argparse.Namespace) -> Timeouts:
+    out: Timeouts = {}
     if args.timeout:
         out["timeout_s"] = args.timeout
     if args.min_timeout:
@@ -133,12 +142,25 @@ def _group(args: argparse.Namespace) -> CoordinatorClient | None:
     return None
 
 
+def inc_lanes(args: argparse.Namespace) -> tuple[str, str]:
+    """(up, down) lanes of `inc`; the old --contrib-type / --result-type still work, with a warning."""
+    up, down = args.up_lanes, args.down_lanes
+    for old, new, value in (
+        ("--contrib-type", "--up-lanes", args.contrib_type),
+        ("--result-type", "--down-lanes", args.result_type),
+    ):
+        if value is not None:
+            LOG.warning("%s is deprecated: use %s", old, new)
+    return up or args.contrib_type or "int32", down or args.result_type or "int32"
+
+
 def run_inc(args: argparse.Namespace) -> dict[str, Any]:
     from hosts import workload
     from hosts.coordination import result_digest
     from hosts.inc_worker import IncJob, IncWorker
     from hosts.transport import RawSocketTransport, interface_endpoint
 
+    up, down = inc_lanes(args)
     group = _group(args)
     me = interface_endpoint(args.iface)
     job = IncJob(
@@ -146,8 +168,8 @@ def run_inc(args: argparse.Namespace) -> dict[str, Any]:
         rank=args.rank,
         n_workers=args.workers,
         slot_count=args.slot_count,
-        result_type=ELEM_BY_NAME[args.result_type],
-        contrib_type=ELEM_BY_NAME[args.contrib_type],
+        up_lanes=fxp.lane_type(up),
+        down_lanes=fxp.lane_type(down),
         shift=args.shift,
         first_epoch=args.first_epoch,
         max_retries=args.max_retries,
@@ -174,7 +196,7 @@ def run_inc(args: argparse.Namespace) -> dict[str, Any]:
         _fail_report(group, args, ex)
         raise
     report = _summary("inc", args, runs)
-    report.update(job_id=args.job_id, result_type=args.result_type, shift=args.shift)
+    report.update(job_id=args.job_id, up_lanes=up, down_lanes=down, shift=args.shift)
     if group:
         group.report(report)
         group.close()
@@ -271,7 +293,8 @@ def main(argv: list[str] | None = None, prog: str = "p4ina host") -> int:
         return 0 if out["ok"] else 1
     try:
         report = {"inc": run_inc, "ring": run_ring, "agent": run_agent}[args.cmd](args)
-    except Exception as ex:
+    # whatever stopped the worker is its report (and exit status 1): the runner reads it, not a traceback
+    except Exception as ex:  # noqa: BLE001
         LOG.error("%s worker rank %d failed: %s", args.cmd, args.rank, ex)
         if getattr(args, "json", False):
             print(json.dumps({"method": args.cmd, "rank": args.rank, "error": f"{type(ex).__name__}: {ex}"}))

@@ -215,8 +215,9 @@ class CoordinatorServer:
         if family == socket.AF_UNIX:
             self.address = f"unix:{sockaddr}"
         else:
-            host, port = self._server.server_address[:2]
-            self.address = f"tcp:{host}:{port}"
+            bound = self._server.server_address  # an AF_INET server's (host, port), the port the kernel chose
+            assert isinstance(bound, tuple) and isinstance(bound[0], str)
+            self.address = f"tcp:{bound[0]}:{bound[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="coordinator", daemon=True)
 
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from hosts.native_stream import Fds
 from hosts.packets import FLAG_OVERFLOW, HEADER_LEN, LANE_DTYPE, OP_CONTRIB, OP_RESULT, PREFIX_LEN, pack_headers
-from wireformat import AGG
+from wireformat import AGG, WireFormatError
 from wireformat import fixedpoint as fxp
 
 LOG = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class FakeSwitch:
             return self._drop(f"not a contribution of job {self.job_id}: {h}")
         try:
             width = AGG.lane_bytes(h["elem_type"])
-        except Exception:
+        except WireFormatError:
             return self._drop(f"bad elem_type {h['elem_type']}")
         no_lanes = width == 0
         if len(data) != AGG.frame_bytes(h["elem_type"]):

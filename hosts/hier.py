@@ -130,6 +130,7 @@ class HierAllreduce(HostCollective):
     """allreduce(tensor) -> summed tensor: members -> leader, ring of leaders, leader -> members."""
 
     name = "hier"
+    cfg: HierConfig  # the base class keeps the config it is given: this one's
 
     def __init__(self, config: HierConfig, group: Group | None = None, sock: socket.socket | None = None) -> None:
         super().__init__(config, group, sock)

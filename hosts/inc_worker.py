@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import heapq
 import logging
 import os
@@ -67,17 +68,18 @@ from hosts.packets import (
 from hosts.rto import RtoEstimator
 from hosts.stats import AllreduceStats
 from wireformat import AGG
+from wireformat.fixedpoint import LaneType
 
 LOG = logging.getLogger(__name__)
 
-# Speculation's margins in exponent steps, by contribution lane type (quantization.EXPONENT_STEPS per octave).
+# Speculation's margins in exponent steps, by the lanes hosts send (quantization.EXPONENT_STEPS per octave).
 # int32 and int16 have precision to spare (errors 1e-8 and 4e-4 against targets 1e-6 and 7.8e-3): a guess up to
 # two bits (int32) or 1.5 bits (int16) coarse is kept, and a guard step lets a block grow. int8 has none (0.075
 # against 0.125): a guess could be a quarter bit coarse at most, and then about 1 chunk in 5 missed (7 of 20 in
 # the latency preset at 1K; in the training experiment the resent frames took int8's bytes per step from under
 # 0.4 to 0.46 of int32's), so int8 contributions do not guess (SPEC_WINDOW None).
-SPEC_GUARD = {qz.ELEM_INT32: 1, qz.ELEM_INT16: 1}
-SPEC_WINDOW: dict[int, int | None] = {qz.ELEM_INT32: 2, qz.ELEM_INT16: 3, qz.ELEM_INT8: None}
+SPEC_GUARD: dict[str, int] = {"int32": 1, "int16": 1}  # by up lanes
+SPEC_WINDOW: dict[str, int | None] = {"int32": 2, "int16": 3, "int8": None}
 
 
 # Speculation saves one round trip and costs a frame per missed chunk: a gain where round trips set the time
@@ -86,11 +88,11 @@ SPEC_WINDOW: dict[int, int | None] = {qz.ELEM_INT32: 2, qz.ELEM_INT16: 3, qz.ELE
 SPEC_MAX_CHUNKS = 16
 
 
-def speculates(chunks: int, slot_count: int, contrib_type: int = qz.ELEM_INT32) -> bool:
+def speculates(chunks: int, slot_count: int, up_lanes: str = "int32") -> bool:
     """Whether an all-reduce of `chunks` chunks guesses its exponents (when it has a previous one of that size):
     only a small one, where every slot carries one chunk, so that the exponent round would be half of the time,
     and only with lanes that have precision to spare for a guess (not int8)."""
-    return SPEC_WINDOW[contrib_type] is not None and chunks <= min(slot_count, SPEC_MAX_CHUNKS)
+    return SPEC_WINDOW[up_lanes] is not None and chunks <= min(slot_count, SPEC_MAX_CHUNKS)
 
 
 class Transport(Protocol):
@@ -156,9 +158,9 @@ class IncJob:
     rank: int
     n_workers: int
     slot_count: int
-    result_type: int = qz.ELEM_INT32
+    down_lanes: LaneType = "int32"  # what the switches send back (narrowed by the root's shift)
     shift: int = 0
-    contrib_type: int = qz.ELEM_INT32
+    up_lanes: LaneType = "int32"  # what this worker sends
     # Retransmission timeout: starts at timeout_s, then follows the measured round trips (which
     # include waiting for the slowest worker) but never below min_timeout_s; as in the ring.
     timeout_s: float = 0.05
@@ -209,10 +211,8 @@ class IncJob:
         if not self.early_window >= 0:
             raise ValueError(f"early_window must be >= 0 (0: off), got {self.early_window}")
         # The same check as `p4ina job install`: refuse what cannot represent the sum, naming the numbers.
-        qz.check_job(self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift)
-        formula = qz.q_limit(
-            self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift
-        )
+        qz.check_job(self.n_workers, up_lanes=self.up_lanes, down_lanes=self.down_lanes, shift=self.shift)
+        formula = qz.q_limit(self.n_workers, up_lanes=self.up_lanes, down_lanes=self.down_lanes, shift=self.shift)
         if self.max_lane is not None and not 1 <= self.max_lane <= formula:
             raise qz.QuantizationError(
                 f"max_lane {self.max_lane} outside 1..{formula}, the most {self.n_workers} "
@@ -223,9 +223,17 @@ class IncJob:
     def q_limit(self) -> int:
         if self.max_lane is not None:
             return self.max_lane
-        return qz.q_limit(
-            self.n_workers, contrib_type=self.contrib_type, result_type=self.result_type, shift=self.shift
-        )
+        return qz.q_limit(self.n_workers, up_lanes=self.up_lanes, down_lanes=self.down_lanes, shift=self.shift)
+
+    @functools.cached_property  # read per frame: looked up once
+    def up_elem(self) -> int:
+        """The header's elem_type code of this worker's contributions."""
+        return qz.lane_elem(self.up_lanes)
+
+    @functools.cached_property
+    def down_elem(self) -> int:
+        """The header's elem_type code of the results (a result of another code is a JobMismatchError)."""
+        return qz.lane_elem(self.down_lanes)
 
 
 class IncWorker:
@@ -252,7 +260,7 @@ class IncWorker:
         # 2^(e/steps) of every exponent the header can carry, looked up per round (qz.scale's own values)
         exponents = np.arange(qz.EXPONENT_MIN, qz.EXPONENT_MAX + 1)
         self._scale_table = np.ascontiguousarray(
-            qz.scale(exponents, job.contrib_type), dtype=np.float64
+            qz.scale(exponents, job.up_elem), dtype=np.float64
         )  # also the C loop's table
         self._scales: dict[int, float] = dict(zip(exponents.tolist(), self._scale_table.tolist()))
         self.rto = RtoEstimator(job.timeout_s, min_s=min(job.min_timeout_s, job.timeout_s), max_s=max_s)
@@ -295,9 +303,9 @@ class IncWorker:
             self.job.speculate
             and self._last_exps is not None
             and len(self._last_exps) == n
-            and speculates(n, self.job.slot_count, self.job.contrib_type)
+            and speculates(n, self.job.slot_count, self.job.up_lanes)
         ):
-            guess = np.maximum(self._last_exps - SPEC_GUARD[self.job.contrib_type], qz.EXPONENT_MIN)
+            guess = np.maximum(self._last_exps - SPEC_GUARD[self.job.up_lanes], qz.EXPONENT_MIN)
         self._last_exps = None  # set again only if this call completes
         sums, exps, stats = self._run(
             blocks,
@@ -378,7 +386,7 @@ class IncWorker:
                     t_start=t_start,
                 ),
             )
-        proposals = qz.block_exponents(qz.block_max_abs(sub.ravel()), job.q_limit, job.contrib_type)  # NaN/inf first
+        proposals = qz.block_exponents(qz.block_max_abs(sub.ravel()), job.q_limit, job.up_elem)  # NaN/inf first
         epoch = self.epoch
         self.calls += 1
         frames = ContributionFrames(
@@ -387,7 +395,7 @@ class IncWorker:
             job_id=job.job_id,
             rank=job.rank,
             epoch=epoch,
-            elem_type=job.contrib_type,
+            elem_type=job.up_elem,
             slot_count=job.slot_count,
             speculative=guess is not None,
         )
@@ -422,7 +430,7 @@ class IncWorker:
         size = x.size
         t0 = clock.now()
         result = (
-            qz.dequantize(sums, exps[:, None], job.shift, job.contrib_type)
+            qz.dequantize(sums, exps[:, None], job.shift, job.up_elem)
             .ravel()[:size]
             .astype(np.float32)
             .reshape(x.shape)
@@ -436,8 +444,8 @@ class IncWorker:
         self.last_plan = qz.FixedPoint(
             np.repeat(exps, AGG.num_lanes)[:size].reshape(x.shape),
             job.n_workers,
-            job.contrib_type,
-            job.result_type,
+            job.up_lanes,
+            job.down_lanes,
             job.shift,
             job.error_lsb,
         )
@@ -468,13 +476,13 @@ class IncWorker:
         n_chunks, window = len(frames), job.slot_count
         n_slots = frames.n_slots
         header = self._decoder.header
-        lane_dtype = qz.ELEM_DTYPE[job.contrib_type]
+        lane_dtype = qz.ELEM_DTYPE[job.up_elem]
         lane_info = np.iinfo(lane_dtype)
         q_max = job.q_limit
         scales = self._scales
         blocks64 = blocks.astype(np.float64)  # once, not per round (the quantization's products are float64)
         maxabs = np.abs(blocks64).max(axis=1)
-        window_steps = SPEC_WINDOW[job.contrib_type] or 0
+        window_steps = SPEC_WINDOW[job.up_lanes] or 0
         sums = np.zeros((n_chunks, AGG.num_lanes), dtype=np.int64)
         exps = np.zeros(n_chunks, dtype=np.int64)
         agreed_exps = exps if guess is None else np.zeros(n_chunks, dtype=np.int64)  # the same without a guess
@@ -545,7 +553,7 @@ class IncWorker:
             t0 = clock.now()
             s = scales.get(exponent)
             if s is None:  # outside the header's range (no switch sends one): computed, and refused below
-                s = float(qz.scale(exponent, job.contrib_type))
+                s = float(qz.scale(exponent, job.up_elem))
             q = blocks64[chunk] * s
             np.rint(q, out=q)
             # the block's largest |q| without scanning it: rint and a positive scale keep the order of |x|
@@ -695,11 +703,11 @@ class IncWorker:
                 if not checks_out(lanes, h["checksum"], h["offset"], job.job_id, epoch):
                     corrupt += 1  # a flipped bit on the way down: dropped, the timeout fetches the stored result
                     continue
-                if h["shift"] != job.shift or h["elem_type"] != job.result_type:
+                if h["shift"] != job.shift or h["elem_type"] != job.down_elem:
                     raise JobMismatchError(
                         f"job {job.job_id}: a result has elem_type {h['elem_type']} shift {h['shift']}, the worker "
-                        f"was configured with {job.result_type} / {job.shift}: pass the result type and shift the "
-                        "controller installed (set_job)"
+                        f"was configured with {job.down_lanes} (elem_type {job.down_elem}) / shift {job.shift}: pass "
+                        "the lanes down and the shift the controller installed (set_job)"
                     )
                 agreed = int(h["next_exponent"])
                 if guess is not None and agreed > proposals[rid]:
@@ -803,14 +811,14 @@ class IncWorker:
             elem_none=ELEM_NONE,
             job=job.job_id,
             epoch=epoch,
-            result_type=job.result_type,
+            result_type=job.down_elem,
             shift=job.shift,
             q_max=job.q_limit,
-            lane_max=int(np.iinfo(qz.ELEM_DTYPE[job.contrib_type]).max),
+            lane_max=int(np.iinfo(qz.ELEM_DTYPE[job.up_elem]).max),
             exp_min=qz.EXPONENT_MIN,
             exp_max=qz.EXPONENT_MAX,
             speculate=int(guess is not None),
-            window_steps=SPEC_WINDOW[job.contrib_type] or 0,
+            window_steps=SPEC_WINDOW[job.up_lanes] or 0,
             max_retries=job.max_retries,
             failure=int(job.failure_timeout_s is not None),
             failure_timeouts=job.failure_timeouts,
@@ -825,7 +833,7 @@ class IncWorker:
             rto=rto.rto,
             srtt=rto.srtt or 0.0,
             rttvar=rto.rttvar,
-            calm_until=rto._calm_until,
+            calm_until=rto.calm_until,
             rto_min=rto.min_s,
             rto_max=rto.max_s,
         )
@@ -850,8 +858,7 @@ class IncWorker:
 
             def stats_now(t_end: float, final: bool) -> AllreduceStats:
                 c, t = ns.stats()
-                rto.rto, rto.rttvar, rto._calm_until = t["rto"], t["rttvar"], t["calm_until"]
-                rto.srtt = t["srtt"] if c["has_srtt"] else None
+                rto.restore(t["rto"], t["rttvar"], t["calm_until"], t["srtt"] if c["has_srtt"] else None)
                 parts = (
                     {
                         "quantize": t["quantize_s"],
@@ -937,13 +944,13 @@ class IncWorker:
                     )
                 if code == native_stream.LANE_OVERFLOW:
                     raise ProtocolError(
-                        f"chunk {info[0]}: exponent {info[1]} overflows {np.dtype(qz.ELEM_DTYPE[job.contrib_type])}"
+                        f"chunk {info[0]}: exponent {info[1]} overflows {np.dtype(qz.ELEM_DTYPE[job.up_elem])}"
                     )
                 if code == native_stream.MISMATCH:
                     raise JobMismatchError(
                         f"job {job.job_id}: a result has elem_type {info[0]} shift {info[1]}, the worker "
-                        f"was configured with {job.result_type} / {job.shift}: pass the result type and shift the "
-                        "controller installed (set_job)"
+                        f"was configured with {job.down_lanes} (elem_type {job.down_elem}) / shift {job.shift}: pass "
+                        "the lanes down and the shift the controller installed (set_job)"
                     )
                 raise OSError(
                     -code, f"job {job.job_id} rank {job.rank}: the stream's socket call failed: {os.strerror(-code)}"

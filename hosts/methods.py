@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wireformat.fixedpoint import LaneType
+
 FLOAT32_TARGET = 1e-6
 HALF_TARGET = 2.0**-7
 BYTE_TARGET = 2.0**-3
@@ -40,17 +42,12 @@ class Method:
     family: str  # "inc" (through the switches), or host-based: "ring", "hier" or "tree" (hosts.agent builds it)
     label: str
     rel_l2_target: float
-    lanes: str = "int32"  # inc: lane type both ways (int32 | int16 | int8)
+    lanes: LaneType = "int32"  # inc: the job's lanes, the same both ways (its up_lanes and down_lanes)
     wire: str = "float32"  # host methods: element type on the wire (float32 | bfloat16)
 
     @property
     def in_network(self) -> bool:
         return self.family == "inc"
-
-    @property
-    def quantize(self) -> str:
-        """The controller's --quantize for an in-network method (result lanes)."""
-        return "none" if self.lanes == "int32" else self.lanes
 
 
 METHODS: dict[str, Method] = {

@@ -199,7 +199,7 @@ class NativeStream:
             ip.extend(int(v) for v in layout[name])
         self._ip = np.asarray(ip, dtype=np.int64)
         self._dp = np.asarray([float(floats[k]) for k in FLOAT_PARAMS], dtype=np.float64)
-        self._arrays = {}
+        self._arrays: dict[str, np.ndarray | None] = {}
         for name in ARRAYS:  # each must be C-contiguous of the C side's type; made so here, and kept alive
             a = arrays[name]
             if a is None:

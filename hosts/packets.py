@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,11 @@ AGG_MAC = AGG.agg_mac_text
 AGG_IP = AGG.agg_ip_text
 PREFIX_LEN = ETH_LEN + IPV4_LEN + UDP_LEN
 HEADER_LEN = AGG.header_bytes
-LANE_DTYPE = {4: np.dtype(">i4"), 2: np.dtype(">i2"), 1: np.dtype("i1")}  # by bytes per lane
+LANE_DTYPE: dict[int, np.dtype[np.signedinteger[Any]]] = {  # by bytes per lane
+    4: np.dtype(">i4"),
+    2: np.dtype(">i2"),
+    1: np.dtype("i1"),
+}
 FLAG_RETRANSMIT = AGG.flags["FLAG_RETRANSMIT"]
 FLAG_OVERFLOW = AGG.flags["FLAG_OVERFLOW"]
 OP_CONTRIB = AGG.ops["OP_CONTRIB"]

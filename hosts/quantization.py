@@ -20,8 +20,9 @@ q_limit comes from wireformat.fixedpoint:
 
     q_limit = min(2^(c-1) - 1,  (2^H - 1) // n),   H = min(31, r - 1 + shift)
 
-(n workers, c the contribution lane width in bits, r the result lane width,
-shift the root's right shift before narrowing). Each quantized value then has
+(n workers, c the width in bits of the lanes hosts send (a job's up_lanes), r
+that of the lanes that come back (down_lanes), shift the root's right shift
+before narrowing). Each quantized value then has
 |q| <= q_limit, so the int32 sum of n contributions is at most 2^H - 1 in
 magnitude: it never saturates, and after the root's arithmetic shift it fits
 the r-bit result without clamping. The guarantee is worst case (all workers at
@@ -47,11 +48,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from wireformat import AGG
 from wireformat import fixedpoint as fxp
+from wireformat.fixedpoint import LaneType
 
 ELEM_INT32 = AGG.elem_types["ELEM_INT32"]
 ELEM_INT16 = AGG.elem_types["ELEM_INT16"]
@@ -59,7 +62,11 @@ ELEM_INT8 = AGG.elem_types["ELEM_INT8"]
 ELEM_NONE = AGG.elem_types["ELEM_NONE"]
 ELEM_BITS = dict(fxp.ELEM_BITS)
 EXPONENT_STEPS = dict(fxp.EXPONENT_STEPS)  # exponent units per octave, by contribution lane type
-ELEM_DTYPE = {ELEM_INT32: np.dtype(np.int32), ELEM_INT16: np.dtype(np.int16), ELEM_INT8: np.dtype(np.int8)}
+ELEM_DTYPE: dict[int, np.dtype[np.signedinteger[Any]]] = {
+    ELEM_INT32: np.dtype(np.int32),
+    ELEM_INT16: np.dtype(np.int16),
+    ELEM_INT8: np.dtype(np.int8),
+}
 EXPONENT_MIN = AGG.field("exponent").min_value
 EXPONENT_MAX = AGG.field("exponent").max_value
 FLOAT32_REL_ERR = 2.0**-24
@@ -78,6 +85,19 @@ def _bits(elem_type: int) -> int:
         return ELEM_BITS[elem_type]
     except KeyError as ex:
         raise QuantizationError(f"unknown elem_type {elem_type}; known: {sorted(ELEM_BITS)}") from ex
+
+
+def lane_bits(lanes: str) -> int:
+    """'int32' | 'int16' | 'int8' -> its width, or a QuantizationError naming the lane types."""
+    try:
+        return fxp.bits_of(lanes)
+    except fxp.FixedPointConfigError as ex:
+        raise QuantizationError(str(ex)) from ex
+
+
+def lane_elem(lanes: str) -> int:
+    """The header's elem_type code of a lane type (QuantizationError for an unknown one)."""
+    return fxp.BITS_ELEM[lane_bits(lanes)]
 
 
 _FRACTIONS = {k: np.exp2(np.arange(k) / k) for k in set(EXPONENT_STEPS.values())}  # 2^(i/k), built once
@@ -115,27 +135,29 @@ def max_abs(x: np.ndarray) -> float:
     return float(np.max(np.abs(arr))) if arr.size else 0.0
 
 
-def q_limit(n_workers: int, *, contrib_type: int = ELEM_INT32, result_type: int = ELEM_INT32, shift: int = 0) -> int:
+def q_limit(n_workers: int, *, up_lanes: str = "int32", down_lanes: str = "int32", shift: int = 0) -> int:
     """Largest |q| a worker may contribute so that no sum of n_workers overflows (the formula above)."""
     if n_workers < 1:
         raise QuantizationError(f"n_workers must be >= 1, got {n_workers}")
     if not 0 <= shift <= 31:
         raise QuantizationError(f"shift must be in 0..31, got {shift}")
-    headroom = min(31, _bits(result_type) - 1 + shift)
-    limit = fxp.q_limit(n_workers, _bits(contrib_type), _bits(result_type), shift)
+    down = lane_bits(down_lanes)
+    headroom = min(31, down - 1 + shift)
+    limit = fxp.q_limit(n_workers, lane_bits(up_lanes), down, shift)
     if limit < 1:
         raise QuantizationError(
-            f"{n_workers} workers cannot share a {_bits(result_type)}-bit result with shift {shift}: "
+            f"{n_workers} workers cannot share a {down}-bit result with shift {shift}: "
             f"even |q| = 1 each could overflow (need n <= 2^{headroom} - 1); raise the job's shift"
         )
     return limit
 
 
-def check_job(n_workers: int, *, contrib_type: int, result_type: int, shift: int) -> fxp.FixedPointPlan:
+def check_job(n_workers: int, *, up_lanes: str, down_lanes: str, shift: int) -> fxp.FixedPointPlan:
     """The controller's check (wireformat.fixedpoint.check), as a QuantizationError for the worker."""
+    up, down = lane_bits(up_lanes), lane_bits(down_lanes)
     try:
-        plan = fxp.check(n_workers, _bits(contrib_type), _bits(result_type), shift)
-        fxp.check_growth(n_workers, _bits(contrib_type), _bits(result_type), shift)
+        plan = fxp.check(n_workers, up, down, shift)
+        fxp.check_growth(n_workers, up, down, shift)
         return plan
     except fxp.FixedPointConfigError as ex:
         raise QuantizationError(str(ex)) from ex
@@ -148,12 +170,17 @@ class FixedPoint:
     `exponent` is one int (a tensor-wide scale) or an array with the exponent of each element's block.
     """
 
-    exponent: int | np.ndarray  # in 1/steps(contrib_type) octaves
+    exponent: int | np.ndarray  # in 1/steps(up_elem) octaves
     n_workers: int
-    contrib_type: int = ELEM_INT32
-    result_type: int = ELEM_INT32
+    up_lanes: LaneType = "int32"
+    down_lanes: LaneType = "int32"
     shift: int = 0
     error_lsb: float | None = None
+
+    @property
+    def up_elem(self) -> int:
+        """The header's elem_type code of the contributions: the scale's steps follow it."""
+        return lane_elem(self.up_lanes)
 
     def error_bound(self) -> float | np.ndarray:
         """Absolute error per element of the decoded sum, before float32 rounding.
@@ -163,32 +190,32 @@ class FixedPoint:
         (error_lsb, wireformat.fixedpoint.tree_shifts), and one root switch is the default.
         """
         lsb = self.error_lsb if self.error_lsb is not None else single_switch_error_lsb(self.n_workers, self.shift)
-        return lsb / scale(self.exponent, self.contrib_type)
+        return lsb / scale(self.exponent, self.up_elem)
 
     def tolerance(self, reference: np.ndarray) -> np.ndarray:
         """Per-element bound on |float32 result - exact sum|, including float32 rounding."""
         return self.error_bound() + np.abs(reference) * 2 * FLOAT32_REL_ERR
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
-        return quantize(x, self.exponent, self.contrib_type)
+        return quantize(x, self.exponent, self.up_elem)
 
     def dequantize(self, lanes: np.ndarray, shift: int | None = None) -> np.ndarray:
-        return dequantize(lanes, self.exponent, self.shift if shift is None else shift, self.contrib_type)
+        return dequantize(lanes, self.exponent, self.shift if shift is None else shift, self.up_elem)
 
 
 def choose_exponent(
     global_max_abs: float,
     n_workers: int,
     *,
-    contrib_type: int = ELEM_INT32,
-    result_type: int = ELEM_INT32,
+    up_lanes: str = "int32",
+    down_lanes: str = "int32",
     shift: int = 0,
 ) -> int:
     """The largest exponent for which no sum of n_workers contributions can overflow."""
     if not math.isfinite(global_max_abs) or global_max_abs < 0:
         raise QuantizationError(f"max|x| must be finite and >= 0, got {global_max_abs}")
-    limit = q_limit(n_workers, contrib_type=contrib_type, result_type=result_type, shift=shift)
-    return int(block_exponents(np.array([global_max_abs]), limit, contrib_type)[0])
+    limit = q_limit(n_workers, up_lanes=up_lanes, down_lanes=down_lanes, shift=shift)
+    return int(block_exponents(np.array([global_max_abs]), limit, lane_elem(up_lanes))[0])
 
 
 def block_max_abs(x: np.ndarray, lanes: int = AGG.num_lanes) -> np.ndarray:
@@ -233,15 +260,15 @@ def plan(
     global_max_abs: float,
     n_workers: int,
     *,
-    contrib_type: int = ELEM_INT32,
-    result_type: int = ELEM_INT32,
+    up_lanes: str = "int32",
+    down_lanes: str = "int32",
     shift: int = 0,
 ) -> FixedPoint:
-    e = choose_exponent(global_max_abs, n_workers, contrib_type=contrib_type, result_type=result_type, shift=shift)
-    return FixedPoint(e, n_workers, contrib_type, result_type, shift)
+    e = choose_exponent(global_max_abs, n_workers, up_lanes=up_lanes, down_lanes=down_lanes, shift=shift)
+    return FixedPoint(e, n_workers, fxp.lane_type(up_lanes), fxp.lane_type(down_lanes), shift)
 
 
-def quantize(x: np.ndarray, exponent: int, elem_type: int = ELEM_INT32) -> np.ndarray:
+def quantize(x: np.ndarray, exponent: int | np.ndarray, elem_type: int = ELEM_INT32) -> np.ndarray:
     """round(x * scale(exponent)) as the lane dtype; refuses NaN/inf and values that do not fit."""
     arr = np.asarray(x)
     check_finite(arr)
@@ -259,10 +286,11 @@ def quantize(x: np.ndarray, exponent: int, elem_type: int = ELEM_INT32) -> np.nd
 
 
 def dequantize(
-    lanes: np.ndarray, exponent: int | np.ndarray, shift: int = 0, contrib_type: int = ELEM_INT32
+    lanes: np.ndarray, exponent: int | np.ndarray, shift: int = 0, elem_type: int = ELEM_INT32
 ) -> np.ndarray:
-    """Decode summed lanes to float64: lane * 2^shift / scale(exponent) (the switches' shifts round to nearest)."""
-    return np.ldexp(np.asarray(lanes, dtype=np.float64), shift) / scale(exponent, contrib_type)
+    """Decode summed lanes to float64: lane * 2^shift / scale(exponent) (the switches' shifts round to nearest);
+    elem_type is the contributions' (their exponent's steps)."""
+    return np.ldexp(np.asarray(lanes, dtype=np.float64), shift) / scale(exponent, elem_type)
 
 
 def single_switch_error_lsb(n_workers: int, shift: int) -> float:

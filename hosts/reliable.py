@@ -181,7 +181,8 @@ class Endpoint:
         def run() -> None:
             try:
                 box["value"] = fn()
-            except BaseException as ex:  # handed to the caller below
+            # anything fn raised (a KeyboardInterrupt too) is raised again in the caller's thread below
+            except BaseException as ex:  # noqa: BLE001
                 box["error"] = ex
 
         t = threading.Thread(target=run, name="collective-barrier", daemon=True)

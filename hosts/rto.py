@@ -44,6 +44,16 @@ class RtoEstimator:
             self.rto = min(self.rto * 2, self.max_s)
             self._calm_until = now + self.rto
 
+    @property
+    def calm_until(self) -> float:
+        """Until when a further expiry does not back the timer off again."""
+        return self._calm_until
+
+    def restore(self, rto: float, rttvar: float, calm_until: float, srtt: float | None) -> None:
+        """Take the timer's state from where another loop ran it (the in-network worker's C loop keeps its own
+        copy while it streams, and hands it back)."""
+        self.rto, self.rttvar, self._calm_until, self.srtt = rto, rttvar, calm_until, srtt
+
     def timeout(self, sends: int) -> float:
         """Timeout for a packet already sent `sends` times (1 = first transmission)."""
         return min(self.rto * (1 << min(sends - 1, 16)), self.max_s)

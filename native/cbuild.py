@@ -184,7 +184,7 @@ def _open_checked(path: Path) -> int:
 
 
 def _read_fd(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     os.lseek(fd, 0, os.SEEK_SET)
     while True:
         b = os.read(fd, 1 << 20)

@@ -10,8 +10,9 @@ those rates, the paths' latencies and the preset's per-step, per-packet and
 per-byte costs.  Nothing here depends on the topology: a method runs on any
 fabric.
 
-Methods (bytes S of float32 gradient per GPU).  The emulation's methods keep their names and
-semantics (hosts/methods.py): inc-int32, inc-int16, inc-int8, ring, ring-bf16, hier, tree.
+Methods (bytes S of float32 gradient per GPU).  The emulation's methods are hosts.methods.METHODS, taken from
+there with their names, semantics and lanes (not a copy): inc-int32, inc-int16, inc-int8, ring, ring-bf16, hier,
+tree.
 - ring: reduce-scatter + all-gather over the ranks in topology order, 2(N-1) steps of S/N, pipelined by chunk;
 - ring-bf16: the same ring moving bfloat16 (S/2 on the wire), as NCCL all-reduces bf16 gradients;
 - hier: the emulation's hierarchy (hosts/hier.py): every member sends its whole tensor to its group's leader
@@ -47,18 +48,23 @@ import numpy as np
 
 from hosts import tree as host_tree
 from hosts.agent import HOST_METHOD_PORTS, RING_BASE_PORT
+from hosts.methods import METHODS as EMULATED
 from simulation.fabric import Fabric
 from simulation.params import IncFrames, Preset, agg_elements
 from simulation.placement import Job
 from simulation.trees import AggTree
+from wireformat.fixedpoint import LaneType
 
-EMULATION_METHODS = ("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16", "hier", "tree")  # hosts/methods.py
-HOST_METHODS = ("ring", "ring-addr", "ring-bf16", "hier", "hier-rail", "tree", "rd")
-INC_METHODS = ("inc-int32", "inc-int16", "inc-int8", "hier-inc")
+EMULATION_METHODS = tuple(EMULATED)
+# The simulation's own methods (no emulation counterpart, see above): host-based ones, and in-network with NVLink
+SIM_HOST_METHODS = ("ring-addr", "hier-rail", "rd")
+SIM_INC_METHODS = ("hier-inc",)
+HOST_METHODS = tuple(name for name, m in EMULATED.items() if not m.in_network) + SIM_HOST_METHODS
+INC_METHODS = tuple(name for name, m in EMULATED.items() if m.in_network) + SIM_INC_METHODS
 METHODS = HOST_METHODS + INC_METHODS + ("adaptive",)
 ALIASES = {"dbtree": "tree"}
-LANES = {"inc-int32": "int32", "inc-int16": "int16", "inc-int8": "int8", "hier-inc": "int32"}  # both ways
-RESULT_LANES = LANES
+# every in-network method's lanes, the same both ways: the emulated ones' own, hier-inc's int32
+LANES: dict[str, LaneType] = {name: m.lanes for name, m in EMULATED.items() if m.in_network} | {"hier-inc": "int32"}
 TREE_FLOWS_PER_HOST = 4  # a double-binary-tree rank sends (and receives) on up to 4 tree edges at once
 
 
@@ -300,7 +306,7 @@ def plan_method(
             key = f"rd{k}"
             pairs = [(topo[i], topo[i ^ (1 << k)]) for i in range(n)]
             phases.append(Phase("ring", key, table(key).add(j, key, pairs), 1, 1.0, reduce=True, segments=(1,) * n))
-    elif method in ("inc-int32", "inc-int16", "inc-int8", "hier-inc"):
+    elif method in INC_METHODS:
         if trees is None:
             raise MethodError(f"{method} needs aggregation trees")
         if method == "hier-inc":

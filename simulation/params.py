@@ -71,17 +71,12 @@ EMU_ACK_ENTRY = ACK_ENTRY.itemsize
 # datagrams, less for the in-network methods' narrower frames.
 EMU_FULL_FRAME = FRAME_OVERHEAD + MAX_UDP_PAYLOAD
 EMU_LINK_BURST = float(EMU_FULL_FRAME)
-ELEM_CODES = {
-    "int32": AGG.elem_types["ELEM_INT32"],
-    "int16": AGG.elem_types["ELEM_INT16"],
-    "int8": AGG.elem_types["ELEM_INT8"],
-}
 EXPONENT_FRAME = AGG.frame_bytes(AGG.elem_types["ELEM_NONE"])  # a slot's first round: header only, no lanes
 
 
-def agg_frame(elem: str) -> int:
-    """Bytes on the wire of one in-network packet with `elem` lanes (Ethernet/IPv4/UDP/agg header/lanes)."""
-    return AGG.frame_bytes(ELEM_CODES[elem])
+def agg_frame(lanes: str) -> int:
+    """Bytes on the wire of one in-network packet of `lanes` (Ethernet/IPv4/UDP/agg header/lanes)."""
+    return AGG.frame_bytes(fxp.lane_elem(lanes))
 
 
 def agg_elements() -> int:
@@ -205,7 +200,7 @@ class Preset:
 
     def exponent_slots(self, packets: int, window: int, lanes: str = "int32") -> int:
         """Slots that open with an exponent round in an in-network all-reduce of `packets` chunks of `lanes`."""
-        if not self.exponent_rounds or (self.speculate and speculates(packets, window, ELEM_CODES[lanes])):
+        if not self.exponent_rounds or (self.speculate and speculates(packets, window, fxp.lane_type(lanes))):
             return 0
         return min(max(1, window), packets)
 

@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 
 from simulation.engine import Engine
+from simulation.methods import EMULATION_METHODS
 from simulation.model import Outcome, Scenario, evaluate
 
 LOG = logging.getLogger(__name__)
@@ -40,7 +41,6 @@ SCALE_METHODS = (
 )
 SCALE_TOPOLOGIES = ("fattree:radix=128", "rail:radix=128", "dragonfly+:radix=128")
 PLACEMENT_METHODS = ("ring", "ring-addr", "hier-rail", "tree", "inc-int32", "hier-inc")
-EMULATION_METHODS = ("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16", "hier", "tree")  # hosts/methods.py
 
 
 def scaling(

@@ -29,10 +29,9 @@ from controller.topology import Link as CLink
 from controller.topology import Topology
 from simulation.fabric import ClosRouter, Fabric, FabricError
 from simulation.placement import Job
+from wireformat.fixedpoint import LANE_TYPES
 
 LOG = logging.getLogger(__name__)
-
-QUANTIZE = {"int32": "none", "int16": "int16", "int8": "int8"}
 
 
 class TreeError(FabricError):
@@ -124,7 +123,7 @@ def _without_failures(topo: Topology, fabric: Fabric) -> Topology:
     )
 
 
-def _controller_trees(fabric: Fabric, topo: Topology, jobs: Sequence[Job], elem: str, slots: int) -> list[AggTree]:
+def _controller_trees(fabric: Fabric, topo: Topology, jobs: Sequence[Job], lanes: str, slots: int) -> list[AggTree]:
     if fabric.has_failures:
         topo = _without_failures(topo, fabric)
     plans: list[JobPlan] = []
@@ -132,7 +131,7 @@ def _controller_trees(fabric: Fabric, topo: Topology, jobs: Sequence[Job], elem:
     for job in jobs:
         hosts = [fabric.name_of(g) for g in job.gpus]
         try:
-            plan = plan_job(topo, JobSpec.make(job.index + 1, hosts, QUANTIZE[elem], slots=slots), plans)
+            plan = plan_job(topo, JobSpec.make(job.index + 1, hosts, lanes, slots=slots), plans)
         except PlanError as ex:
             raise TreeError(f"controller planner: {ex}") from ex
         plans.append(plan)
@@ -239,14 +238,14 @@ def _graph_tree(fabric: Fabric, job: Job, load: dict[int, int]) -> AggTree:
 
 
 def plan_trees(
-    fabric: Fabric, jobs: Sequence[Job], elem: str = "int32", slots: int = 128, use_controller: bool = True
+    fabric: Fabric, jobs: Sequence[Job], lanes: str = "int32", slots: int = 128, use_controller: bool = True
 ) -> list[AggTree]:
-    """One tree per job, planned in job order (later jobs see the load of earlier ones)."""
-    if elem not in QUANTIZE:
-        raise TreeError(f"result lanes must be one of {', '.join(QUANTIZE)}, got {elem!r}")
+    """One tree per job, planned in job order (later jobs see the load of earlier ones); lanes both ways."""
+    if lanes not in LANE_TYPES:
+        raise TreeError(f"lanes must be one of {', '.join(LANE_TYPES)}, got {lanes!r}")
     topo = getattr(fabric, "controller_topology", None)
     if topo is not None and use_controller:
-        return _controller_trees(fabric, topo, jobs, elem, slots)
+        return _controller_trees(fabric, topo, jobs, lanes, slots)
     load: dict[int, int] = {}
     out = []
     for job in jobs:

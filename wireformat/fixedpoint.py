@@ -21,13 +21,17 @@ of 16 workers shifted by 24 leave no bit at all).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 from wireformat.format import AGG
 
 ELEM_BITS = {AGG.elem_types["ELEM_INT32"]: 32, AGG.elem_types["ELEM_INT16"]: 16, AGG.elem_types["ELEM_INT8"]: 8}
 BITS_ELEM = {bits: code for code, bits in ELEM_BITS.items()}
-ELEM_NAMES = {"int32": 32, "int16": 16, "int8": 8}
+# A lane type, named by its integer type: what the controller, the hosts and the simulator call a job's lanes
+# (up_lanes: what hosts send, down_lanes: what comes back). The header's elem_type code is the switch's name.
+LaneType = Literal["int32", "int16", "int8"]
+LANE_TYPES: tuple[LaneType, ...] = ("int32", "int16", "int8")
+LANE_BITS: dict[LaneType, int] = {"int32": 32, "int16": 16, "int8": 8}
 SUM_BITS = 32  # the switches' registers
 # Exponent units per octave, by contribution lane width: a block's scale is 2^(exponent / steps). Finer steps
 # waste less of a narrow lane's range on rounding the scale down to a power of two; the 8-bit field still spans
@@ -46,12 +50,27 @@ def lane_bits(elem_type: int) -> int:
         raise FixedPointConfigError(f"unknown elem_type {elem_type}; known: {sorted(ELEM_BITS)}") from ex
 
 
+def lane_type(name: object) -> LaneType:
+    """name as a LaneType, or FixedPointConfigError naming the choices (an old "none" says it is int32 now)."""
+    if name in LANE_BITS:
+        return cast(LaneType, name)
+    hint = ' ("none" is int32 now)' if name == "none" else ""
+    raise FixedPointConfigError(f"lane type {name!r}: choose one of {', '.join(LANE_TYPES)}{hint}")
+
+
 def bits_of(name: str) -> int:
     """'int32' | 'int16' | 'int8' -> 32 | 16 | 8."""
-    try:
-        return ELEM_NAMES[name]
-    except KeyError as ex:
-        raise FixedPointConfigError(f"lane type {name!r}: choose one of {', '.join(ELEM_NAMES)}") from ex
+    return LANE_BITS[lane_type(name)]
+
+
+def lane_elem(name: str) -> int:
+    """The header's elem_type code of a lane type ('int8' -> ELEM_INT8)."""
+    return BITS_ELEM[bits_of(name)]
+
+
+def elem_lanes(elem_type: int) -> LaneType:
+    """The lane type of a header's elem_type code (ELEM_INT8 -> 'int8'); ELEM_NONE has none."""
+    return lane_type(f"int{lane_bits(elem_type)}")
 
 
 def _ceil_log2(n: int) -> int:

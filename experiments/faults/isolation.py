@@ -36,9 +36,10 @@ from controller.registers import read_register_all
 from controller.topology import Topology
 from emulation.network import EmulatedNetwork
 from emulation.nodes import reap
-from experiments.harness import Step
+from experiments.harness import Step, job_ticket
 from hosts import clock
 from hosts.coordination import CoordinatorServer
+from hosts.tickets import JobTicket, RingSettings, StepCommand
 
 LOG = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class Group:
     server: CoordinatorServer
     procs: list[subprocess.Popen[Any]]
     plan: JobPlan | None = None
-    job: dict[str, Any] | None = None
+    job: JobTicket | None = None
     iteration_base: int = 0
 
     def alive(self) -> bool:
@@ -157,19 +158,18 @@ class IsolationRun:
     # -- steps ---------------------------------------------------------------------------------
     def _post(self, g: Group, rep: int) -> int:
         self.step += 1
-        cmd: dict[str, Any] = {
-            "step": self.step,
-            "method": "inc-int32" if g.job else "ring",
-            "size": self.size,
-            "iteration": g.iteration_base + rep,
-            "input": "ones",
-            "seed": self.seed,
-            "checker": 0,
-            "ring": {"window": 64, "timeout_s": self.ring_timeout_s},
-        }
-        if g.job is not None:
-            cmd["job"] = g.job
-        g.server.post(self.step, cmd)
+        cmd = StepCommand(
+            step=self.step,
+            method="inc-int32" if g.job else "ring",
+            size=self.size,
+            iteration=g.iteration_base + rep,
+            input="ones",
+            seed=self.seed,
+            checker=0,
+            ring=RingSettings(window=64, timeout_s=self.ring_timeout_s),
+            job=g.job,
+        )
+        g.server.post(self.step, cmd.to_dict())
         return self.step
 
     def _collect(self, g: Group, step: int, phase: str) -> dict[str, Any]:
@@ -202,7 +202,7 @@ class IsolationRun:
     def run(self) -> dict[str, Any]:
         plans = []
         for j, hosts in enumerate(self.job_hosts):
-            plan = self.ctl.install_job(FIRST_JOB_ID + j, hosts, "none", slots=self.slots)
+            plan = self.ctl.install_job(FIRST_JOB_ID + j, hosts, "int32", slots=self.slots)
             plans.append(plan)
         try:
             with ExitStack() as stack:
@@ -210,20 +210,8 @@ class IsolationRun:
                     g = stack.enter_context(
                         agent_group(self.net, self.net.model, f"job{plan.job_id}", hosts, self.sock_dir, self.log_dir)
                     )
-                    spec = plan.spec
                     g.plan, g.iteration_base = plan, 1000 * (j + 1)
-                    g.job = {
-                        "job_id": plan.job_id,
-                        "slots": spec.slots,
-                        "contrib_type": spec.contrib_type,
-                        "result_type": spec.result_type,
-                        "shift": spec.shift,
-                        "timeout_s": self.timeout_s,
-                        "min_timeout_s": self.timeout_s,
-                        "install": 1,
-                        "error_lsb": plan.error_lsb,
-                        "q_limit": plan.q_limit,
-                    }
+                    g.job = job_ticket(plan, install=1, timeout_s=self.timeout_s)
                     self.groups.append(g)
                 ring = stack.enter_context(
                     agent_group(self.net, self.net.model, "ring", self.ring_hosts, self.sock_dir, self.log_dir)

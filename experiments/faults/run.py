@@ -38,6 +38,7 @@ Writes summary.json, reports.json (every agent report) and faults.png.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -66,6 +67,7 @@ from experiments.harness import Step
 from hosts import clock
 from hosts.coordination import CoordinatorServer
 from hosts.inc_worker import IncJob
+from hosts.tickets import JobTicket, RingSettings, StepCommand
 from wireformat import AGG
 
 LOG = logging.getLogger(__name__)
@@ -144,25 +146,6 @@ class FaultsResult:
     problems: list[str] = field(default_factory=list)
 
 
-def _job_dict(
-    plan: JobPlan, install: int, timeout_s: float, min_timeout_s: float, failure_timeout_s: float
-) -> dict[str, Any]:
-    spec = plan.spec
-    return {
-        "job_id": plan.job_id,
-        "slots": spec.slots,
-        "contrib_type": spec.contrib_type,
-        "result_type": spec.result_type,
-        "shift": spec.shift,
-        "timeout_s": timeout_s,
-        "min_timeout_s": min_timeout_s,
-        "install": install,
-        "error_lsb": plan.error_lsb,
-        "q_limit": plan.q_limit,
-        "failure_timeout_s": failure_timeout_s,
-    }
-
-
 class FaultsRun:
     """The experiment's phases on one running network, controller and set of agents."""
 
@@ -172,7 +155,7 @@ class FaultsRun:
         self.cfg, self.net, self.ctl, self.runner, self.hosts = cfg, net, ctl, runner, hosts
         self.server: CoordinatorServer | None = None
         self.installs = 0
-        self.job: dict[str, Any] = {}
+        self.job: JobTicket | None = None  # the current install's (None: not installed yet)
         self.plan: JobPlan | None = None
         self.steps: list[Step] = []
         self.failover_events: list[dict[str, Any]] = []
@@ -189,9 +172,15 @@ class FaultsRun:
     def install(self, timeout_s: float, min_timeout_s: float) -> None:
         if self.plan is not None:
             self.ctl.remove_job(JOB_ID)
-        self.plan = self.ctl.install_job(JOB_ID, self.hosts, "none", slots=self.cfg.slots)
+        self.plan = self.ctl.install_job(JOB_ID, self.hosts, "int32", slots=self.cfg.slots)
         self.installs += 1
-        self.job = _job_dict(self.plan, self.installs, timeout_s, min_timeout_s, self.failure_timeout_s)
+        self.job = R.job_ticket(
+            self.plan,
+            install=self.installs,
+            timeout_s=timeout_s,
+            min_timeout_s=min_timeout_s,
+            failure_timeout_s=self.failure_timeout_s,
+        )
         LOG.info("job %d: root %s, %d switches", JOB_ID, self.plan.root, len(self.plan.switches))
 
     def failed_parts(self, max_age_s: float = 0.5) -> tuple[set[str], set[tuple[str, str]]]:
@@ -245,9 +234,10 @@ class FaultsRun:
         event["probe_s"] = clock.now() - t0
         phases: dict[str, float] = {}
         event["replan_phases"] = phases
+        assert self.job is not None
         if not failed and not links:  # a false alarm (a long loss burst, a lost round): redo the missing chunks
             event["verdict"] = "false alarm: every switch answers, every link is up; same tree"
-            return {"job": self.job, "failed": []}
+            return {"job": self.job.to_dict(), "failed": []}
         failed_names = sorted(failed) + event["failed_links"]
         try:
             # the job first, the routes (which aggregation packets do not use) after the step: the workers wait
@@ -264,12 +254,14 @@ class FaultsRun:
             event["verdict"] = str(ex)
             return {"error": str(ex), "failed": failed_names}
         self.installs += 1
-        self.job = {
-            **self.job,
-            **_job_dict(
-                self.plan, self.installs, self.job["timeout_s"], self.job["min_timeout_s"], self.failure_timeout_s
-            ),
-        }
+        self.job = R.job_ticket(  # the new tree's, with the timers (and early_window) the job had
+            self.plan,
+            install=self.installs,
+            timeout_s=self.job.timeout_s,
+            min_timeout_s=self.job.min_timeout_s,
+            failure_timeout_s=self.failure_timeout_s,
+            early_window=self.job.early_window,
+        )
         event.update(
             verdict=f"re-planned: root {self.plan.root}",
             root=self.plan.root,
@@ -284,25 +276,26 @@ class FaultsRun:
             self.plan.root,
             clock.now() - t0,
         )
-        return {"job": self.job, "failed": failed_names, "root": self.plan.root}
+        return {"job": self.job.to_dict(), "failed": failed_names, "root": self.plan.root}
 
     # -- steps ---------------------------------------------------------------------------------
     def post(self, phase: str, size: int | None = None) -> int:
         assert self.server is not None
         self.runner.step += 1
         step = self.runner.step
-        cmd = {
-            "method": METHOD,
-            "size": size or self.cfg.size,
-            "iteration": step,
-            "input": "ones",
-            "seed": self.cfg.seed,
-            "checker": 0,
-            "ring": {"window": 64, "timeout_s": self.tmo["ring"]},
-            "job": self.job,
-            "phase": phase,
-        }
-        self.server.post(step, cmd)
+        cmd = StepCommand(
+            step=step,
+            method=METHOD,
+            size=size or self.cfg.size,
+            iteration=step,
+            input="ones",
+            seed=self.cfg.seed,
+            checker=0,
+            ring=RingSettings(window=64, timeout_s=self.tmo["ring"]),
+            job=self.job,
+        )
+        self.server.post(step, cmd.to_dict())
+        LOG.debug("step %d: %s", step, phase)  # the runner's label (Step.phase); the agents need none
         return step
 
     def collect(self, step: int, phase: str) -> Step:
@@ -478,8 +471,9 @@ class FaultsRun:
             self.net.set_loss(self.cfg.sdc_loss)
         # a lost contribution must hold its round open for a timer floor (the flipper's reads and write take a
         # few P4Runtime round trips): early retransmission, which closes it a round trip later, is off here
-        early = self.job.get("early_window")
-        self.job = {**self.job, "early_window": 0.0}
+        assert self.job is not None
+        early = self.job.early_window
+        self.job = dataclasses.replace(self.job, early_window=0.0)
         thread.start()
         try:
             # at least 40 all-reduces and 10 s of them (short all-reduces close their rounds before the flipper's
@@ -492,7 +486,7 @@ class FaultsRun:
             thread.join(30)
             if self.cfg.sdc_loss:
                 self.net.set_loss(0.0)
-        self.job = {**self.job, "early_window": IncJob.early_window if early is None else early}
+        self.job = dataclasses.replace(self.job, early_window=IncJob.early_window if early is None else early)
         steps.append(self.run("sdc-after"))  # anything still flipped is drained by one more round of every slot
         after = {sw: c.packets.get("corrupt", 0) for sw, c in self.ctl.counters(JOB_ID).items()}
         switch_caught = sum(after[sw] - before.get(sw, 0) for sw in after)
@@ -569,6 +563,7 @@ class FaultsRun:
         if not [e for e in self.failover_events if e.get("t_reported", 0) >= t_kill]:
             self.problems.append(f"the failure of {what} came after step {step} had finished: nothing to recover")
         decision = next((e for e in self.failover_events if e.get("t_reported", 0) >= t_kill), {})
+        assert self.job is not None
         return {
             "old_root": old_root,
             "new_root": self.plan.root,
@@ -577,7 +572,7 @@ class FaultsRun:
             "exact": s.exact,
             "errors": s.errors[:5],
             "failure_timeout_s": self.failure_timeout_s,
-            "detect_bound_s": self.failure_timeout_s + 2 * self.job["min_timeout_s"],
+            "detect_bound_s": self.failure_timeout_s + 2 * self.job.min_timeout_s,
             "detected_s": (max(detected) - t_kill) if detected else None,
             "first_detected_s": (min(detected) - t_kill) if detected else None,
             "replan_s": decision.get("replan_s"),

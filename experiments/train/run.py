@@ -46,6 +46,7 @@ from hosts import training as model
 from hosts.coordination import CoordinatorServer
 from hosts.methods import METHODS, Method
 from hosts.ring import topology_order
+from hosts.tickets import JobTicket, RingSettings
 
 LOG = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class TrainingRunner(Runner):
         server: CoordinatorServer,
         m: Method,
         hosts: tuple[str, ...],
-        job: dict[str, Any] | None,
+        job: JobTicket | None,
         run: RunRow,
         result: TrainingResult,
         progress: ProgressFn | None,
@@ -127,10 +128,10 @@ class TrainingRunner(Runner):
             "run": run_id,
             "train": cfg.train.to_dict(),
             "checker": CHECKER,
-            "ring": {"window": self.config.ring_window, "timeout_s": self.tmo["ring"]},
+            "ring": RingSettings(window=self.config.ring_window, timeout_s=self.tmo["ring"]).to_dict(),
         }
         if job is not None:
-            base["job"] = job
+            base["job"] = job.to_dict()
         posted: list[tuple[int, int, int]] = []  # (runner step, first training step, count)
         for first in range(1, steps + 1, seg):
             count = min(seg, steps + 1 - first)

@@ -68,8 +68,8 @@ def test_job_list_and_show_from_state(tmp_path: Path, capsys: pytest.CaptureFixt
             "hosts": ["h1", "h2", "h5"],
             "root": state.jobs[4].root,
             "switches": 5,
-            "quantize": "int16",
-            "contrib": "int16",
+            "up_lanes": "int16",
+            "down_lanes": "int16",
             "shift": 2,
             "slots": 128,
         }
@@ -125,3 +125,91 @@ def test_state_of_another_fabric_is_refused(tmp_path: Path, capsys: pytest.Captu
     state.save()
     code, _, err = run(capsys, "job", "list", "--topology", "fat-tree:2", "--state", str(path))
     assert code == 1 and "job 1 on" in err and "lacks" in err
+
+
+# A state file as the controller wrote it before the lane types had one name (version 1): job 1 with int32 lanes
+# ("quantize": "none"), job 2 with int32 up and int8 down, job 3 from before `contrib` existed (int16 both ways).
+V1_STATE = """{"version": 1, "topology": "fat-tree:4", "routes": false, "pipeline_cookie": null, "jobs": {
+"1": {"spec": {"job_id": 1, "hosts": ["h1", "h2"], "quantize": "none", "shift": 0, "slots": 128, "contrib": "int32",
+ "result_type": 0}, "root": "e1", "switches": [{"switch": "e1", "role": 1, "job_index": 1, "slot_base": 0,
+ "slot_count": 128, "mcast_grp": 1, "up_port": 0, "parent": null, "children": [{"port": 1, "index": 0, "node": "h1"},
+ {"port": 2, "index": 1, "node": "h2"}], "result_type": 0, "shift": 0, "token": 1, "up_type": 0, "up_shift": 0,
+ "in_shift": 0}], "error_lsb": 1.0, "q_limit": 1073741823},
+"2": {"spec": {"job_id": 2, "hosts": ["h3", "h4"], "quantize": "int8", "shift": 24, "slots": 16, "contrib": "int32",
+ "result_type": 2}, "root": "e2", "switches": [{"switch": "e2", "role": 1, "job_index": 1, "slot_base": 0,
+ "slot_count": 16, "mcast_grp": 1, "up_port": 0, "parent": null, "children": [{"port": 1, "index": 0, "node": "h3"},
+ {"port": 2, "index": 1, "node": "h4"}], "result_type": 2, "shift": 24, "token": 1, "up_type": 0, "up_shift": 0,
+ "in_shift": 0}], "error_lsb": 8388609.0, "q_limit": 1073741823},
+"3": {"spec": {"job_id": 3, "hosts": ["h5", "h6"], "quantize": "int16", "shift": 1, "slots": 8, "result_type": 1},
+ "root": "e3", "switches": [{"switch": "e3", "role": 1, "job_index": 1, "slot_base": 0, "slot_count": 8,
+ "mcast_grp": 1, "up_port": 0, "parent": null, "children": [{"port": 1, "index": 0, "node": "h5"}, {"port": 2,
+ "index": 1, "node": "h6"}], "result_type": 1, "shift": 1, "token": 1, "up_type": 0, "up_shift": 0, "in_shift": 0}],
+ "error_lsb": 2.0, "q_limit": 32767}},
+"installs": {"e1": 1, "e2": 1, "e3": 1}, "failed": [], "failed_links": []}"""
+
+
+def test_a_version_1_state_file_loads_with_its_lanes_translated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(V1_STATE)
+    st = State.load(path)
+    lanes = {j: (p.spec.up_lanes, p.spec.down_lanes, p.spec.shift, p.spec.slots) for j, p in st.jobs.items()}
+    assert lanes == {1: ("int32", "int32", 0, 128), 2: ("int32", "int8", 24, 16), 3: ("int16", "int16", 1, 8)}
+    # the plans are today's for the same specs: nothing else of the file was lost or changed
+    topo = fat_tree(4)
+    assert st.jobs[2] == plan_job(topo, JobSpec.make(2, ["h3", "h4"], "int8", up_lanes="int32", slots=16))
+    assert st.installs == {"e1": 1, "e2": 1, "e3": 1} and st.topology == "fat-tree:4"
+    # the CLI reads it too, and the next save writes version 2 in the new vocabulary
+    code, out, _ = run(capsys, "job", "list", "--state", str(path), "--json")
+    assert code == 0 and [(r["job_id"], r["up_lanes"], r["down_lanes"]) for r in json.loads(out)] == [
+        (1, "int32", "int32"),
+        (2, "int32", "int8"),
+        (3, "int16", "int16"),
+    ]
+    st.save()
+    saved = json.loads(path.read_text())
+    assert saved["version"] == 2
+    assert saved["jobs"]["2"]["spec"] == {
+        "job_id": 2,
+        "hosts": ["h3", "h4"],
+        "up_lanes": "int32",
+        "down_lanes": "int8",
+        "shift": 24,
+        "slots": 16,
+    }
+    assert State.load(path).jobs == st.jobs
+
+
+def test_a_version_2_job_without_its_lanes_is_refused(tmp_path: Path) -> None:
+    """Only version 1 files are translated: a version 2 spec in the old vocabulary is not read as int32 lanes."""
+    path = tmp_path / "s.json"
+    old = json.loads(V1_STATE)
+    old["version"] = 2
+    path.write_text(json.dumps(old))
+    with pytest.raises(StateError, match="unreadable.*down_lanes"):
+        State.load(path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "lanes", "deprecated"),
+    [
+        ([], ("int32", "int32"), ""),
+        (["--lanes", "int8"], ("int8", "int8"), ""),
+        (["--down-lanes", "int16"], ("int16", "int16"), ""),
+        (["--lanes", "int8", "--up-lanes", "int32"], ("int32", "int8"), ""),
+        (["--up-lanes", "int16"], ("int16", "int32"), ""),
+        (["--quantize", "none"], ("int32", "int32"), "--quantize is deprecated"),
+        (["--quantize", "int8", "--contrib", "int32"], ("int32", "int8"), "--contrib is deprecated"),
+    ],
+)
+def test_job_install_lane_flags(
+    argv: list[str], lanes: tuple[str, str], deprecated: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from controller.cli import job_lanes
+
+    args = build_parser().parse_args(["job", "install", "--job", "1", "--hosts", "h1", *argv])
+    with caplog.at_level("WARNING", logger="p4ina"):
+        assert job_lanes(args) == lanes
+    warned = [r.getMessage() for r in caplog.records]
+    assert (warned == []) if not deprecated else (len(warned) >= 1 and deprecated in warned[-1])

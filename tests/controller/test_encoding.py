@@ -164,7 +164,7 @@ def test_every_entry_encodes_against_the_committed_p4info(real_schema: P4Schema)
     t = fat_tree(4)
     plans = []
     for j, (hosts, q) in enumerate(
-        [(["h1", "h2"], "none"), (["h1", "h3", "h9"], "int8"), ([h.name for h in t.hosts], "int16")], start=1
+        [(["h1", "h2"], "int32"), (["h1", "h3", "h9"], "int8"), ([h.name for h in t.hosts], "int16")], start=1
     ):
         plans.append(plan_job(t, JobSpec.make(j, hosts, q), plans))
     entries = [e for ents in all_route_entries(t).values() for e in ents]

@@ -285,8 +285,10 @@ def test_cli_end_to_end(
     assert run("pipeline", "push", "--topology", str(topo_file), *st)[0] == 0
     code, out = run("routes", "install", *st, "--json")  # the topology is remembered in the state
     assert code == 0 and json.loads(out)["seconds"] >= 0
-    code, out = run("job", "install", "--job", "21", "--hosts", "h1,h2", "--quantize", "int8", *st, "--json")
-    assert code == 0 and json.loads(out)["spec"]["shift"] == 1  # int8 lanes both ways, 2 hosts: 1 bit of headroom
+    code, out = run("job", "install", "--job", "21", "--hosts", "h1,h2", "--lanes", "int8", *st, "--json")
+    spec = json.loads(out)["spec"]
+    assert code == 0 and spec["shift"] == 1  # int8 lanes both ways, 2 hosts: 1 bit of headroom
+    assert (spec["up_lanes"], spec["down_lanes"]) == ("int8", "int8")
     code, out = run("job", "list", *st, "--json")
     assert [j["job_id"] for j in json.loads(out)] == [21]
     code, out = run("job", "show", "--job", "21", *st, "--json")

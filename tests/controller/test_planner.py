@@ -150,13 +150,17 @@ def test_refusals_name_the_reason() -> None:
         JobSpec.make(7, [])
     with pytest.raises(PlanError, match="job id must be"):
         JobSpec.make(0, ["h1"])
-    with pytest.raises(PlanError, match="quantize"):
-        JobSpec.make(7, ["h1"], quantize="fp8")
+    with pytest.raises(PlanError, match=r"lane type 'fp8': choose one of int32, int16, int8"):
+        JobSpec.make(7, ["h1"], down_lanes="fp8")
+    with pytest.raises(PlanError, match=r"lane type 'none': .*\(\"none\" is int32 now\)"):
+        JobSpec.make(7, ["h1"], "none")
+    with pytest.raises(PlanError, match="lane type 'int4'"):
+        JobSpec.make(7, ["h1"], up_lanes="int4")
     with pytest.raises(PlanError, match="slots must be"):
         JobSpec.make(7, ["h1"], slots=2048)
 
 
-def test_quantize_defaults_and_plan_round_trip() -> None:
+def test_lane_defaults_and_plan_round_trip() -> None:
     hosts = [f"h{i}" for i in range(1, 17)]
     # narrow lanes both ways: the shift is the headroom of 16 contributions (log2 16 = 4)
     assert (
@@ -164,13 +168,13 @@ def test_quantize_defaults_and_plan_round_trip() -> None:
         JobSpec.make(1, hosts, "int16").shift,
         JobSpec.make(1, hosts).shift,
     ) == (4, 4, 0)
-    assert JobSpec.make(1, hosts, "int8").contrib == "int8" and JobSpec.make(1, hosts).contrib == "int32"
-    assert JobSpec.make(1, hosts, "int8", contrib="int32").shift == 24  # int32 up, int8 down
+    assert JobSpec.make(1, hosts, "int8").up_lanes == "int8" and JobSpec.make(1, hosts).up_lanes == "int32"
+    assert JobSpec.make(1, hosts, "int8", up_lanes="int32").shift == 24  # int32 up, int8 down
     with pytest.raises(
         PlanError, match=r"job 1: 16 workers with int8 contributions and int8 results, shift 24: .* use shift 4"
     ):
         JobSpec.make(1, hosts, "int8", shift=24)
-    plan = plan_job(K4, JobSpec.make(3, ["h1", "h9"], "int8", contrib="int32", slots=64))
+    plan = plan_job(K4, JobSpec.make(3, ["h1", "h9"], "int8", up_lanes="int32", slots=64))
     assert all(sp.result_type == N.ELEM_INT8 and sp.shift == 24 for sp in plan.switches)
     assert JobPlan.from_dict(plan.to_dict()) == plan
 
@@ -260,7 +264,7 @@ def test_narrow_partials_never_overflow_their_lanes(members: set[int], lanes: st
     from wireformat import fixedpoint as fxp
 
     plan = plan_job(K4, JobSpec.make(1, [f"h{i}" for i in sorted(members)], lanes))
-    bits = fxp.ELEM_NAMES[lanes]
+    bits = fxp.bits_of(lanes)
     q = plan.q_limit  # the hosts' limit, lowered by the planner where rounding could push a sum over
     assert (
         fxp.q_limit(len(members), bits, bits, plan.spec.shift) - 3

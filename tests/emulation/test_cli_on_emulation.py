@@ -58,13 +58,13 @@ def test_cli_installs_inspects_and_removes_a_job(backend: str, tmp_path: Path, l
             time.sleep(0.2)
         p4ina("pipeline", "push", "--topology", str(topo_file), state=state)
         p4ina("routes", "install", state=state)
-        installed = p4ina("job", "install", "--job", "7", "--hosts", "h1,h2,h3", "--quantize", "int8", state=state)
+        installed = p4ina("job", "install", "--job", "7", "--hosts", "h1,h2,h3", "--lanes", "int8", state=state)
         assert installed["spec"]["job_id"] == 7 and installed["root"] in {
             s["name"] for s in json.loads(topo_file.read_text())["switches"]
         }
         listed = p4ina("job", "list", state=state)
-        assert [(row["job_id"], sorted(row["hosts"]), row["quantize"]) for row in listed] == [
-            (7, ["h1", "h2", "h3"], "int8")
+        assert [(row["job_id"], sorted(row["hosts"]), row["up_lanes"], row["down_lanes"]) for row in listed] == [
+            (7, ["h1", "h2", "h3"], "int8", "int8")
         ]
         shown = p4ina("job", "show", "--job", "7", state=state)
         assert "h3" in json.dumps(shown)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from hosts import clock
-from hosts import quantization as qz
 from hosts.agent import HOST_METHOD_PORTS, Agent, AgentConfig
 from hosts.coordination import CoordinatorClient, CoordinatorServer
 from hosts.fakeswitch import FakeSwitch, FakeTransport
 from hosts.packets import Endpoint
+from hosts.tickets import JobTicket, StepCommand
 
 N = 3
 
@@ -73,14 +73,9 @@ def agents(tmp_path: Path) -> Any:
     server.close()
 
 
-JOB = {
-    "job_id": 3,
-    "slots": 4,
-    "contrib_type": qz.ELEM_INT32,
-    "result_type": qz.ELEM_INT32,
-    "shift": 0,
-    "timeout_s": 5.0,
-}
+JOB = JobTicket(
+    job_id=3, slots=4, up_lanes="int32", down_lanes="int32", shift=0, install=0, timeout_s=5.0, min_timeout_s=5.0
+)
 
 
 def run_steps(
@@ -89,18 +84,17 @@ def run_steps(
     """Post the steps in order; each must be reported by every rank, agree and pass the checker's test."""
     seen: dict[str, list[str]] = {}
     for step, (method, iteration) in enumerate(order, start=1):
-        server.post(
-            step,
-            {
-                "method": method,
-                "size": size,
-                "iteration": iteration,
-                "input": "normal",
-                "seed": 4,
-                "checker": 0,
-                "job": JOB,
-            },
+        cmd = StepCommand(
+            step=step,
+            method=method,
+            size=size,
+            iteration=iteration,
+            input="normal",
+            seed=4,
+            checker=0,
+            job=JOB if method.startswith("inc") else None,
         )
+        server.post(step, cmd.to_dict())
         reports = server.step_reports(step, 60)
         assert sorted(reports) == list(range(N)), reports
         assert not any("error" in r for r in reports.values()), reports
@@ -146,11 +140,20 @@ def test_hier_and_tree_between_ring_steps(agents: Any) -> None:
 
 def test_a_failing_step_is_reported_and_the_agent_goes_on(agents: Any) -> None:
     server, _switch, _ = agents
-    server.post(1, {"method": "no-such-method", "size": 10, "iteration": 0, "checker": 0})
+    bad = {**StepCommand(step=1, method="ring", size=10, iteration=0, checker=0).to_dict(), "method": "no-such-method"}
+    server.post(1, bad)
     reports = server.step_reports(1, 30)
-    assert all("unknown method" in r["error"] for r in reports.values())
-    server.post(2, {"method": "ring", "size": 100, "iteration": 0, "checker": 0})
+    assert all(
+        "TicketError: StepCommand.method: unknown method 'no-such-method'" in r["error"] for r in reports.values()
+    )
+    # a command of another version (a field this agent does not know, one it misses) is refused by name
+    newer = {**StepCommand(step=2, method="ring", size=10, iteration=0).to_dict(), "priority": 1}
+    del newer["seed"]
+    server.post(2, newer)
     reports = server.step_reports(2, 30)
+    assert all("missing field(s) seed; unknown field(s) priority" in r["error"] for r in reports.values())
+    server.post(3, StepCommand(step=3, method="ring", size=100, iteration=0, checker=0).to_dict())
+    reports = server.step_reports(3, 30)
     assert not any("error" in r for r in reports.values())
 
 
@@ -171,9 +174,8 @@ def test_a_stale_sum_is_caught_by_the_check(agents: Any, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(IncWorker, "allreduce", stale)
     for step, iteration in ((1, 0), (2, 1)):
-        server.post(
-            step, {"method": "inc-int32", "size": 2000, "iteration": iteration, "seed": 1, "checker": 0, "job": JOB}
-        )
+        cmd = StepCommand(step=step, method="inc-int32", size=2000, iteration=iteration, seed=1, checker=0, job=JOB)
+        server.post(step, cmd.to_dict())
         reports = server.step_reports(step, 60)
         assert len({r["digest"] for r in reports.values()}) == 1  # the ranks even agree...
     assert reports[0]["rel_l2_error"] > reports[0]["rel_l2_target"]  # ...but the check is against this iteration

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -15,19 +16,22 @@ from hosts.agent import Agent, AgentConfig, pack_mask
 from hosts.coordination import CoordinatorClient, CoordinatorServer
 from hosts.fakeswitch import FakeSwitch, FakeTransport
 from hosts.packets import Endpoint
+from hosts.tickets import JobTicket, RingSettings, StepCommand
 from tests.hosts.test_agent import GROUPS, free_base_ports
 
 N = 3
-JOB = {
-    "job_id": 3,
-    "slots": 4,
-    "contrib_type": qz.ELEM_INT32,
-    "result_type": qz.ELEM_INT32,
-    "shift": 0,
-    "timeout_s": 0.02,
-    "failure_timeout_s": 0.3,
-    "install": 0,
-}
+JOB = JobTicket(
+    job_id=3,
+    slots=4,
+    up_lanes="int32",
+    down_lanes="int32",
+    shift=0,
+    install=0,
+    timeout_s=0.02,
+    min_timeout_s=0.02,
+    failure_timeout_s=0.3,
+)
+REINSTALLED = dataclasses.replace(JOB, install=1)  # the job re-planned: a new install, a new worker
 
 
 class Rig:
@@ -83,24 +87,23 @@ class Rig:
     def revived(self) -> dict[str, Any]:
         """A verdict hook: the "controller" re-installs the job (new token) on a working tree."""
         self.switch.token, self.switch.drop = 2, None
-        return {"job": {**JOB, "install": 1}, "failed": ["c1"], "root": "c2"}
+        return {"job": REINSTALLED.to_dict(), "failed": ["c1"], "root": "c2"}
 
     def step(
-        self, step: int, size: int = 40 * 256, job: dict[str, Any] = JOB, kind: str = "ones"
+        self, step: int, size: int = 40 * 256, job: JobTicket = JOB, kind: str = "ones"
     ) -> dict[int, dict[str, Any]]:
-        self.server.post(
-            step,
-            {
-                "method": "inc-int32",
-                "size": size,
-                "iteration": step,
-                "input": kind,
-                "seed": 2,
-                "checker": 0,
-                "job": job,
-                "ring": {"timeout_s": 0.05},
-            },
+        cmd = StepCommand(
+            step=step,
+            method="inc-int32",
+            size=size,
+            iteration=step,
+            input=kind,
+            seed=2,
+            checker=0,
+            job=job,
+            ring=RingSettings(timeout_s=0.05),
         )
+        self.server.post(step, cmd.to_dict())
         reports = self.server.step_reports(step, 60)
         assert sorted(reports) == list(range(N)), reports
         return reports
@@ -139,8 +142,8 @@ def test_a_re_planned_job_finishes_the_interrupted_allreduce_and_runs_the_next(r
     for r in reports.values():
         (event,) = r["failovers"]
         assert event["failed"] == ["c1"] and event["root"] == "c2" and 0 < event["redo"] <= event["chunks"]
-        assert event["stalled_s"] >= JOB["failure_timeout_s"]
-    again = rig.step(2, job={**JOB, "install": 1})  # later steps carry the new job: the same worker goes on
+        assert JOB.failure_timeout_s is not None and event["stalled_s"] >= JOB.failure_timeout_s
+    again = rig.step(2, job=REINSTALLED)  # later steps carry the new job: the same worker goes on
     assert exact(again) and not any("failovers" in r for r in again.values())
 
 
@@ -180,7 +183,7 @@ def test_a_rank_that_finished_before_the_failure_is_called_back_to_redo_the_othe
     for r in (1, 2):
         (event,) = reports[r]["failovers"]
         assert not event["rejoined"] and event["missing"] >= 1 and event["redo"] == reports[0]["failovers"][0]["redo"]
-    again = rig.step(2, size=chunks * 256, job={**JOB, "install": 1})  # every rank on the new install
+    again = rig.step(2, size=chunks * 256, job=REINSTALLED)  # every rank on the new install
     assert exact(again) and not any("failovers" in r for r in again.values())
 
 
@@ -216,7 +219,7 @@ def test_a_lost_round_on_a_live_tree_is_redone_by_every_rank_and_the_next_step_r
 
     def same_tree() -> dict[str, Any]:
         rig.switch.drop = None
-        return {"job": JOB, "failed": []}
+        return {"job": JOB.to_dict(), "failed": []}
 
     rig.verdict = same_tree
     reports = rig.step(1, size=chunks * 256)
@@ -260,10 +263,10 @@ def test_a_rank_that_cannot_rejoin_fails_the_barrier_at_once(rig: Rig, monkeypat
     the others fail with its reason at once instead of waiting out the coordinator's 60 s."""
     chunks = 40
     rig.die_once_rank0_has(chunks)
-    rig.verdict = {"job": {**JOB, "install": 1}, "failed": ["c1"]}
+    rig.verdict = {"job": REINSTALLED.to_dict(), "failed": ["c1"]}
     real = Agent.run_step
 
-    def forgetful(self: Agent, cmd: dict[str, Any]) -> dict[str, Any]:
+    def forgetful(self: Agent, cmd: StepCommand) -> dict[str, Any]:
         report = real(self, cmd)
         self._finished = None
         return report

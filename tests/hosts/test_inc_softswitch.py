@@ -23,6 +23,7 @@ from hosts.packets import PREFIX_LEN, Endpoint
 from tests.hosts.softswitch_job import JOB_ID, DropChosen, Processor, counter, real_switch
 from tests.hosts.stream_loops import PAIRS
 from wireformat import AGG
+from wireformat import fixedpoint as fxp
 
 # every test here runs on both stream loops (tests/hosts/conftest.py)
 pytestmark = pytest.mark.usefixtures("stream_loop")
@@ -173,7 +174,7 @@ SPEC_SIZE = 4 * L - 30  # 4 chunks in 4 slots: one round each, the case where sp
 
 def test_int8_contributions_do_not_guess() -> None:
     n = 2
-    job = {"contrib_type": qz.ELEM_INT8, "result_type": qz.ELEM_INT8, "shift": 1}
+    job = {"up_lanes": "int8", "down_lanes": "int8", "shift": 1}
     sw = {"result_type": qz.ELEM_INT8, "shift": 1}
     rng = np.random.default_rng(2)
     base = [rng.normal(0, 1, SPEC_SIZE).astype(np.float32) for _ in range(n)]
@@ -187,15 +188,15 @@ def test_speculated_exponents(contrib: str) -> None:
     too coarse: sent again), and the same again: each sum within its bound, and where every chunk was either kept
     at the agreed exponent or sent again at it, equal bit for bit to the exponent rounds' sum; misses counted."""
     n = 3
-    job = {} if contrib == "int32" else {"contrib_type": qz.ELEM_INT16, "result_type": qz.ELEM_INT16, "shift": 2}
+    job: dict[str, Any] = {} if contrib == "int32" else {"up_lanes": "int16", "down_lanes": "int16", "shift": 2}
     rng = np.random.default_rng(7)
     base = [rng.normal(0, r + 1, SPEC_SIZE).astype(np.float32) for r in range(n)]
     calls = [[x * np.float32(sc) for x in base] for sc in (1.0, 1.0, 16.0, 16.0, 1 / 64, 1 / 64)]
-    sw = {k: v for k, v in job.items() if k != "contrib_type"}
+    sw = {"result_type": fxp.lane_elem(job.get("down_lanes", "int32")), "shift": job.get("shift", 0)}
     spec = run_calls(real_switch(ADDRS[:n], slot_count=4, **sw), n, calls, **job)
     plain = run_calls(real_switch(ADDRS[:n], slot_count=4, **sw), n, calls, speculate=False, **job)
     chunks = 4
-    guard = SPEC_GUARD[job.get("contrib_type", qz.ELEM_INT32)]
+    guard = SPEC_GUARD[contrib]
     for c, inputs in enumerate(calls):
         ref = np.sum([x.astype(np.float64) for x in inputs], axis=0)
         for r in range(n):
@@ -220,7 +221,7 @@ def test_a_guess_within_the_window_is_kept_and_checked() -> None:
     res, stats, plan = out[1][0]
     assert stats.exponent_rounds == 0 and stats.missed_exponents == 0
     first_plan = out[0][0][2]
-    assert np.array_equal(plan.exponent, first_plan.exponent - SPEC_GUARD[qz.ELEM_INT32]), "the guess was not used"
+    assert np.array_equal(plan.exponent, first_plan.exponent - SPEC_GUARD["int32"]), "the guess was not used"
     ref = np.sum([x.astype(np.float64) for x in calls[1]], axis=0)
     assert (np.abs(res - ref) <= plan.tolerance(ref)).all()
 
@@ -248,19 +249,14 @@ def test_dropped_contribution_and_result_recovered_without_double_counting() -> 
 
 
 @pytest.mark.parametrize(
-    ("contrib", "result_type", "shift"),
-    [
-        (qz.ELEM_INT32, qz.ELEM_INT8, 24),
-        (qz.ELEM_INT32, qz.ELEM_INT16, 16),
-        (qz.ELEM_INT8, qz.ELEM_INT8, 2),
-        (qz.ELEM_INT16, qz.ELEM_INT16, 2),
-    ],
+    ("up", "down", "shift"),
+    [("int32", "int8", 24), ("int32", "int16", 16), ("int8", "int8", 2), ("int16", "int16", 2)],
 )
-def test_narrow_results(contrib: int, result_type: int, shift: int) -> None:
+def test_narrow_results(up: str, down: str, shift: int) -> None:
     n = 4
-    switch = real_switch(ADDRS[:n], slot_count=4, result_type=result_type, shift=shift)
+    switch = real_switch(ADDRS[:n], slot_count=4, result_type=fxp.lane_elem(down), shift=shift)
     inputs = [np.random.default_rng(r).uniform(-1, 1, SIZE).astype(np.float32) for r in range(n)]
-    allreduce(Wire(switch, n), n, inputs, contrib_type=contrib, result_type=result_type, shift=shift)
+    allreduce(Wire(switch, n), n, inputs, up_lanes=up, down_lanes=down, shift=shift)
     assert counter(switch, "overflows") == 0
 
 
@@ -268,7 +264,7 @@ def test_int8_contributions_with_int16_results() -> None:
     n = 2
     switch = real_switch(ADDRS[:n], slot_count=4, result_type=qz.ELEM_INT16)
     inputs = [np.linspace(-3, 3, SIZE, dtype=np.float32) * (r + 1) for r in range(n)]
-    allreduce(Wire(switch, n), n, inputs, contrib_type=qz.ELEM_INT8, result_type=qz.ELEM_INT16)
+    allreduce(Wire(switch, n), n, inputs, up_lanes="int8", down_lanes="int16")
     assert counter(switch, "contributions") == n * ROUNDS
 
 
@@ -306,7 +302,7 @@ def test_the_guess_follows_the_agreed_exponents_not_the_used_ones() -> None:
     for c in range(1, 5):
         res, stats, plan = out[c][0]
         assert stats.exponent_rounds == 0 and stats.missed_exponents == 0, f"call {c}"
-        assert np.array_equal(plan.exponent, first - SPEC_GUARD[qz.ELEM_INT32]), f"call {c}: the guess drifted"
+        assert np.array_equal(plan.exponent, first - SPEC_GUARD["int32"]), f"call {c}: the guess drifted"
 
 
 class EveryNth:

@@ -13,6 +13,8 @@ from hosts.inc_worker import AllreduceTimeoutError, IncJob, IncWorker, JobMismat
 from hosts.packets import Endpoint
 from hosts.stats import AllreduceStats
 from wireformat import AGG
+from wireformat import fixedpoint as fxp
+from wireformat.fixedpoint import LaneType
 
 # every test here runs on both stream loops (tests/hosts/conftest.py)
 pytestmark = pytest.mark.usefixtures("stream_loop")
@@ -49,7 +51,7 @@ def make_workers(
                 slot_count=slot_count,
                 timeout_s=timeout_s,
                 min_timeout_s=timeout_s,
-                result_type=switch.result_type,
+                down_lanes=fxp.elem_lanes(switch.result_type),
                 shift=switch.shift,
                 **job,
             ),  # type: ignore[arg-type]
@@ -218,17 +220,12 @@ def test_each_block_gets_its_own_exponent() -> None:
 
 
 @pytest.mark.parametrize(
-    ("contrib", "result_type", "shift"),
-    [
-        (qz.ELEM_INT32, qz.ELEM_INT8, 24),
-        (qz.ELEM_INT32, qz.ELEM_INT16, 16),
-        (qz.ELEM_INT8, qz.ELEM_INT8, 2),
-        (qz.ELEM_INT16, qz.ELEM_INT16, 2),
-    ],
+    ("up", "down", "shift"),
+    [("int32", "int8", 24), ("int32", "int16", 16), ("int8", "int8", 2), ("int16", "int16", 2)],
 )
-def test_narrow_results(contrib: int, result_type: int, shift: int) -> None:
-    switch = FakeSwitch(job_id=JOB, n_workers=4, slot_count=3, result_type=result_type, shift=shift)
-    workers = make_workers(switch, 4, 3, contrib_type=contrib)
+def test_narrow_results(up: str, down: str, shift: int) -> None:
+    switch = FakeSwitch(job_id=JOB, n_workers=4, slot_count=3, result_type=fxp.lane_elem(down), shift=shift)
+    workers = make_workers(switch, 4, 3, up_lanes=up)
     inputs = [np.random.default_rng(r).normal(0, 1, 5 * L).astype(np.float32) for r in range(4)]
     results = run_all(workers, inputs)
     check_sums(workers, inputs, [r[0] for r in results])
@@ -238,7 +235,7 @@ def test_narrow_results(contrib: int, result_type: int, shift: int) -> None:
 
 def test_int8_contributions_with_int16_results() -> None:
     switch = FakeSwitch(job_id=JOB, n_workers=2, slot_count=2, result_type=qz.ELEM_INT16)
-    workers = make_workers(switch, 2, 2, contrib_type=qz.ELEM_INT8)
+    workers = make_workers(switch, 2, 2, up_lanes="int8")
     inputs = [np.linspace(-1, 1, 3 * L, dtype=np.float32) * (r + 1) for r in range(2)]
     results = run_all(workers, inputs)
     check_sums(workers, inputs, [r[0] for r in results])
@@ -294,35 +291,37 @@ def test_job_config_is_validated() -> None:
     with pytest.raises(ValueError, match="rank 4 not in"):
         IncJob(job_id=1, rank=4, n_workers=4, slot_count=8)
     with pytest.raises(qz.QuantizationError):
-        IncJob(job_id=1, rank=0, n_workers=300, slot_count=8, result_type=qz.ELEM_INT8)
+        IncJob(job_id=1, rank=0, n_workers=300, slot_count=8, down_lanes="int8")
+    with pytest.raises(qz.QuantizationError, match=r"lane type 'none': choose one of int32, int16, int8"):
+        IncJob(job_id=1, rank=0, n_workers=4, slot_count=8, up_lanes="none")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
-    ("contrib", "result", "shift", "why"),
+    ("up", "down", "shift", "why"),
     [
         # int8 contributions of 16 workers shifted by 24 (the int32 default) leave no bit of the int8 result
-        (qz.ELEM_INT8, qz.ELEM_INT8, 24, "keeps 0 of the result's 7 magnitude bits"),
+        ("int8", "int8", 24, "keeps 0 of the result's 7 magnitude bits"),
         # no shift: each of 16 workers may only send |q| <= 7 of its 127
-        (qz.ELEM_INT8, qz.ELEM_INT8, 0, "contributions keep 3 of their 7 magnitude bits"),
-        (qz.ELEM_INT32, qz.ELEM_INT32, 3, "only narrowed results are shifted"),
+        ("int8", "int8", 0, "contributions keep 3 of their 7 magnitude bits"),
+        ("int32", "int32", 3, "only narrowed results are shifted"),
         # int8 lanes answered in int32 grow each packet by 768 B: BMv2 allows 512
-        (qz.ELEM_INT8, qz.ELEM_INT32, 0, "grow each packet by 768 bytes, more than the 512 bytes BMv2"),
+        ("int8", "int32", 0, "grow each packet by 768 bytes, more than the 512 bytes BMv2"),
     ],
 )
 def test_configurations_that_cannot_represent_the_sum_are_refused(
-    contrib: int, result: int, shift: int, why: str
+    up: LaneType, down: LaneType, shift: int, why: str
 ) -> None:
     with pytest.raises(qz.QuantizationError, match=why):
-        IncJob(job_id=1, rank=0, n_workers=16, slot_count=8, contrib_type=contrib, result_type=result, shift=shift)
+        IncJob(job_id=1, rank=0, n_workers=16, slot_count=8, up_lanes=up, down_lanes=down, shift=shift)
     if "grow" not in why:  # the right shift is accepted (no shift makes int8 -> int32 packets fit BMv2)
         IncJob(
             job_id=1,
             rank=0,
             n_workers=16,
             slot_count=8,
-            contrib_type=contrib,
-            result_type=result,
-            shift=0 if result == qz.ELEM_INT32 else 4 if contrib == result else 24,
+            up_lanes=up,
+            down_lanes=down,
+            shift=0 if down == "int32" else 4 if up == down else 24,
         )
 
 

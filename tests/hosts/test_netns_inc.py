@@ -172,10 +172,10 @@ def test_dropped_contribution_and_result_are_recovered_once(lab: NetnsLab, tmp_p
     assert counter(switch, "retransmissions") >= 1  # rank 2's resend found its bit set: stored result
 
 
-@pytest.mark.parametrize(("result_type", "shift"), [("int8", 2), ("int16", 2)])
-def test_narrow_results(lab: NetnsLab, tmp_path: Path, result_type: str, shift: int) -> None:
+@pytest.mark.parametrize(("lanes", "shift"), [("int8", 2), ("int16", 2)])
+def test_narrow_results(lab: NetnsLab, tmp_path: Path, lanes: str, shift: int) -> None:
     n = 4
-    code = AGG.elem_types[f"ELEM_{result_type.upper()}"]
+    code = AGG.elem_types[f"ELEM_{lanes.upper()}"]
     net = star(lab, n)
     switch = real_switch(net.addrs, slot_count=4, result_type=code, shift=shift)
     io = attach(lab, switch, n)
@@ -186,9 +186,9 @@ def test_narrow_results(lab: NetnsLab, tmp_path: Path, result_type: str, shift: 
             4,
             SIZE,
             1,
-            ["--result-type", result_type, "--contrib-type", result_type, "--shift", str(shift)],
+            ["--down-lanes", lanes, "--up-lanes", lanes, "--shift", str(shift)],
         )
     finally:
         io.stop()
     assert counter(switch, "overflows") == 0
-    assert all(r["result_type"] == result_type for r in reports)
+    assert all(r["up_lanes"] == r["down_lanes"] == lanes for r in reports)

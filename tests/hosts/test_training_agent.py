@@ -15,6 +15,7 @@ from hosts.agent import Agent, AgentConfig
 from hosts.coordination import CoordinatorClient, CoordinatorServer
 from hosts.fakeswitch import FakeSwitch, FakeTransport
 from hosts.packets import Endpoint
+from hosts.tickets import JobTicket
 from tests.hosts.test_agent import free_base_ports
 
 N = 4
@@ -43,7 +44,10 @@ def rig(
         threads.append(threading.Thread(target=agent.serve, daemon=True))
     for t in threads:
         t.start()
-    job = {"job_id": 5, "slots": 16, "contrib_type": elem, "result_type": elem, "shift": shift, "timeout_s": 5.0}
+    lanes = request.param
+    job = JobTicket(
+        job_id=5, slots=16, up_lanes=lanes, down_lanes=lanes, shift=shift, install=0, timeout_s=5.0, min_timeout_s=5.0
+    ).to_dict()
     try:
         yield server, {"lanes": request.param, "job": job}, agents
     finally:
