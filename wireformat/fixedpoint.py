@@ -21,7 +21,7 @@ of 16 workers shifted by 24 leave no bit at all).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from wireformat.format import AGG
 
@@ -52,8 +52,9 @@ def lane_bits(elem_type: int) -> int:
 
 def lane_type(name: object) -> LaneType:
     """name as a LaneType, or FixedPointConfigError naming the choices (an old "none" says it is int32 now)."""
-    if name in LANE_BITS:
-        return cast(LaneType, name)
+    for lanes in LANE_TYPES:
+        if name == lanes:
+            return lanes
     hint = ' ("none" is int32 now)' if name == "none" else ""
     raise FixedPointConfigError(f"lane type {name!r}: choose one of {', '.join(LANE_TYPES)}{hint}")
 
