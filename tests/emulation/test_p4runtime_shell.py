@@ -149,7 +149,7 @@ def test_p4runtime_shell_inserts_reads_deletes_and_reads_counters(switch: Path, 
         [
             sys.executable,
             "-m",
-            "controller",
+            "p4ina",
             "shell",
             name,
             str(script),
@@ -174,7 +174,7 @@ def test_p4ina_shell_names_a_missing_switch(switch: Path, tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "controller",
+            "p4ina",
             "shell",
             "nosuch",
             "--topology",
