@@ -7,6 +7,8 @@ with Controller(fat_tree(4).with_grpc(addrs), p4info=P4INFO, device_config=BMV2_
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterable
@@ -40,6 +42,41 @@ PROGRAM_DIR = program_dir()
 DEFAULT_P4INFO = PROGRAM_DIR / "p4ina.p4info.txtpb"
 DEFAULT_BMV2_JSON = PROGRAM_DIR / "p4ina.json"
 PROGRAM_MANIFEST = PROGRAM_DIR / "manifest.json"
+
+
+def p4_sources(root: Path) -> list[Path]:
+    """The P4 sources of a checkout (root/p4, its build outputs excluded), in the manifest's order."""
+    build = root / "p4" / "build"
+    return sorted(p for p in (root / "p4").rglob("*.p4") if build not in p.parents)
+
+
+def p4_sources_sha256(root: Path) -> str:
+    """sha256 over every P4 source (path relative to root, and content): the manifest's `sources_sha256`."""
+    h = hashlib.sha256()
+    for path in p4_sources(root):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def program_staleness() -> str | None:
+    """Why the compiled program may not be what the checkout's P4 sources say (None: it is, or no checkout).
+
+    A program edited in p4/ but not recompiled would otherwise run, silently, as it was before the edit.
+    """
+    root = PROGRAM_DIR.parent.parent  # p4/build -> the checkout; an installed package has no p4/ sources
+    if PROGRAM_DIR.name != "build" or not (root / "p4" / "p4ina.p4").is_file():
+        return None
+    try:
+        recorded = json.loads(PROGRAM_MANIFEST.read_text())["sources_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{PROGRAM_MANIFEST} is missing or unreadable: the program's sources cannot be checked (`make p4`)"
+    if recorded != p4_sources_sha256(root):
+        return (
+            "the P4 sources in p4/ changed since p4/build was compiled: this runs the old program "
+            "(`make p4` recompiles it; needs p4c)"
+        )
+    return None
 
 
 class Controller:

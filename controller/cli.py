@@ -32,6 +32,14 @@ from wireformat.fixedpoint import LANE_TYPES
 LOG = logging.getLogger("p4ina")
 
 
+# The P4Runtime election ids: p4ina's controller is 1; the shell takes p4runtime-shell's own default (1,0), i.e.
+# 2^64, so a shell opened beside a running controller is primary for its own session. Defaults per command: a
+# default set on one subparser would change the shared option's default for every command (argparse parents
+# share their actions).
+CONTROLLER_ELECTION_ID = 1
+SHELL_ELECTION_ID = 1 << 64
+
+
 class UsageError(Exception):
     pass
 
@@ -274,6 +282,38 @@ def _fix_p4runtime_shell() -> None:
     sh_p4runtime.P4RuntimeErrorIterator.__next__ = __next__
 
 
+def shell_namespace(sh: Any) -> dict[str, Any]:
+    """The names a script sees: the interactive shell's (p4runtime_sh.shell.main's user_ns) and the module's.
+
+    The interactive shell builds its namespace inside main(); a script must see the same names
+    (`table_entry[...]`, `counter_entry[...]`, `multicast_group_entry`, `packet_out`, ...), so they are
+    rebuilt here from the same classes, after setup() has loaded the switch's P4Info.
+    """
+    ns: dict[str, Any] = {name: getattr(sh, name) for name in dir(sh) if not name.startswith("_")}
+    ns["p4info"] = sh.context.p4info
+    for obj_type in sh.P4Type:
+        ns[obj_type.p4info_name] = sh.P4Objects(obj_type)
+    entity = sh.P4RuntimeEntity
+    for name, p4type, cls in (
+        ("table_entry", sh.P4Type.table, sh.TableEntry),
+        ("counter_entry", sh.P4Type.counter, sh.CounterEntry),
+        ("direct_counter_entry", sh.P4Type.direct_counter, sh.DirectCounterEntry),
+        ("meter_entry", sh.P4Type.meter, sh.MeterEntry),
+        ("direct_meter_entry", sh.P4Type.direct_meter, sh.DirectMeterEntry),
+        ("action_profile_member", sh.P4Type.action_profile, sh.ActionProfileMember),
+        ("action_profile_group", sh.P4Type.action_profile, sh.ActionProfileGroup),
+        ("digest_entry", sh.P4Type.digest, sh.DigestEntry),
+    ):
+        ns[name] = sh.P4RuntimeEntityBuilder(p4type, getattr(entity, name), cls)
+    ns["multicast_group_entry"] = sh.MulticastGroupEntry
+    ns["clone_session_entry"] = sh.CloneSessionEntry
+    ns["packet_in"] = sh.PacketIn()
+    ns["packet_out"] = sh.PacketOut
+    ns["idle_timeout_notification"] = sh.IdleTimeoutNotification()
+    ns["digest_list"] = sh.DigestList()
+    return ns
+
+
 def cmd_shell(args: argparse.Namespace) -> int:
     """p4runtime-shell on one switch of a running emulation, with the P4Info the switch runs.
 
@@ -283,7 +323,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
     state = State.load(args.state) if args.state.exists() else None
     spec = args.topology or (state.topology if state else None)
     if not spec:
-        raise UsageError("no topology: pass --topology (the JSON emulation.serve writes) or run a p4ina command first")
+        raise UsageError("no topology: pass --topology (the JSON `p4ina serve` writes) or run a p4ina command first")
     topo = load_topology(spec)
     try:
         sw = topo.switch(args.switch)
@@ -293,13 +333,13 @@ def cmd_shell(args: argparse.Namespace) -> int:
         ) from ex
     if not sw.grpc_addr:
         raise UsageError(
-            f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation "
-            "(python -m emulation.serve)"
+            f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation (p4ina serve)"
         )
     _fix_p4runtime_shell()
     from p4runtime_sh import shell as sh
 
-    election = (args.election_id >> 64, args.election_id & ((1 << 64) - 1))
+    eid = SHELL_ELECTION_ID if args.election_id is None else args.election_id
+    election = (eid >> 64, eid & ((1 << 64) - 1))
     argv = [
         "p4runtime-sh",
         "--grpc-addr",
@@ -319,10 +359,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
     code = compile(args.script.read_text(), str(args.script), "exec")
     sh.setup(sw.device_id, sw.grpc_addr, election, verbose=False)
     try:
-        namespace = {name: getattr(sh, name) for name in dir(sh) if not name.startswith("_")}
-        for obj_type in sh.P4Type:
-            namespace[obj_type.p4info_name] = sh.P4Objects(obj_type)
-        exec(code, namespace)  # noqa: S102 - the user's own script, as the interactive shell would run it
+        exec(code, shell_namespace(sh))  # noqa: S102 - the user's own script, as the interactive shell would run it
     finally:
         sh.teardown()
     return 0
@@ -350,7 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"BMv2 JSON pushed as the device config (default {DEFAULT_BMV2_JSON})",
     )
     common.add_argument(
-        "--election-id", type=int, default=1, help="P4Runtime election id (default 1; a higher one wins primary)"
+        "--election-id",
+        type=int,
+        default=None,
+        help=f"P4Runtime election id (default {CONTROLLER_ELECTION_ID}; for `shell` 2^64, p4runtime-shell's own "
+        "(1,0)); a higher one wins primary",
     )
     common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a switch")
     common.add_argument("--json", action="store_true", help="machine-readable output")
@@ -417,9 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fix", action="store_true", help="then make the switches match the state")
     p = leaf(sub, "shell", cmd_shell, "open p4runtime-shell on one switch (P4Info read from the switch)")
-    p.add_argument("switch", help="switch name, e.g. leaf1 or edge-0-0")
+    p.add_argument("switch", help="switch name, e.g. e1 (fat-tree edge) or l1 (leaf-spine leaf)")
     p.add_argument("script", nargs="?", type=Path, help="run this Python script in the shell's namespace instead")
-    p.set_defaults(election_id=1 << 64)  # p4runtime-shell's own default (1,0): primary over p4ina's id 1
     return ap
 
 
@@ -448,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                 p4info=args.p4info,
                 device_config=args.bmv2_json,
                 state=state,
-                election_id=args.election_id,
+                election_id=CONTROLLER_ELECTION_ID if args.election_id is None else args.election_id,
                 timeout=args.timeout,
             ) as ctl:
                 return args.fn(args, ctl)

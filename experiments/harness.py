@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, PROGRAM_MANIFEST, Controller
+from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, PROGRAM_MANIFEST, Controller, program_staleness
 from controller.planner import JobPlan
 from controller.state import State
 from controller.topology import Topology
@@ -508,6 +508,10 @@ def push_pipeline(ctl: Controller, attempts: int = 2) -> None:
 
 
 def check_program() -> None:
+    """The compiled program is there (else ExperimentError); a stale one is named in one warning line."""
+    stale = program_staleness()
+    if stale:
+        LOG.warning("%s", stale)
     missing = [p for p in (DEFAULT_BMV2_JSON, DEFAULT_P4INFO) if not p.exists()]
     if missing:
         raise ExperimentError(
@@ -593,6 +597,7 @@ def environment(config: ExperimentConfig) -> dict[str, Any]:
             "bmv2_json_sha256": sha(DEFAULT_BMV2_JSON),
             "p4info_sha256": sha(DEFAULT_P4INFO),
             "manifest": json.loads(manifest.read_text()) if manifest.exists() else None,
+            "stale": program_staleness(),
         },
     }
 

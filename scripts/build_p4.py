@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from controller.api import p4_sources, p4_sources_sha256  # noqa: E402 - after the path insert
 from wireformat import p4gen  # noqa: E402 - after the path insert: the script runs uninstalled
 
 P4_DIR = ROOT / "p4"
@@ -35,16 +36,12 @@ COMPILER = "p4c-bm2-ss"
 
 
 def source_files() -> list[Path]:
-    return sorted(p for p in P4_DIR.rglob("*.p4") if BUILD not in p.parents)
+    return p4_sources(ROOT)
 
 
 def source_hash() -> str:
-    """sha256 over every P4 source (path and content), in a stable order."""
-    h = hashlib.sha256()
-    for path in source_files():
-        h.update(path.relative_to(ROOT).as_posix().encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
-    return h.hexdigest()
+    """sha256 over every P4 source (path and content), in a stable order (the run-time check uses the same)."""
+    return p4_sources_sha256(ROOT)
 
 
 def compiler_version() -> str:
@@ -122,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         found = problems()
         for p in found:
             print(p)
+        if not found:
+            print("p4/generated and p4/build match their sources")
         return 1 if found else 0
     build()
     return 0

@@ -245,10 +245,38 @@ class LoadedResults:
     folder: Path | None = None
 
 
+class ResultsFolderError(ValueError):
+    """A folder that is not a readable results folder of the all-reduce experiment; the message says why."""
+
+
+def measured(folder: Path) -> bool:
+    """The folder holds at least one repetition a worker reported (a run that failed before measuring has none)."""
+    try:
+        return any(not s.error for s in read_raw(folder / "raw.csv"))
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def newest_results(root: Path = Path("results")) -> Path:
+    """The newest results folder under root that measured something; folders of failed runs are skipped."""
+    runs = sorted((p.parent for p in root.glob("**/raw.csv")), key=lambda p: p.stat().st_mtime, reverse=True)
+    for run in runs:
+        if measured(run):
+            return run
+        LOG.warning("skipping %s: the run measured nothing (see its config.json's problems)", run)
+    raise FileNotFoundError(f"no results folder with measurements under {root.resolve()}: run `make emulate` first")
+
+
 def load_results(folder: Path | str) -> LoadedResults:
     """A results folder read back; the summary recomputed from raw.csv (it must equal summary.json)."""
     folder = Path(folder)
-    meta = json.loads((folder / "config.json").read_text())
+    missing = [name for name in ("config.json", "raw.csv") if not (folder / name).is_file()]
+    if missing:
+        raise ResultsFolderError(f"{folder}: no {' or '.join(missing)}; not a results folder of `p4ina emulate`")
+    try:
+        meta = json.loads((folder / "config.json").read_text())
+    except ValueError as ex:
+        raise ResultsFolderError(f"{folder / 'config.json'}: not valid JSON ({ex})") from ex
     result = ExperimentResult(
         ExperimentConfig.from_dict(meta["config"]),
         read_raw(folder / "raw.csv"),

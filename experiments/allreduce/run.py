@@ -118,6 +118,10 @@ def run_experiment(
         with emulated_fabric(config, model, out, log_dir, result, t0) as (net, ctl, sock_dir):
             runner = SweepRunner(config, net, ctl, log_dir, sock_dir)
             runner.sweep(result.samples, progress)
+    except BaseException as ex:  # recorded in the folder, then raised as it was (Ctrl-C included)
+        what = "interrupted" if isinstance(ex, KeyboardInterrupt) else f"failed: {type(ex).__name__}: {ex}"
+        result.problems.append(f"the run {what} (after {len(result.samples)} samples)")
+        raise
     finally:
         result.duration_s = clock.now() - t0
         if runner is not None:

@@ -213,3 +213,33 @@ def test_job_install_lane_flags(
         assert job_lanes(args) == lanes
     warned = [r.getMessage() for r in caplog.records]
     assert (warned == []) if not deprecated else (len(warned) >= 1 and deprecated in warned[-1])
+
+
+class _Recorded(Exception):
+    pass
+
+
+@pytest.mark.parametrize("argv", [["job", "list"], ["routes", "install"], ["verify"], ["counters"]])
+def test_every_command_claims_the_controller_election_id_unless_told(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shell's own default (2^64) once leaked into every command through argparse's shared parent
+    actions, so `p4ina job install` beside an open `p4ina shell` failed with "Election id already exists"."""
+    import controller.cli as cli
+
+    seen: list[int] = []
+
+    def fake_controller(*_a: object, election_id: int, **_kw: object) -> None:
+        seen.append(election_id)
+        raise _Recorded
+
+    monkeypatch.setattr(cli, "Controller", fake_controller)
+    st = ["--state", str(tmp_path / "s.json"), "--topology", "fat-tree:2"]
+    with pytest.raises(_Recorded):
+        main([*argv, *st])
+    with pytest.raises(_Recorded):
+        main([*argv, *st, "--election-id", "7"])
+    assert seen == [cli.CONTROLLER_ELECTION_ID, 7] and cli.CONTROLLER_ELECTION_ID == 1
+    # the shell's default stays its own (resolved in cmd_shell), and an explicit one reaches it
+    assert build_parser().parse_args(["shell", "e1"]).election_id is None
+    assert build_parser().parse_args(["shell", "e1", "--election-id", "3"]).election_id == 3

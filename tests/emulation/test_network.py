@@ -103,7 +103,7 @@ def test_cleanup_removes_a_killed_run(tmp_path: Path, leak_check: None) -> None:
         proc.wait(10)
         assert any(n.startswith(f"p4ina{tag}-") for n in our_interfaces())
         done = subprocess.run(
-            [sys.executable, "-m", "emulation.cleanup", "--json"], capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "p4ina", "clean", "--json"], capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 0, done.stderr
         assert tag in done.stdout

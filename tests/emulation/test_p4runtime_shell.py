@@ -59,6 +59,18 @@ SCRIPT = textwrap.dedent("""
     except P4RuntimeWriteException as ex:
         print("batch errors", [(i, err.canonical_code) for i, err in ex.errors])
 
+    # the interactive shell's own names, which a script once lacked (NameError)
+    te2 = table_entry["MyIngress.fwd"](action="MyIngress.set_port")
+    te2.match["standard_metadata.ingress_port"] = "5"
+    te2.action["port"] = "1"
+    te2.insert()
+    print("builder", len(list(table_entry["MyIngress.fwd"].read())))
+    te2.delete()
+    c2 = counter_entry["MyIngress.pkts"]
+    c2.index = 2
+    print("counter builder", [c.packet_count for c in c2.read()])
+    print("names", all(callable(x) for x in (multicast_group_entry, packet_out)))
+
     te.delete()
     for port in ("4",):
         e = TableEntry("MyIngress.fwd")
@@ -167,6 +179,7 @@ def test_p4runtime_shell_inserts_reads_deletes_and_reads_counters(switch: Path, 
     out = proc.stdout
     assert "read 1" in out and "counter 0 0" in out and "done" in out
     assert "batch errors [(1, 6)]" in out  # index 1: ALREADY_EXISTS; the OK update at index 0 is skipped
+    assert "builder 3" in out and "counter builder [0]" in out and "names True" in out
 
 
 def test_p4ina_shell_names_a_missing_switch(switch: Path, tmp_path: Path) -> None:

@@ -66,3 +66,8 @@ def test_experiment_verbs_do_not_share_defaults() -> None:
         FaultsConfig.reps,
     )
     assert faults().parse_args(["--slots", "128"]).slots == 128  # asked for, not mistaken for a default
+
+
+def test_bench_refuses_an_unknown_benchmark_by_name() -> None:
+    done = p4ina("bench", "nosuch")
+    assert done.returncode == 2 and "unknown benchmark(s) ['nosuch']" in done.stderr
