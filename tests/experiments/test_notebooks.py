@@ -54,3 +54,33 @@ def test_experiment_notebook_runs_a_tiny_experiment(tmp_path: Path, leak_check: 
     nb = run_notebook("01_run_experiment.ipynb", {"P4INA_NOTEBOOK_CONFIG": json.dumps(tiny)}, timeout=600)
     assert "vs best host" in _text(nb)
     assert any(p.joinpath("summary.json").exists() for p in tmp_path.iterdir())
+
+
+def test_the_documented_front_end_opens_a_notebook(tmp_path: Path) -> None:
+    """docs/notebooks.md's command: `jupyter nbconvert --execute` from the venv renders a notebook to HTML."""
+    import subprocess
+    import sys
+
+    folder = fake_results_folder(tmp_path / "run")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--to",
+            "html",
+            "--execute",
+            str(NOTEBOOKS / "02_analyse_results.ipynb"),
+            "--output-dir",
+            str(tmp_path / "html"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "P4INA_RESULTS": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    html = (tmp_path / "html" / "02_analyse_results.html").read_text()
+    assert "vs best host" in html and "data:image/png;base64" in html
