@@ -418,8 +418,8 @@ def _cells(sp: SwitchPlan) -> range:
 def _holdings(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> dict[str, Holdings]:
     """What the plan's switches hold. Read over P4Runtime, or, for a switch this session read back before and has
     been the only writer of since (P4Runtime arbitration), from that read and this session's own installs: a
-    fail-over then reads only the switches new to the session (each read of 64 token cells costs ~14 ms of
-    Python protobuf here, 0.14 s for a 13-switch tree)."""
+    fail-over then reads only the switches new to the session (a read is slow in Python protobuf:
+    docs/controller.md)."""
 
     def one(name: str) -> Holdings:
         sp = plan.on(name)

@@ -16,21 +16,17 @@ phases, pipelined chunk by chunk rather than run one after the other:
    it (when it computed the segment's sum itself, or received it in the ring's
    all-gather).
 
-Two things keep both directions of a leader's link busy (measured on the
-emulation's k=4 fat-tree at 2 Mbit/s, 128K elements, where without them hier
-took 1.19x, 1.28x and 1.30x its wire bound at 4, 8 and 16 hosts):
+Two things keep both directions of a leader's link busy (without them hier ran
+well above its wire bound on the emulation; docs/results-history.md has the runs):
 
 - the tensor goes through the phases in pieces of `piece_chunks` chunks per
   leader, one after another, as NCCL's ring loops over slices of its buffer, so
   the first pieces' results go down while later pieces still come up;
 - a member keeps at most `member_window` chunks sent beyond the results it
   holds, as an NCCL sender waits for a free buffer slot. Without that limit a
-  member's upload, one greedy flow, took three quarters of its leader's
-  downlink until it was done (sampled interface counters), starving the ring
-  there; the results then came late and went down the leader's uplink alone,
-  with its downlink half idle. With both, hier measured 1.01-1.02x its wire
-  bound at 4, 8 and 16 hosts in make emulate (pieces alone: 1.28x and 1.30x at
-  8 and 16 hosts, unchanged; pieces with a window of whole pieces: 1.10x, 1.22x).
+  member's upload, one greedy flow, takes most of its leader's downlink until
+  it is done, starving the ring there; the results then come late and go down
+  the leader's uplink alone, with its downlink half idle.
 
 Only one rank (a leader) computes each element's sum, and everyone else copies
 it, so every rank ends with bit-identical float32 results; the order of the
@@ -95,17 +91,14 @@ class HierConfig(CollectiveConfig):
 
     groups: tuple[Hashable, ...] = ()
     # Chunks per leader in one piece of the pipeline (0: the whole tensor is one piece); every rank must use the
-    # same piece_chunks and member_window (a mismatch shows as a timeout). Measured (16 hosts, 128K, 2 Mbit/s)
-    # with a window in whole pieces, where 1-2 chunks were 1.15-1.17x the wire bound and 4-8 chunks 1.21-1.22x;
-    # with member_window, 2 chunks gave 1.01-1.02x (4 and 8 chunks not measured with it). Pieces are cut
-    # evenly, so a segment's last chunk may be short: a member sends 368 datagrams of a 128K tensor at 16 and 8
-    # hosts and 364 at 4 (without pieces: 368, 364 and 362; at least 361).
+    # same piece_chunks and member_window (a mismatch shows as a timeout). Small pieces start the way down
+    # early (2 was the best measured: docs/results-history.md). Pieces are cut evenly, so a segment's last chunk
+    # may be short.
     piece_chunks: int = 2
     # A member sends a chunk only while it has fewer than member_window chunks sent beyond the results it holds
-    # (0: no limit; never fewer than one per leader). Measured at 16 hosts: 8 and 16 chunks 1.01x the wire
-    # bound, 32 1.03x, 64 1.05x, 128 1.10x;
-    # 8 and 16 also 1.00-1.01x at 4 and 8 hosts. It bounds a member's rate by its round trip through the ring,
-    # so a network with far more in flight than the emulation's needs more.
+    # (0: no limit; never fewer than one per leader). It bounds a member's rate by its round trip through the
+    # ring, so a network with far more in flight than the emulation's needs more (the runs that chose 16:
+    # docs/results-history.md).
     member_window: int = 16
 
     def __post_init__(self) -> None:

@@ -73,11 +73,11 @@ from wireformat.fixedpoint import LaneType
 LOG = logging.getLogger(__name__)
 
 # Speculation's margins in exponent steps, by the lanes hosts send (quantization.EXPONENT_STEPS per octave).
-# int32 and int16 have precision to spare (errors 1e-8 and 4e-4 against targets 1e-6 and 7.8e-3): a guess up to
-# two bits (int32) or 1.5 bits (int16) coarse is kept, and a guard step lets a block grow. int8 has none (0.075
-# against 0.125): a guess could be a quarter bit coarse at most, and then about 1 chunk in 5 missed (7 of 20 in
-# the latency preset at 1K; in the training experiment the resent frames took int8's bytes per step from under
-# 0.4 to 0.46 of int32's), so int8 contributions do not guess (SPEC_WINDOW None).
+# int32 and int16 have precision to spare (their errors sit orders of magnitude under their targets): a guess
+# up to two bits (int32) or 1.5 bits (int16) coarse is kept, and a guard step lets a block grow. int8 has none
+# (its error is near its target): a guess could be a quarter bit coarse at most, and one that tight misses
+# often enough that the redone chunks cost more than the round saved, so int8 contributions do not guess
+# (SPEC_WINDOW None; the runs behind this: docs/results-history.md, Guessed exponents).
 SPEC_GUARD: dict[str, int] = {"int32": 1, "int16": 1}  # by up lanes
 SPEC_WINDOW: dict[str, int | None] = {"int32": 2, "int16": 3, "int8": None}
 

@@ -1,10 +1,10 @@
 """The in-network worker's stream loop in C (hosts/c/inc_stream.c), loaded through native.cbuild.
 
-Why: in the emulation the agents' Python, about 45 us of user time per frame sent and received, was the
-largest share of the CPU at the fastest points (inc-int8 at 16 hosts: 1.4 of the 2 cores), so those points
-measured the agents, not the links. The C loop is the same state machine as IncWorker._stream (the
-reference, and the path wherever the transport has no file descriptors, e.g. the in-memory model switch);
-the differential tests run both on the same traffic and compare every result and counter.
+Why: in the emulation the agents' Python per frame was the largest share of the CPU at the fastest points,
+so those points measured the agents, not the links (docs/results-history.md). The C loop is the same state
+machine as IncWorker._stream (the reference, and the path wherever the transport has no file descriptors,
+e.g. the in-memory model switch); the differential tests run both on the same traffic and compare every
+result and counter.
 
 The C side gets every number the wire format decides (field positions, lane widths, codes) from
 wireformat and hosts.packets here, so the header is defined once. `P4INA_INC_STREAM=python` turns it off

@@ -10,8 +10,7 @@ lane width (wireformat.fixedpoint.EXPONENT_STEPS: 1 for int32, 2 for int16, 4 fo
 int8). With whole octaves a block whose largest value lies just above a power
 of two uses barely half the lane range: for int32 lanes one bit of 31 hardly
 matters, for int8 lanes it is one of the 3-4 significant bits the sum keeps, and
-it doubled the error of such blocks (measured: relative L2 error 0.158 against
-0.075 for the other draws of a 256-element, 16-host all-reduce). Quarter octaves
+it doubled the error of such blocks (docs/results-history.md, Accuracy). Quarter octaves
 waste at most 2^(1/4). The switches only compare and copy exponents, so the
 step is the hosts' convention; the 8-bit field then spans 2^-32..2^32 for int8
 (a block whose values all lie below about 3e-8 is quantized at the finest scale

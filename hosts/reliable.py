@@ -87,7 +87,7 @@ class CollectiveConfig:
     ack_delay_s: float = 0.01
     # Retransmission timeout: starts at timeout_s, then follows the measured round trips but never
     # below min_timeout_s: emulated hosts share CPUs, so acks are often late by a scheduling quantum,
-    # and spurious retransmissions feed on themselves (measured: 20 ms floors cost 20% duplicates).
+    # and spurious retransmissions feed on themselves (a 20 ms floor did, on the emulation: docs/results-history.md).
     timeout_s: float = 0.05
     min_timeout_s: float = 0.05
     max_timeout_s: float = 2.0

@@ -4,8 +4,8 @@
  * (an exponent round, then the slot's chunks), the shadow copy alternating per round, retransmission on
  * timeout (RFC 6298 timer with Karn's rule and backoff) and early (RACK for rounds), speculated exponents,
  * and every check of a result (job, epoch, slot, shadow, offset, exponent, checksum, result type). It
- * exists because the agents' Python cost per frame (about 45 us of user time per frame pair) is what
- * bounded the emulation's fastest points; here a frame never enters the interpreter.
+ * exists because the agents' Python cost per frame is what bounded the emulation's fastest points; here
+ * a frame never enters the interpreter.
  *
  * Everything the wire format decides (field positions, frame layout, lane widths, codes) comes in as
  * numbers from Python (wireformat, hosts.packets), so this file holds no second definition of the header.
