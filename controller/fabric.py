@@ -105,7 +105,8 @@ class Fabric:
         A refused connection means no process listens: a busy or stopped one still completes the handshake,
         which the kernel does for it, so the answer does not wait on the switch's own scheduling. (Asking each
         switch over P4Runtime would wait on the slowest switch process's reply.) A connection still pending
-        after `timeout` is a slow switch: alive. The second try rules out a server caught between its socket and its listen()."""
+        after `timeout` is a slow switch: alive. The second try rules out a server caught between its socket
+        and its listen()."""
         names = list(switches)
         addrs = {n: a for n in names if (a := self.topo.switch(n).grpc_addr)}  # no address: not probed
         suspects = list(addrs)
