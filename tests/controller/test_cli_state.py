@@ -9,6 +9,7 @@ import pytest
 
 from controller.cli import build_parser, main
 from controller.fattree import fat_tree
+from controller.leafspine import leaf_spine
 from controller.planner import JobSpec, plan_job
 from controller.state import State, StateError
 
@@ -23,7 +24,8 @@ def test_topo_show_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     st = ["--state", str(tmp_path / "s.json")]
     code, out, _ = run(capsys, "topo", "show", "--topology", "fat-tree:4", *st)
     assert code == 0 and out.startswith("fat-tree k=4: 20 switches (8 edge, 8 aggregation, 4 core), 16 hosts")
-    assert "  edge e1  dev 1   ports 1:h1 2:h2 3:a1 4:a2" in out
+    assert "  edge        e1  dev 1   ports 1:h1 2:h2 3:a1 4:a2" in out
+    assert "  aggregation a1  dev 9   ports 1:e1 2:e2 3:c1 4:c2" in out  # roles spelled out, in one column
     code, out, _ = run(capsys, "topo", "show", *st, "--json")  # remembered from the state
     data = json.loads(out)
     assert data["kind"] == "fat-tree" and len(data["switches"]) == 20
@@ -36,6 +38,20 @@ def test_topology_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     fat_tree(2).with_grpc({"e1": "127.0.0.1:1"}).save(path)
     code, out, _ = run(capsys, "topo", "show", "--topology", str(path), "--state", str(tmp_path / "s.json"))
     assert code == 0 and "@127.0.0.1:1" in out
+
+
+def test_topo_show_spells_every_role_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A custom topology whose spines sit in pods: `topo show` printed their role cut to four letters ("spin")."""
+    data = leaf_spine(2, 2, 1).to_dict()
+    for sw in data["switches"]:
+        if sw["role"] == "spine":
+            sw["pod"] = 0 if sw["name"] == "s1" else 1
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "topo", "show", "--topology", str(path), "--state", str(tmp_path / "s.json"))
+    assert code == 0, out
+    assert "  spine s1  dev" in out and "  leaf  l1  dev" in out
+    assert "spin " not in out
 
 
 def test_errors_are_one_line_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
