@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import names as N
+from controller import routing
 from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, Controller
 from controller.client import SwitchError
 from controller.draw import draw_job, draw_topology
@@ -97,6 +98,47 @@ def cmd_routes_install(args: argparse.Namespace, ctl: Controller) -> int:
     ins, mod, dele = (sum(getattr(r, f) for r in res.values()) for f in ("inserted", "modified", "deleted"))
     data = {"switches": {n: vars(r) for n, r in res.items()}, "seconds": took}
     _emit(args, data, f"routes on {len(res)} switches: {ins} inserted, {mod} modified, {dele} deleted ({took:.2f} s)")
+    return 0
+
+
+def cmd_routes_show(args: argparse.Namespace, ctl: Controller) -> int:
+    """The routes `routes install` put on every switch, from the state (the topology without the switches and
+    links the state lists as failed): each prefix with its port(s) and the neighbour(s) behind them."""
+    state = ctl.state
+    if not state.routes:
+        _emit(args, {"installed": False, "switches": {}}, "no routes installed (`p4ina routes install` installs them)")
+        return 0
+    topo = ctl.topo.without(state.failed, state.failed_links) if state.failed or state.failed_links else ctl.topo
+    table = routing.routes(topo)
+    data: dict[str, Any] = {
+        "installed": True,
+        "failed": sorted(state.failed),
+        "failed_links": [list(pair) for pair in sorted(state.failed_links)],
+        "switches": {},
+    }
+    lines = [
+        f"routes on {len(table)} switches (shortest paths; several ports: ECMP)"
+        + (f", around failed {', '.join(sorted(state.failed))}" if state.failed else "")
+        + (
+            f", around links down {', '.join('-'.join(p) for p in sorted(state.failed_links))}"
+            if state.failed_links
+            else ""
+        )
+    ]
+    width = max((len(r.prefix) for rs in table.values() for r in rs), default=0)
+    for sw in topo.switches:
+        peer = {nb.port: nb.peer for nb in topo.neighbors(sw.name)}
+        data["switches"][sw.name] = [
+            {"prefix": r.prefix, "ports": list(r.ports), "via": [peer.get(p, "?") for p in r.ports]}
+            for r in table[sw.name]
+        ]
+        lines.append(f"{sw.name} ({sw.role}, dev {sw.device_id})")
+        for r in table[sw.name]:
+            lines.append(
+                f"  {r.prefix:<{width}}  port{'s' if len(r.ports) > 1 else ''} {','.join(map(str, r.ports))} "
+                f"({', '.join(peer.get(p, '?') for p in r.ports)})" + ("  ECMP" if len(r.ports) > 1 else "")
+            )
+    _emit(args, data, "\n".join(lines))
     return 0
 
 
@@ -418,6 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     leaf(
         routes, "install", cmd_routes_install, "install shortest-path IPv4 routes (ECMP) and host ports on every switch"
     )
+    leaf(routes, "show", cmd_routes_show, "the installed routes of every switch, from the state (no switch is asked)")
     job = sub.add_parser("job", help="aggregation jobs").add_subparsers(dest="cmd", required=True)
     p = leaf(job, "install", cmd_job_install, "plan a job's aggregation tree and install it (all or nothing)")
     p.add_argument("--job", type=int, required=True, help="job id (1..65535), carried in every packet")
@@ -463,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-OFFLINE = {cmd_topo_show, cmd_job_list, cmd_job_show}
+OFFLINE = {cmd_topo_show, cmd_routes_show, cmd_job_list, cmd_job_show}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,7 +55,7 @@ VERBS: dict[str, Verb] = {
     # the controller, on a served network (or any P4Runtime switches named in a topology JSON)
     "topo": Verb("controller.cli", "the topology", "controller", passes_name=True),
     "pipeline": Verb("controller.cli", "the P4 program on the switches", "controller", passes_name=True),
-    "routes": Verb("controller.cli", "IPv4 forwarding", "controller", passes_name=True),
+    "routes": Verb("controller.cli", "IPv4 forwarding: install, show", "controller", passes_name=True),
     "job": Verb("controller.cli", "aggregation jobs: install, remove, list, show", "controller", passes_name=True),
     "counters": Verb(
         "controller.cli", "per-job counters from every switch of a job's tree", "controller", passes_name=True

@@ -54,6 +54,31 @@ def test_topo_show_spells_every_role_out(tmp_path: Path, capsys: pytest.CaptureF
     assert "spin " not in out
 
 
+def test_routes_show_from_the_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`routes show`: every switch's routes as `routes install` put them (from the state, no switch asked)."""
+    path = tmp_path / "s.json"
+    State(path, topology="leaf-spine:2x2x2").save()
+    code, out, _ = run(capsys, "routes", "show", "--state", str(path))
+    assert code == 0 and out.strip() == "no routes installed (`p4ina routes install` installs them)"
+    State(path, topology="leaf-spine:2x2x2", routes=True).save()
+    code, out, _ = run(capsys, "routes", "show", "--state", str(path))
+    assert code == 0 and out.startswith("routes on 4 switches")
+    lines = out.splitlines()
+    l1 = lines.index("l1 (leaf, dev 1)")
+    assert lines[l1 + 1 : l1 + 4] == [
+        "  10.0.0.2/32  port 1 (h1)",
+        "  10.0.0.3/32  port 2 (h2)",
+        "  10.0.1.0/24  ports 3,4 (s1, s2)  ECMP",
+    ]
+    assert "s2 (spine, dev 4)" in lines
+    # around a failed spine, as `routes install` routes
+    State(path, topology="leaf-spine:2x2x2", routes=True, failed={"s2"}).save()
+    code, out, _ = run(capsys, "routes", "show", "--state", str(path), "--json")
+    data = json.loads(out)
+    assert data["installed"] and data["failed"] == ["s2"] and sorted(data["switches"]) == ["l1", "l2", "s1"]
+    assert data["switches"]["l1"][2] == {"prefix": "10.0.1.0/24", "ports": [3], "via": ["s1"]}
+
+
 def test_errors_are_one_line_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     st = ["--state", str(tmp_path / "s.json")]
     code, _, err = run(capsys, "job", "list", *st)
@@ -124,6 +149,7 @@ def test_parser_knows_every_command() -> None:
         ["topo", "show"],
         ["pipeline", "push"],
         ["routes", "install"],
+        ["routes", "show"],
         ["job", "install", "--job", "1", "--hosts", "h1"],
         ["job", "remove", "--job", "1"],
         ["job", "list"],
