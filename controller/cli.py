@@ -13,6 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from controller.fabric import FabricError
 from controller.installer import InstallError
 from controller.p4info import P4InfoError
 from controller.planner import DEFAULT_SLOTS, PlanError
-from controller.state import DEFAULT_STATE, State, StateError, locked
+from controller.state import CURRENT, DEFAULT_STATE, STATE_NAME, State, StateError, default_state, locked
 from controller.topology import Topology, TopologyError, host_names
 from controller.topospec import load_topology
 from wireformat.fixedpoint import LANE_TYPES
@@ -54,6 +55,19 @@ def _topology_spec(args: argparse.Namespace, state: State) -> str:
     if args.topology and Path(args.topology).exists():
         spec = str(Path(args.topology).resolve())
     return spec
+
+
+def _served_network(args: argparse.Namespace, state: State) -> None:
+    """A served network that is gone is named at once (a switch verb would wait --timeout for each switch), and
+    what its switches held is forgotten; the verbs that only read the state go on after a note."""
+    if state.served is None or state.served.alive:
+        return
+    if state.served.stopped is None:  # killed: serve could not say so itself
+        state.network_gone(datetime.now().isoformat(timespec="seconds"), killed=True)
+    assert state.served is not None
+    if args.fn not in OFFLINE:
+        raise UsageError(state.served.down())
+    print(f"p4ina: note: {state.served.down()}", file=sys.stderr)
 
 
 def _check_state_fits(topo: Topology, state: State, path: Path) -> None:
@@ -363,6 +377,8 @@ def cmd_shell(args: argparse.Namespace) -> int:
     other p4ina commands keep working; with a script, runs it in the shell's namespace and exits.
     """
     state = State.load(args.state) if args.state.exists() else None
+    if state is not None and state.served is not None and not state.served.alive:
+        raise UsageError(state.served.down())
     spec = args.topology or (state.topology if state else None)
     if not spec:
         raise UsageError("no topology: pass --topology (the JSON `p4ina serve` writes) or run a p4ina command first")
@@ -415,7 +431,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or "
         "leaf-spine:LxSxH; remembered in the state",
     )
-    common.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"state file (default {DEFAULT_STATE})")
+    common.add_argument(
+        "--state",
+        type=Path,
+        default=None,
+        help=f"state file (default: the served network's, {CURRENT / STATE_NAME}, which `p4ina serve` points at "
+        f"state/<topology>/; else {DEFAULT_STATE})",
+    )
     common.add_argument(
         "--p4info",
         type=Path,
@@ -511,6 +533,8 @@ OFFLINE = {cmd_topo_show, cmd_routes_show, cmd_job_list, cmd_job_show}
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.state is None:
+        args.state = default_state()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -522,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     try:
         with locked(args.state) as state:
+            _served_network(args, state)
             spec = _topology_spec(args, state)
             topo = load_topology(spec)
             _check_state_fits(topo, state, args.state)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,60 @@ def test_every_command_claims_the_controller_election_id_unless_told(
     # the shell's default stays its own (resolved in cmd_shell), and an explicit one reaches it
     assert build_parser().parse_args(["shell", "e1"]).election_id is None
     assert build_parser().parse_args(["shell", "e1", "--election-id", "3"]).election_id == 3
+
+
+def test_a_served_network_that_is_gone_is_named_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A state whose `p4ina serve` was killed (its PID no longer the process that wrote it): a switch verb fails at
+    once, in one line (it waited --timeout for every switch, with no hint); the jobs its switches held are
+    forgotten, and the verbs that only read the state say why after a note. The served network's state is the
+    default (state/current -> state/<topology>/)."""
+    import os
+    import socket
+    import time
+
+    from controller.state import Served, default_state, process_start
+
+    with socket.socket() as s:  # a port nobody listens on: the switches are gone
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = tmp_path / "state" / "fat-tree-2"
+    folder.mkdir(parents=True)
+    topo_file = folder / "topology.json"
+    topo = fat_tree(2)
+    topo.with_grpc({sw.name: f"127.0.0.1:{port}" for sw in topo.switches}).save(topo_file)
+    gone = Served(os.getpid(), (process_start(os.getpid()) or 0) + 1, "fat-tree:2", "2026-01-01T10:00:00")
+    state = State(folder / "p4ina-state.json", topology=str(topo_file), routes=True, served=gone)
+    state.jobs[4] = plan_job(topo, JobSpec.make(4, ["h1", "h2"], "int16"))
+    state.epochs[4] = 9
+    state.save()
+    monkeypatch.chdir(tmp_path)
+    assert default_state() == Path("state/p4ina-state.json")  # nothing served here yet
+    (tmp_path / "state" / "current").symlink_to("fat-tree-2")
+    assert default_state() == Path("state/current/p4ina-state.json")
+
+    t0 = time.monotonic()
+    code, out, err = run(capsys, "routes", "install")
+    assert code == 1 and time.monotonic() - t0 < 3 and out == ""
+    assert re.fullmatch(
+        r"p4ina: error: the network `p4ina serve --topology fat-tree:2` started 2026-01-01T10:00:00 is down \(its "
+        rf"process {os.getpid()} is gone, found [0-9T:-]+\): start it again with `sudo p4ina serve --topology "
+        r"fat-tree:2`, or pass --state for other switches",
+        err.strip(),
+    ), err
+    after = State.load(folder / "p4ina-state.json")
+    assert after.jobs == {} and after.epochs == {} and not after.routes
+    assert after.served is not None and after.served.stopped is not None  # marked, once
+    code, out, err = run(capsys, "job", "list")
+    assert code == 0 and out.strip() == "no jobs installed"
+    assert err.startswith("p4ina: note: the network `p4ina serve --topology fat-tree:2`") and "is gone, found" in err
+    code, out, err = run(capsys, "shell", "e1")
+    assert code == 1 and "is down" in err and len(err.strip().splitlines()) == 1
+    # a network still up: no note, nothing forgotten
+    alive = Served(os.getpid(), process_start(os.getpid()) or 0, "fat-tree:2", "2026-01-01T10:00:00")
+    state = State(folder / "p4ina-state.json", topology=str(topo_file), served=alive)
+    state.jobs[4] = plan_job(topo, JobSpec.make(4, ["h1", "h2"], "int16"))
+    state.save()
+    code, out, err = run(capsys, "job", "list", "--json")
+    assert code == 0 and [r["job_id"] for r in json.loads(out)] == [4] and err == ""
