@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None, prog: str = "p4ina serve") -> int:
                 f"  p4ina pipeline push{st}\n"
                 f"  p4ina routes install{st}\n"
                 f"  p4ina job install --job 7 --hosts {hosts} --lanes int8{st}\n"
+                f"  p4ina allreduce --job 7{st}      # an all-reduce through it, one agent per host\n"
                 f"  p4ina counters --job 7{st}; p4ina verify{st}\n"
                 f"Ctrl-C stops the network.",
                 flush=True,

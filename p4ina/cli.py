@@ -39,6 +39,11 @@ VERBS: dict[str, Verb] = {
         "switch and link failures, loss, duplication, isolation, bit flips (make emulate-faults)",
         "experiments",
     ),
+    "allreduce": Verb(
+        "experiments.allreduce.byhand",
+        "an all-reduce on the network p4ina serve keeps up (an installed job's, or a host method), checked",
+        "experiments",
+    ),
     # the model at cluster scale
     "simulate": Verb("simulation.cli", "the methods at 16 to 100,000 GPUs on SimGrid (make simulate)", "model"),
     # the emulated network and its parts
