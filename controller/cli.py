@@ -13,10 +13,12 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from controller import names as N
+from controller import routing
 from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, Controller
 from controller.client import SwitchError
 from controller.draw import draw_job, draw_topology
@@ -24,7 +26,7 @@ from controller.fabric import FabricError
 from controller.installer import InstallError
 from controller.p4info import P4InfoError
 from controller.planner import DEFAULT_SLOTS, PlanError
-from controller.state import DEFAULT_STATE, State, StateError, locked
+from controller.state import CURRENT, DEFAULT_STATE, STATE_NAME, State, StateError, default_state, locked
 from controller.topology import Topology, TopologyError, host_names
 from controller.topospec import load_topology
 from wireformat.fixedpoint import LANE_TYPES
@@ -53,6 +55,19 @@ def _topology_spec(args: argparse.Namespace, state: State) -> str:
     if args.topology and Path(args.topology).exists():
         spec = str(Path(args.topology).resolve())
     return spec
+
+
+def _served_network(args: argparse.Namespace, state: State) -> None:
+    """A served network that is gone is named at once (a switch verb would wait --timeout for each switch), and
+    what its switches held is forgotten; the verbs that only read the state go on after a note."""
+    if state.served is None or state.served.alive:
+        return
+    if state.served.stopped is None:  # killed: serve could not say so itself
+        state.network_gone(datetime.now().isoformat(timespec="seconds"), killed=True)
+    assert state.served is not None
+    if args.fn not in OFFLINE:
+        raise UsageError(state.served.down())
+    print(f"p4ina: note: {state.served.down()}", file=sys.stderr)
 
 
 def _check_state_fits(topo: Topology, state: State, path: Path) -> None:
@@ -97,6 +112,47 @@ def cmd_routes_install(args: argparse.Namespace, ctl: Controller) -> int:
     ins, mod, dele = (sum(getattr(r, f) for r in res.values()) for f in ("inserted", "modified", "deleted"))
     data = {"switches": {n: vars(r) for n, r in res.items()}, "seconds": took}
     _emit(args, data, f"routes on {len(res)} switches: {ins} inserted, {mod} modified, {dele} deleted ({took:.2f} s)")
+    return 0
+
+
+def cmd_routes_show(args: argparse.Namespace, ctl: Controller) -> int:
+    """The routes `routes install` put on every switch, from the state (the topology without the switches and
+    links the state lists as failed): each prefix with its port(s) and the neighbour(s) behind them."""
+    state = ctl.state
+    if not state.routes:
+        _emit(args, {"installed": False, "switches": {}}, "no routes installed (`p4ina routes install` installs them)")
+        return 0
+    topo = ctl.topo.without(state.failed, state.failed_links) if state.failed or state.failed_links else ctl.topo
+    table = routing.routes(topo)
+    data: dict[str, Any] = {
+        "installed": True,
+        "failed": sorted(state.failed),
+        "failed_links": [list(pair) for pair in sorted(state.failed_links)],
+        "switches": {},
+    }
+    lines = [
+        f"routes on {len(table)} switches (shortest paths; several ports: ECMP)"
+        + (f", around failed {', '.join(sorted(state.failed))}" if state.failed else "")
+        + (
+            f", around links down {', '.join('-'.join(p) for p in sorted(state.failed_links))}"
+            if state.failed_links
+            else ""
+        )
+    ]
+    width = max((len(r.prefix) for rs in table.values() for r in rs), default=0)
+    for sw in topo.switches:
+        peer = {nb.port: nb.peer for nb in topo.neighbors(sw.name)}
+        data["switches"][sw.name] = [
+            {"prefix": r.prefix, "ports": list(r.ports), "via": [peer.get(p, "?") for p in r.ports]}
+            for r in table[sw.name]
+        ]
+        lines.append(f"{sw.name} ({sw.role}, dev {sw.device_id})")
+        for r in table[sw.name]:
+            lines.append(
+                f"  {r.prefix:<{width}}  port{'s' if len(r.ports) > 1 else ''} {','.join(map(str, r.ports))} "
+                f"({', '.join(peer.get(p, '?') for p in r.ports)})" + ("  ECMP" if len(r.ports) > 1 else "")
+            )
+    _emit(args, data, "\n".join(lines))
     return 0
 
 
@@ -321,6 +377,8 @@ def cmd_shell(args: argparse.Namespace) -> int:
     other p4ina commands keep working; with a script, runs it in the shell's namespace and exits.
     """
     state = State.load(args.state) if args.state.exists() else None
+    if state is not None and state.served is not None and not state.served.alive:
+        raise UsageError(state.served.down())
     spec = args.topology or (state.topology if state else None)
     if not spec:
         raise UsageError("no topology: pass --topology (the JSON `p4ina serve` writes) or run a p4ina command first")
@@ -373,7 +431,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="topology JSON (with grpc_addr per switch, from the emulation runner), fat-tree:K or "
         "leaf-spine:LxSxH; remembered in the state",
     )
-    common.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"state file (default {DEFAULT_STATE})")
+    common.add_argument(
+        "--state",
+        type=Path,
+        default=None,
+        help=f"state file (default: the served network's, {CURRENT / STATE_NAME}, which `p4ina serve` points at "
+        f"state/<topology>/; else {DEFAULT_STATE})",
+    )
     common.add_argument(
         "--p4info",
         type=Path,
@@ -418,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     leaf(
         routes, "install", cmd_routes_install, "install shortest-path IPv4 routes (ECMP) and host ports on every switch"
     )
+    leaf(routes, "show", cmd_routes_show, "the installed routes of every switch, from the state (no switch is asked)")
     job = sub.add_parser("job", help="aggregation jobs").add_subparsers(dest="cmd", required=True)
     p = leaf(job, "install", cmd_job_install, "plan a job's aggregation tree and install it (all or nothing)")
     p.add_argument("--job", type=int, required=True, help="job id (1..65535), carried in every packet")
@@ -463,11 +528,13 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-OFFLINE = {cmd_topo_show, cmd_job_list, cmd_job_show}
+OFFLINE = {cmd_topo_show, cmd_routes_show, cmd_job_list, cmd_job_show}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.state is None:
+        args.state = default_state()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -479,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     try:
         with locked(args.state) as state:
+            _served_network(args, state)
             spec = _topology_spec(args, state)
             topo = load_topology(spec)
             _check_state_fits(topo, state, args.state)

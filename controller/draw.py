@@ -32,6 +32,8 @@ def draw_topology(topo: Topology) -> str:
                 f"  {s.name:<{width}}  dev {s.device_id:<3} ports {_ports(topo, s.name)}"
                 + (f"  @{s.grpc_addr}" if s.grpc_addr else "")
             )
+    # a pod's switches with their role spelled out (spine, aggregation), in one column
+    role_width = max((len(s.role) for s in topo.switches if s.pod is not None), default=0)
     for pod in pods:
         members = sorted((s for s in topo.switches if s.pod == pod), key=lambda s: -s.tier)
         hosts = [h.name for s in members for h in topo.hosts_of(s.name)]
@@ -39,7 +41,7 @@ def draw_topology(topo: Topology) -> str:
         lines.append(f"pod {pod} ({span})")
         for s in members:
             lines.append(
-                f"  {s.role[:4]} {s.name:<{width}}  dev {s.device_id:<3} ports {_ports(topo, s.name)}"
+                f"  {s.role:<{role_width}} {s.name:<{width}}  dev {s.device_id:<3} ports {_ports(topo, s.name)}"
                 + (f"  @{s.grpc_addr}" if s.grpc_addr else "")
             )
     return "\n".join(lines)

@@ -8,6 +8,7 @@ cannot be recovered from the entries alone without guessing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -22,7 +23,12 @@ from controller.topology import link_key
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_STATE = Path("state/p4ina-state.json")
+STATE_ROOT = Path("state")
+STATE_NAME = "p4ina-state.json"
+# the state of a fabric `p4ina serve` did not start (switches of emulation.localnet, or real ones)
+DEFAULT_STATE = STATE_ROOT / STATE_NAME
+# `p4ina serve` keeps one folder per topology, state/<topology>/, and points this link at the one it serves
+CURRENT = STATE_ROOT / "current"
 # 2: a job's lanes as up_lanes / down_lanes ("int32" | "int16" | "int8"). Version 1 files still load (their jobs
 # upgraded by upgrade_v1_job); a version 1 controller refuses version 2 files instead of misreading their lanes.
 STATE_VERSION = 2
@@ -31,6 +37,65 @@ READABLE_VERSIONS = (1, 2)
 
 class StateError(ValueError):
     pass
+
+
+def default_state() -> Path:
+    """The state the verbs use unless told: the served network's (state/current/, which `p4ina serve` points at
+    the folder of the topology it serves), else state/p4ina-state.json."""
+    current = CURRENT / STATE_NAME
+    return current if current.exists() else DEFAULT_STATE
+
+
+def process_start(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (the start time), which tells a process from a later one reusing its PID."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text.rsplit(")", 1)[1].split()[19])
+
+
+@dataclass(frozen=True)
+class Served:
+    """The `p4ina serve` process whose switches this state describes: when it is gone, so are they."""
+
+    pid: int
+    start: int  # process_start(pid) when it wrote this
+    topology: str  # as serve was given it (fat-tree:4, a JSON path)
+    since: str  # when the network came up (ISO time)
+    record: str = ""  # serve's record of the network (its host processes, interfaces): emulation.served
+    stopped: str | None = None  # when it stopped (ISO time), as it said, or as a verb found its process gone
+    killed: bool = False  # a verb found its process gone (it could not say it stopped)
+
+    @property
+    def alive(self) -> bool:
+        return self.stopped is None and process_start(self.pid) == self.start
+
+    def down(self) -> str:
+        """One line: which network is gone, and what to do."""
+        if self.stopped is None or self.killed:
+            when = f"its process {self.pid} is gone" + (f", found {self.stopped}" if self.stopped else "")
+        else:
+            when = f"stopped {self.stopped}"
+        return (
+            f"the network `p4ina serve --topology {self.topology}` started {self.since} is down ({when}): "
+            f"start it again with `sudo p4ina serve --topology {self.topology}`, or pass --state for other switches"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Served:
+        return cls(
+            int(d["pid"]),
+            int(d["start"]),
+            str(d["topology"]),
+            str(d["since"]),
+            str(d.get("record", "")),
+            None if d.get("stopped") is None else str(d["stopped"]),
+            bool(d.get("killed", False)),
+        )
 
 
 def upgrade_v1_job(plan: dict[str, Any]) -> dict[str, Any]:
@@ -54,12 +119,36 @@ class State:
     installs: dict[str, int] = field(default_factory=dict)  # switch -> job installs so far (tokens)
     failed: set[str] = field(default_factory=set)  # switches found dead: plans and routes avoid them
     failed_links: set[tuple[str, str]] = field(default_factory=set)  # switch-to-switch links found down (sorted pairs)
+    served: Served | None = None  # the served network these switches belong to (None: not a served network)
+    # job -> the epoch of the next all-reduce on its install (`p4ina allreduce` reserves its calls' epochs here, so
+    # agents started again on the same install start past the epochs its cells hold)
+    epochs: dict[int, int] = field(default_factory=dict)
 
     def plans(self) -> list[JobPlan]:
         return [self.jobs[j] for j in sorted(self.jobs)]
 
+    def serve_anew(self, topology: str, served: Served) -> None:
+        """A network just started for this state (`p4ina serve`): its switches hold nothing yet."""
+        fresh = State(self.path, topology=topology, served=served)
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+
+    def network_gone(self, stopped: str, killed: bool = False) -> list[int]:
+        """The served network stopped (at `stopped`, ISO time; killed: found gone): its switches took the jobs,
+        routes and pipeline with them. Forgets those and marks the network stopped; returns the jobs it held."""
+        gone = sorted(self.jobs)
+        self.jobs.clear()
+        self.epochs.clear()
+        self.routes = False
+        self.pipeline_cookie = None
+        self.failed.clear()
+        self.failed_links.clear()
+        if self.served is not None and self.served.stopped is None:
+            self.served = dataclasses.replace(self.served, stopped=stopped, killed=killed)
+        return gone
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "version": STATE_VERSION,
             "topology": self.topology,
             "routes": self.routes,
@@ -69,6 +158,11 @@ class State:
             "failed": sorted(self.failed),
             "failed_links": [list(pair) for pair in sorted(self.failed_links)],
         }
+        if self.served is not None:
+            out["served"] = self.served.to_dict()
+        if self.epochs:
+            out["epochs"] = {str(j): e for j, e in sorted(self.epochs.items())}
+        return out
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -93,6 +187,8 @@ class State:
                 if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(n, str) for n in pair)):
                     raise ValueError(f"failed_links entry {pair!r} is not a pair of switch names")
                 links.add(link_key(*pair))
+            served = Served.from_dict(data["served"]) if data.get("served") is not None else None
+            epochs = {int(j): int(e) % 256 for j, e in data.get("epochs", {}).items()}
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as ex:
             if isinstance(ex, StateError):
                 raise
@@ -109,6 +205,8 @@ class State:
             installs,
             {str(s) for s in data.get("failed", [])},
             links,
+            served,
+            epochs,
         )
 
     def save(self) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -51,6 +51,25 @@ LOG = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent  # the checkout; site-packages when installed (no .git: no git info)
 JOB_IDS = {name: i + 1 for i, name in enumerate(METHODS)}  # one job per in-network method, reinstalled per host count
 MAX_HOPS = 6  # host-edge-agg-core-agg-edge-host
+
+
+class Fabric(Protocol):
+    """What a Runner asks of a network: an EmulatedNetwork it started, or a network `p4ina serve` keeps up
+    (emulation.served.ServedNetwork, for `p4ina allreduce`)."""
+
+    model: Topology
+
+    def host_iface(self, name: str) -> str: ...
+
+    def popen(self, host: str, cmd: list[str], log: Path | None = None) -> subprocess.Popen[Any]: ...
+
+    def link_ports(self) -> dict[str, tuple[str, int, str]]: ...
+
+    def link_bytes(self) -> dict[str, tuple[int, int]]: ...
+
+    def link_frames(self) -> dict[str, tuple[int, int]]: ...
+
+    def switch_cpu_seconds(self) -> dict[str, float]: ...
 
 
 class ExperimentError(RuntimeError):
@@ -100,11 +119,13 @@ def job_ticket(
     min_timeout_s: float | None = None,
     failure_timeout_s: float | None = None,
     early_window: float | None = None,
+    first_epoch: int | None = None,
 ) -> JobTicket:
     """What the agents of a planned (and installed) job need to run it: the one place a plan becomes a ticket.
 
     install: the runner's count of this job's installs (a new one makes the agents start a fresh worker);
-    min_timeout_s defaults to timeout_s; failure_timeout_s and early_window to the worker's own (None)."""
+    min_timeout_s defaults to timeout_s; failure_timeout_s and early_window to the worker's own (None); first_epoch
+    to 1 (a fresh install; agents started again on the same install start past the epochs its cells hold)."""
     spec = plan.spec
     return JobTicket(
         job_id=plan.job_id,
@@ -119,6 +140,7 @@ def job_ticket(
         q_limit=plan.q_limit or None,  # 0: the plan left it to the formula
         failure_timeout_s=failure_timeout_s,
         early_window=early_window,
+        first_epoch=first_epoch,
     )
 
 
@@ -210,8 +232,9 @@ class Runner:
     """One experiment on one running network and controller."""
 
     def __init__(
-        self, config: ExperimentConfig, net: EmulatedNetwork, ctl: Controller, log_dir: Path, sock_dir: Path
+        self, config: ExperimentConfig, net: Fabric, ctl: Controller | None, log_dir: Path, sock_dir: Path
     ) -> None:
+        """ctl: the controller that installs the jobs (None: the jobs are installed already, `p4ina allreduce`)."""
         self.config = config
         self.net = net
         self.ctl = ctl
@@ -317,6 +340,7 @@ class Runner:
     def install_jobs(self, hosts: tuple[str, ...]) -> dict[str, tuple[JobPlan, JobTicket]]:
         """One job per in-network method: method -> (plan, its agents' ticket)."""
         out = {}
+        assert self.ctl is not None, "a runner without a controller installs no jobs"
         for name in self.config.methods:
             m = METHODS[name]
             if not m.in_network:
@@ -336,6 +360,7 @@ class Runner:
         return out
 
     def remove_jobs(self) -> None:
+        assert self.ctl is not None, "a runner without a controller removes no jobs"
         for plan in list(self.ctl.jobs()):
             self.ctl.remove_job(plan.job_id)
 

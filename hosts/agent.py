@@ -166,6 +166,7 @@ class Agent:
                     failure_timeout_s=job.failure_timeout_s,
                     error_lsb=job.error_lsb,
                     max_lane=job.q_limit,
+                    first_epoch=IncJob.first_epoch if job.first_epoch is None else job.first_epoch,
                 ),
                 self._transport,
                 self._endpoint,

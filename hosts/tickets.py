@@ -172,6 +172,9 @@ class JobTicket(_Checked):
     # no result for this long (after two timeouts): a switch of the tree is suspected dead; None: only retries end
     failure_timeout_s: float | None = field(default=None, metadata=_range(above=0.0))
     early_window: float | None = field(default=None, metadata=_range(0.0))  # IncJob.early_window; None: its default
+    # the epoch of the install's first all-reduce by these workers; None: 1, as after a fresh install. A later
+    # set of workers on the same install (`p4ina allreduce` run again) starts past the epochs its cells hold
+    first_epoch: int | None = field(default=None, metadata=_range(0, 255))
 
 
 @dataclass(frozen=True)

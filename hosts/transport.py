@@ -25,7 +25,6 @@ import logging
 import select
 import socket
 import struct
-from pathlib import Path
 
 from hosts.native_stream import Fds
 from hosts.packets import Endpoint
@@ -35,6 +34,7 @@ LOG = logging.getLogger(__name__)
 
 ETH_P_IP = 0x0800
 SIOCGIFADDR = 0x8915
+SIOCGIFHWADDR = 0x8927
 SO_ATTACH_FILTER = 26
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
@@ -74,16 +74,26 @@ class InterfaceError(OSError):
 
 
 def interface_endpoint(iface: str) -> Endpoint:
-    """The MAC and first IPv4 address of an interface (in the current namespace)."""
-    try:
-        mac = Path(f"/sys/class/net/{iface}/address").read_text().strip()
-    except OSError as ex:
-        raise InterfaceError(f"no interface {iface!r} in this network namespace") from ex
+    """The MAC and first IPv4 address of an interface in this thread's network namespace.
+
+    Asked of the kernel through a socket (ioctl), which belongs to the namespace it was opened in, not read
+    from /sys/class/net: that shows the namespace of whoever mounted sysfs, so a process that entered a host's
+    network namespace alone (`nsenter -t PID -n`, setns) would look in the root namespace's."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
-            req = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", iface.encode()[:15]))
+            socket.if_nametoindex(iface)  # opens its own socket: also in this thread's namespace
+        except OSError as ex:
+            raise InterfaceError(f"no interface {iface!r} in this network namespace") from ex
+        name = struct.pack("256s", iface.encode()[:15])
+        try:
+            hw = fcntl.ioctl(s.fileno(), SIOCGIFHWADDR, name)
+        except OSError as ex:
+            raise InterfaceError(f"cannot read the MAC address of {iface!r}: {ex}") from ex
+        try:
+            req = fcntl.ioctl(s.fileno(), SIOCGIFADDR, name)
         except OSError as ex:
             raise InterfaceError(f"interface {iface!r} has no IPv4 address") from ex
+    mac = ":".join(f"{b:02x}" for b in hw[18:24])  # struct ifreq: the name, then sa_family, then sa_data
     return Endpoint(mac=mac, ip=socket.inet_ntoa(req[20:24]))
 
 

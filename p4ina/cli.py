@@ -39,6 +39,11 @@ VERBS: dict[str, Verb] = {
         "switch and link failures, loss, duplication, isolation, bit flips (make emulate-faults)",
         "experiments",
     ),
+    "allreduce": Verb(
+        "experiments.allreduce.byhand",
+        "an all-reduce on the network p4ina serve keeps up (an installed job's, or a host method), checked",
+        "experiments",
+    ),
     # the model at cluster scale
     "simulate": Verb("simulation.cli", "the methods at 16 to 100,000 GPUs on SimGrid (make simulate)", "model"),
     # the emulated network and its parts
@@ -55,7 +60,7 @@ VERBS: dict[str, Verb] = {
     # the controller, on a served network (or any P4Runtime switches named in a topology JSON)
     "topo": Verb("controller.cli", "the topology", "controller", passes_name=True),
     "pipeline": Verb("controller.cli", "the P4 program on the switches", "controller", passes_name=True),
-    "routes": Verb("controller.cli", "IPv4 forwarding", "controller", passes_name=True),
+    "routes": Verb("controller.cli", "IPv4 forwarding: install, show", "controller", passes_name=True),
     "job": Verb("controller.cli", "aggregation jobs: install, remove, list, show", "controller", passes_name=True),
     "counters": Verb(
         "controller.cli", "per-job counters from every switch of a job's tree", "controller", passes_name=True

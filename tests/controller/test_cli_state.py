@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from controller.cli import build_parser, main
 from controller.fattree import fat_tree
+from controller.leafspine import leaf_spine
 from controller.planner import JobSpec, plan_job
 from controller.state import State, StateError
 
@@ -23,7 +25,8 @@ def test_topo_show_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     st = ["--state", str(tmp_path / "s.json")]
     code, out, _ = run(capsys, "topo", "show", "--topology", "fat-tree:4", *st)
     assert code == 0 and out.startswith("fat-tree k=4: 20 switches (8 edge, 8 aggregation, 4 core), 16 hosts")
-    assert "  edge e1  dev 1   ports 1:h1 2:h2 3:a1 4:a2" in out
+    assert "  edge        e1  dev 1   ports 1:h1 2:h2 3:a1 4:a2" in out
+    assert "  aggregation a1  dev 9   ports 1:e1 2:e2 3:c1 4:c2" in out  # roles spelled out, in one column
     code, out, _ = run(capsys, "topo", "show", *st, "--json")  # remembered from the state
     data = json.loads(out)
     assert data["kind"] == "fat-tree" and len(data["switches"]) == 20
@@ -36,6 +39,45 @@ def test_topology_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     fat_tree(2).with_grpc({"e1": "127.0.0.1:1"}).save(path)
     code, out, _ = run(capsys, "topo", "show", "--topology", str(path), "--state", str(tmp_path / "s.json"))
     assert code == 0 and "@127.0.0.1:1" in out
+
+
+def test_topo_show_spells_every_role_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A custom topology whose spines sit in pods: `topo show` printed their role cut to four letters ("spin")."""
+    data = leaf_spine(2, 2, 1).to_dict()
+    for sw in data["switches"]:
+        if sw["role"] == "spine":
+            sw["pod"] = 0 if sw["name"] == "s1" else 1
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "topo", "show", "--topology", str(path), "--state", str(tmp_path / "s.json"))
+    assert code == 0, out
+    assert "  spine s1  dev" in out and "  leaf  l1  dev" in out
+    assert "spin " not in out
+
+
+def test_routes_show_from_the_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`routes show`: every switch's routes as `routes install` put them (from the state, no switch asked)."""
+    path = tmp_path / "s.json"
+    State(path, topology="leaf-spine:2x2x2").save()
+    code, out, _ = run(capsys, "routes", "show", "--state", str(path))
+    assert code == 0 and out.strip() == "no routes installed (`p4ina routes install` installs them)"
+    State(path, topology="leaf-spine:2x2x2", routes=True).save()
+    code, out, _ = run(capsys, "routes", "show", "--state", str(path))
+    assert code == 0 and out.startswith("routes on 4 switches")
+    lines = out.splitlines()
+    l1 = lines.index("l1 (leaf, dev 1)")
+    assert lines[l1 + 1 : l1 + 4] == [
+        "  10.0.0.2/32  port 1 (h1)",
+        "  10.0.0.3/32  port 2 (h2)",
+        "  10.0.1.0/24  ports 3,4 (s1, s2)  ECMP",
+    ]
+    assert "s2 (spine, dev 4)" in lines
+    # around a failed spine, as `routes install` routes
+    State(path, topology="leaf-spine:2x2x2", routes=True, failed={"s2"}).save()
+    code, out, _ = run(capsys, "routes", "show", "--state", str(path), "--json")
+    data = json.loads(out)
+    assert data["installed"] and data["failed"] == ["s2"] and sorted(data["switches"]) == ["l1", "l2", "s1"]
+    assert data["switches"]["l1"][2] == {"prefix": "10.0.1.0/24", "ports": [3], "via": ["s1"]}
 
 
 def test_errors_are_one_line_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,6 +150,7 @@ def test_parser_knows_every_command() -> None:
         ["topo", "show"],
         ["pipeline", "push"],
         ["routes", "install"],
+        ["routes", "show"],
         ["job", "install", "--job", "1", "--hosts", "h1"],
         ["job", "remove", "--job", "1"],
         ["job", "list"],
@@ -243,3 +286,60 @@ def test_every_command_claims_the_controller_election_id_unless_told(
     # the shell's default stays its own (resolved in cmd_shell), and an explicit one reaches it
     assert build_parser().parse_args(["shell", "e1"]).election_id is None
     assert build_parser().parse_args(["shell", "e1", "--election-id", "3"]).election_id == 3
+
+
+def test_a_served_network_that_is_gone_is_named_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A state whose `p4ina serve` was killed (its PID no longer the process that wrote it): a switch verb fails at
+    once, in one line (it waited --timeout for every switch, with no hint); the jobs its switches held are
+    forgotten, and the verbs that only read the state say why after a note. The served network's state is the
+    default (state/current -> state/<topology>/)."""
+    import os
+    import socket
+    import time
+
+    from controller.state import Served, default_state, process_start
+
+    with socket.socket() as s:  # a port nobody listens on: the switches are gone
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = tmp_path / "state" / "fat-tree-2"
+    folder.mkdir(parents=True)
+    topo_file = folder / "topology.json"
+    topo = fat_tree(2)
+    topo.with_grpc({sw.name: f"127.0.0.1:{port}" for sw in topo.switches}).save(topo_file)
+    gone = Served(os.getpid(), (process_start(os.getpid()) or 0) + 1, "fat-tree:2", "2026-01-01T10:00:00")
+    state = State(folder / "p4ina-state.json", topology=str(topo_file), routes=True, served=gone)
+    state.jobs[4] = plan_job(topo, JobSpec.make(4, ["h1", "h2"], "int16"))
+    state.epochs[4] = 9
+    state.save()
+    monkeypatch.chdir(tmp_path)
+    assert default_state() == Path("state/p4ina-state.json")  # nothing served here yet
+    (tmp_path / "state" / "current").symlink_to("fat-tree-2")
+    assert default_state() == Path("state/current/p4ina-state.json")
+
+    t0 = time.monotonic()
+    code, out, err = run(capsys, "routes", "install")
+    assert code == 1 and time.monotonic() - t0 < 3 and out == ""
+    assert re.fullmatch(
+        r"p4ina: error: the network `p4ina serve --topology fat-tree:2` started 2026-01-01T10:00:00 is down \(its "
+        rf"process {os.getpid()} is gone, found [0-9T:-]+\): start it again with `sudo p4ina serve --topology "
+        r"fat-tree:2`, or pass --state for other switches",
+        err.strip(),
+    ), err
+    after = State.load(folder / "p4ina-state.json")
+    assert after.jobs == {} and after.epochs == {} and not after.routes
+    assert after.served is not None and after.served.stopped is not None  # marked, once
+    code, out, err = run(capsys, "job", "list")
+    assert code == 0 and out.strip() == "no jobs installed"
+    assert err.startswith("p4ina: note: the network `p4ina serve --topology fat-tree:2`") and "is gone, found" in err
+    code, out, err = run(capsys, "shell", "e1")
+    assert code == 1 and "is down" in err and len(err.strip().splitlines()) == 1
+    # a network still up: no note, nothing forgotten
+    alive = Served(os.getpid(), process_start(os.getpid()) or 0, "fat-tree:2", "2026-01-01T10:00:00")
+    state = State(folder / "p4ina-state.json", topology=str(topo_file), served=alive)
+    state.jobs[4] = plan_job(topo, JobSpec.make(4, ["h1", "h2"], "int16"))
+    state.save()
+    code, out, err = run(capsys, "job", "list", "--json")
+    assert code == 0 and [r["job_id"] for r in json.loads(out)] == [4] and err == ""

@@ -180,3 +180,43 @@ def test_a_stale_sum_is_caught_by_the_check(agents: Any, monkeypatch: pytest.Mon
         assert len({r["digest"] for r in reports.values()}) == 1  # the ranks even agree...
     assert reports[0]["rel_l2_error"] > reports[0]["rel_l2_target"]  # ...but the check is against this iteration
     assert reports[0]["max_error_ratio"] > 1.0
+
+
+@pytest.mark.netns
+def test_the_interface_is_found_in_a_network_namespace_entered_alone() -> None:
+    """`nsenter -t PID -n` (setns for the network only) leaves the mount namespace, and with it /sys/class/net,
+    the root namespace's: the interface is looked up through a socket of the namespace the agent is in, so it is
+    found, with its MAC and address, and the agent opens its in-network transport on it."""
+    from emulation.netns import NetnsLab, enter
+    from hosts.transport import InterfaceError, interface_endpoint
+
+    with NetnsLab() as lab:
+        a, b = lab.ns("a"), lab.ns("b")
+        lab.veth(a, "h1-eth0", b, "p4t-peer")
+        lab.address(a, "h1-eth0", "10.77.0.1/24")
+        mac = lab.mac(a, "h1-eth0")  # `ip netns exec` mounts the namespace's own sysfs
+        assert not Path("/sys/class/net/h1-eth0").exists()  # what a lookup through /sys would see here
+        box: dict[str, Any] = {}
+
+        def inside() -> None:
+            try:
+                enter(a)  # the network namespace only: this thread keeps the root mount namespace
+                box["endpoint"] = interface_endpoint("h1-eth0")
+                with pytest.raises(InterfaceError, match="no interface 'h9-eth0' in this network namespace"):
+                    interface_endpoint("h9-eth0")
+                agent = Agent(AgentConfig(rank=0, workers=2, coord="unix:/nonexistent", iface="h1-eth0"), None)  # type: ignore[arg-type]
+                try:
+                    agent._inc_worker(JOB)  # opens the worker's sockets on the interface (talks to nobody)
+                    box["agent"] = agent._endpoint
+                finally:
+                    agent.close()
+            except BaseException as ex:  # noqa: BLE001 - re-raised in the test's thread
+                box["error"] = ex
+
+        t = threading.Thread(target=inside)
+        t.start()
+        t.join(30)
+        if "error" in box:
+            raise box["error"]
+    assert box["endpoint"] == Endpoint(mac=mac, ip="10.77.0.1")
+    assert box["agent"] == box["endpoint"]

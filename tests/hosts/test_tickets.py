@@ -29,6 +29,7 @@ TICKET = JobTicket(
     q_limit=1000,
     failure_timeout_s=1.5,
     early_window=0.0,
+    first_epoch=200,
 )
 COMMAND = StepCommand(
     step=12,
@@ -54,6 +55,7 @@ GOLDEN_TICKET = {
     "q_limit": 1000,
     "failure_timeout_s": 1.5,
     "early_window": 0.0,
+    "first_epoch": 200,
 }
 GOLDEN_COMMAND = {
     "step": 12,
@@ -146,6 +148,7 @@ def test_unknown_fields_are_refused_by_name_and_the_old_lane_names_with_them() -
         ("q_limit", 1.5, "expected int, got float 1.5"),
         ("failure_timeout_s", -0.5, "-0.5 must be > 0.0"),
         ("early_window", "off", "expected float, got str 'off'"),
+        ("first_epoch", 256, "256 is above 255"),
     ],
 )
 def test_each_ill_typed_or_out_of_range_ticket_field_is_refused_by_name(name: str, value: Any, why: str) -> None:
@@ -222,6 +225,9 @@ def test_the_harness_builds_what_the_agent_reads() -> None:
     assert job.q_limit == plan.q_limit and job.error_lsb == plan.error_lsb
     assert (job.timeout_s, job.min_timeout_s, job.failure_timeout_s) == (0.5, 0.5, 2.0)
     assert job.early_window == IncJob.early_window  # None in the ticket: the worker's own
+    assert job.first_epoch == 1  # None in the ticket: a fresh install's
+    later = agent._inc_worker(dataclasses.replace(read.job, install=6, first_epoch=130)).job
+    assert later.first_epoch == 130  # a later run on the same install starts past its cells' epochs
     # a new install is a new worker; the same install, the same one
     assert agent._inc_worker(read.job) is agent._inc_worker(read.job)
     again = agent._inc_worker(dataclasses.replace(read.job, install=5))
