@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from controller.topology import TopologyError
 from controller.topospec import load_topology
 from emulation.network import NetworkConfig, running
-from emulation.nodes import BACKENDS, default_backend
-from emulation.shaping import LinkShape
+from emulation.nodes import BACKENDS, backend_missing, default_backend
+from emulation.shaping import LinkShape, LinkShapeError
 
 LOG = logging.getLogger("emulation.serve")
 
@@ -42,13 +44,26 @@ def main(argv: list[str] | None = None, prog: str = "p4ina serve") -> int:
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
 
+    # every input is checked before anything is made or started: one line, exit status 2
+    backend = args.switch or default_backend()
+    try:
+        model = load_topology(args.topology)
+        shape = LinkShape(bw_mbps=args.bw or None)
+        why = backend_missing(backend)
+    except (TopologyError, LinkShapeError) as ex:
+        why = str(ex)
+    if why is None and os.geteuid() != 0:
+        why = "needs root (Mininet): run it with sudo or as root"
+    if why:
+        print(f"{prog}: error: {why}", file=sys.stderr)
+        return 2
+
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     args.run_dir.mkdir(parents=True, exist_ok=True)
-    shape = LinkShape(bw_mbps=args.bw or None)
-    config = NetworkConfig(run_dir=args.run_dir, backend=args.switch or default_backend(), shape=shape)
-    with running(load_topology(args.topology), config) as net:
+    config = NetworkConfig(run_dir=args.run_dir, backend=backend, shape=shape)
+    with running(model, config) as net:
         args.topology_out.parent.mkdir(parents=True, exist_ok=True)
         net.topology.save(args.topology_out)
         hosts = ",".join(h.name for h in net.topology.hosts[:4])
