@@ -23,6 +23,8 @@ setup(
     package_dir={PROGRAM: "p4/build"},
     package_data={
         "wireformat": ["*.toml"],
+        # the published format of topology files (controller.toposchema checks every file against it)
+        "controller": ["topology.schema.json"],
         # C that is compiled on the machine at run time: the switch's engine and port loop, the agents' stream loop
         "softswitch.runtime": ["c/*.c", "c/*.h"],
         "hosts": ["c/*.c", "c/*.h"],

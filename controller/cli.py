@@ -541,10 +541,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.fn is cmd_shell:
         try:
             return cmd_shell(args)
-        except (UsageError, TopologyError, StateError) as ex:
+        except TopologyError as ex:  # a bad topology: the exit status of argparse's refusals
+            print(f"p4ina: error: {ex}", file=sys.stderr)
+            return 2
+        except (UsageError, StateError) as ex:
             print(f"p4ina: error: {ex}", file=sys.stderr)
             return 1
     try:
+        if args.topology:
+            load_topology(args.topology)  # a bad topology is refused before the state file is made or locked
         with locked(args.state) as state:
             _served_network(args, state)
             spec = _topology_spec(args, state)
@@ -560,9 +565,11 @@ def main(argv: list[str] | None = None) -> int:
                 timeout=args.timeout,
             ) as ctl:
                 return args.fn(args, ctl)
+    except TopologyError as ex:  # a bad topology: the exit status of argparse's refusals
+        print(f"p4ina: error: {ex}", file=sys.stderr)
+        return 2
     except (
         UsageError,
-        TopologyError,
         PlanError,
         InstallError,
         FabricError,

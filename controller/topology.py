@@ -198,21 +198,19 @@ class Topology:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Topology:
-        if data.get("format", FORMAT_VERSION) != FORMAT_VERSION:
-            raise TopologyError(f"topology format {data.get('format')} is not supported (want {FORMAT_VERSION})")
-        try:
-            return cls(
-                kind=str(data.get("kind", "custom")),
-                params=dict(data.get("params", {})),
-                switches=tuple(Switch(**s) for s in data["switches"]),
-                hosts=tuple(Host(**h) for h in data.get("hosts", [])),
-                links=tuple(Link(**ln) for ln in data.get("links", [])),
-            )
-        except KeyError as ex:
-            raise TopologyError(f"topology has no {ex} list") from ex
-        except TypeError as ex:  # a missing or unknown key in one element
-            raise TopologyError(f"malformed topology element: {ex}") from ex
+    def from_dict(cls, data: Any, source: str = "topology") -> Topology:
+        """The topology a JSON document describes (docs/topology.md), checked completely first: a document the
+        format does not allow is refused with one line naming `source`, the field and the fix."""
+        from controller import toposchema  # it names this module's TopologyError
+
+        toposchema.check(data, source)
+        return cls(
+            kind=str(data.get("kind", "custom")),
+            params=dict(data.get("params", {})),
+            switches=tuple(Switch(**s) for s in data["switches"]),
+            hosts=tuple(Host(**h) for h in data.get("hosts", [])),
+            links=tuple(Link(**ln) for ln in data.get("links", [])),
+        )
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -220,16 +218,10 @@ class Topology:
 
     @classmethod
     def load(cls, path: Path) -> Topology:
-        try:
-            data = json.loads(Path(path).read_text())
-        except OSError as ex:
-            raise TopologyError(f"cannot read topology {path}: {ex.strerror}") from ex
-        except json.JSONDecodeError as ex:
-            raise TopologyError(f"{path} is not JSON: {ex}") from ex
-        try:
-            return cls.from_dict(data)
-        except TopologyError as ex:
-            raise TopologyError(f"{path}: {ex}") from ex
+        """A topology JSON file, read and checked completely (controller.toposchema) before anything is built."""
+        from controller import toposchema
+
+        return cls.from_dict(toposchema.read(Path(path)), str(path))
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import logging
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m emulation.localne
     import signal
     import threading
 
+    from controller.topology import TopologyError
     from controller.topospec import load_topology
     from softswitch.runtime import heap
 
@@ -127,9 +129,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m emulation.localne
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    try:
+        model = load_topology(args.topology, option="topology")  # checked completely before a switch starts
+    except TopologyError as ex:
+        print(f"{prog}: error: {ex}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with embedded_switches(load_topology(args.topology)) as (topo, running):
+    with embedded_switches(model) as (topo, running):
         for rs in running.values():  # a process that lives for its switches' program, as a switch process does
             rs.switch.on_program_change.append(heap.settle_soon)  # once after a push to all of them
         tmp = args.out.with_name(args.out.name + ".tmp")

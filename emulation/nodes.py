@@ -41,6 +41,14 @@ def default_backend() -> str:
     return "bmv2" if shutil.which(BMV2_BINARY) else "embedded"
 
 
+def backend_missing(backend: str) -> str | None:
+    """Why switches of this back end cannot start on this machine (one line with the fix), or None if they can:
+    asked before a network is built, so a missing BMv2 is said at once."""
+    if backend == "bmv2" and shutil.which(BMV2_BINARY) is None:
+        return f"{BMV2_BINARY} is not on PATH: build BMv2 (docs/toolchain.md) or use --switch embedded"
+    return None
+
+
 def port_iface(tag: str, switch: str, device_id: int, port: int) -> str:
     """The root-side interface name of a switch port, recognisable by cleanup (p4ina<tag>-...)."""
     name = f"{IFACE_PREFIX}{tag}-{switch}-{port}"
@@ -266,9 +274,7 @@ class Bmv2Switch(P4Switch):
     def command(self) -> list[str]:
         binary = shutil.which(BMV2_BINARY)
         if binary is None:
-            raise SwitchStartError(
-                f"{BMV2_BINARY} is not on PATH; use --switch embedded or build BMv2 (see docs/toolchain.md)"
-            )
+            raise SwitchStartError(str(backend_missing(self.backend)))
         self.grpc_port = free_tcp_port()
         # a BMv2 built with Thrift listens on 9090 unless told otherwise, which twenty switches cannot share
         thrift = ["--thrift-port", str(free_tcp_port())] if _bmv2_has_thrift(binary) else []

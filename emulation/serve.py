@@ -24,11 +24,12 @@ from datetime import datetime
 from pathlib import Path
 
 from controller.state import CURRENT, STATE_NAME, STATE_ROOT, Served, State, StateError, locked, process_start
+from controller.topology import TopologyError
 from controller.topospec import load_topology
 from emulation.network import EmulatedNetwork, NetworkConfig, running
-from emulation.nodes import BACKENDS, default_backend
+from emulation.nodes import BACKENDS, backend_missing, default_backend
 from emulation.served import SERVE_RECORD, Process, ServedHost, ServeRecord
-from emulation.shaping import LinkShape
+from emulation.shaping import LinkShape, LinkShapeError
 
 LOG = logging.getLogger("emulation.serve")
 
@@ -103,7 +104,19 @@ def main(argv: list[str] | None = None, prog: str = "p4ina serve") -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
-    model = load_topology(args.topology)
+    # every input is checked before anything is made or started: one line, exit status 2
+    backend = args.switch or default_backend()
+    try:
+        model = load_topology(args.topology)
+        shape = LinkShape(bw_mbps=args.bw or None)
+        why = backend_missing(backend)
+    except (TopologyError, LinkShapeError) as ex:
+        why = str(ex)
+    if why is None and os.geteuid() != 0:
+        why = "needs root (Mininet): run it with sudo or as root"
+    if why:
+        print(f"{prog}: error: {why}", file=sys.stderr)
+        return 2
     folder: Path = args.dir or STATE_ROOT / topology_name(args.topology)
     state_path = folder / STATE_NAME
     topo_out: Path = args.topology_out or folder / "topology.json"
@@ -124,8 +137,7 @@ def main(argv: list[str] | None = None, prog: str = "p4ina serve") -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     run_dir.mkdir(parents=True, exist_ok=True)
-    shape = LinkShape(bw_mbps=args.bw or None)
-    config = NetworkConfig(run_dir=run_dir, backend=args.switch or default_backend(), shape=shape)
+    config = NetworkConfig(run_dir=run_dir, backend=backend, shape=shape)
     me = Process(os.getpid(), process_start(os.getpid()) or 0)
     with running(model, config) as net:
         topo_out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,10 +11,14 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emulation.nodes import BACKENDS, default_backend
+from controller.fattree import SUPPORTED_K
+from controller.topology import Topology, TopologyError
+from controller.topospec import load_topology
+from emulation.nodes import BACKENDS, backend_missing, default_backend
 from hosts.methods import METHODS
 
 LOG = logging.getLogger(__name__)
@@ -83,6 +87,30 @@ def backend_of(args: argparse.Namespace) -> str:
     return default_backend() if args.switch == "auto" else str(args.switch)
 
 
+def check_fabric(args: argparse.Namespace, topology: str, host_counts: Sequence[int]) -> Topology:
+    """The fabric a command asks for, checked before anything starts: --k, the topology (completely:
+    controller.topospec), the host counts against its hosts and the switch back end against this machine.
+    A refusal is a CommandError naming the option and the fix."""
+    if args.k is not None and args.k not in SUPPORTED_K:
+        raise CommandError(
+            f"--k {args.k}: want an even k, {SUPPORTED_K[0]}..{SUPPORTED_K[-1]} (--k 4: 16 hosts on 20 switches)"
+        )
+    try:
+        model = load_topology(topology)
+    except TopologyError as ex:
+        raise CommandError(str(ex)) from None
+    most = max(host_counts, default=0)
+    if most > len(model.hosts):
+        raise CommandError(
+            f"--hosts {most}: {topology} has {len(model.hosts)} hosts; ask for at most {len(model.hosts)} "
+            "or for a larger topology (--k, --topology)"
+        )
+    missing = backend_missing(backend_of(args))
+    if missing:
+        raise CommandError(f"--switch {args.switch}: {missing}")
+    return model
+
+
 def setup_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
@@ -118,7 +146,8 @@ def run_errors() -> tuple[type[BaseException], ...]:
     from experiments.config import ConfigError
     from experiments.harness import ExperimentError
 
-    return (ExperimentError, ConfigError, NetworkError, SwitchStartError, InstallError, FabricError, SwitchError)
+    errors = (ExperimentError, ConfigError, NetworkError, SwitchStartError, InstallError, FabricError, SwitchError)
+    return (*errors, TopologyError)
 
 
 class Progress:

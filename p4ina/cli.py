@@ -3,13 +3,22 @@
 Each verb belongs to the layer that owns it and has its own parser there (`p4ina VERB --help`);
 this module only names the verbs and hands the rest of the command line to the owner, importing it
 when it is asked for. It sits above every layer, so none of them imports it.
+
+What every verb shares is here: a usage error is one line (argparse's usage block is left out: `--help` has
+it), a refusal of bad input that reaches this far is one line and exit status 2, and output cut short by its
+reader (`p4ina counters --json | head`) ends quietly, as Python's documentation of SIGPIPE recommends.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
+import os
+import select
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -111,8 +120,70 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+# The exceptions by which the layers refuse bad input (a topology, a configuration, a command's values): one line,
+# exit status 2, wherever a verb lets them through. Named by module, and only looked for among the modules a verb
+# has imported, so this list imports nothing.
+INPUT_ERRORS = (
+    ("controller.topology", "TopologyError"),
+    ("experiments.cli", "CommandError"),
+    ("experiments.config", "ConfigError"),
+    ("emulation.shaping", "LinkShapeError"),
+)
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    return tuple(
+        getattr(sys.modules[module], name) for module, name in INPUT_ERRORS if hasattr(sys.modules.get(module), name)
+    )
+
+
+def _one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
+    parser.exit(2, f"{parser.prog}: error: {message} ({parser.prog} --help lists the options)\n")
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    """Every verb's parser (each layer builds its own) reports a usage error as one line, not usage + error."""
+    saved = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = _one_line_error  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = saved  # type: ignore[method-assign]
+
+
+def _stdout_gone() -> bool:
+    """True when standard output is a pipe or socket whose reader has gone away."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        with _one_line_usage_errors():
+            status = _dispatch(argv)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise  # a pipe of the verb's own, not its output: a real failure
+        # https://docs.python.org/3/library/signal.html#note-on-sigpipe: the reader has what it wanted; Python
+        # must not fail flushing the rest at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as ex:
+        if not isinstance(ex, _input_errors()):
+            raise
+        print(f"p4ina {argv[0]}: error: {ex}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2

@@ -30,6 +30,7 @@ from simulation.model import Outcome, Scenario, ScenarioError
 from simulation.params import PRESETS, ParamError, get_preset
 from simulation.placement import POLICIES, PlacementError
 from simulation.report import human_bytes, write_folder
+from simulation.topologies import controller_topology, parse_scale_spec
 from simulation.trees import TreeError
 
 LOG = logging.getLogger("simulation")
@@ -208,9 +209,25 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
+def check_inputs(args: argparse.Namespace) -> None:
+    """Every value of the command line that can be checked before anything runs or is written: the topologies (a
+    controller topology completely, as controller.topospec checks it), the GPU counts they can hold, the
+    scenarios and their presets. Raises one of ERRORS, naming the value."""
     if args.check and not args.calibrate:
         raise CalibrationError("--check predicts results folders with the costs --calibrate fits: give --calibrate too")
+    for spec in args.topology or ():
+        topo = controller_topology(spec)
+        if topo is None:
+            parse_scale_spec(spec)
+        elif args.gpus and max(args.gpus) > len(topo.hosts):
+            raise FabricError(
+                f"--gpus {max(args.gpus)}: {spec} has {len(topo.hosts)} hosts; ask for at most {len(topo.hosts)}"
+            )
+    for s in [] if args.validate_only else _scenarios(args):
+        get_preset(s.preset).with_(**dict(s.overrides))
+
+
+def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         return _calibrate(args)
     t0 = time.perf_counter()
@@ -295,6 +312,11 @@ def main(argv: list[str] | None = None, prog: str = "p4ina simulate") -> int:
     )
     if not args.verbose:
         logging.getLogger("simulation").setLevel(logging.INFO)
+    try:
+        check_inputs(args)
+    except ERRORS as ex:  # bad input: one line, exit status 2, before anything runs
+        print(f"{prog}: error: {ex}", file=sys.stderr)
+        return 2
     try:
         return run(args)
     except ERRORS as ex:

@@ -209,6 +209,39 @@ print(json.dumps({
     assert out["bench_results"] == str(Path("results") / "bench.json")
 
 
+TOPOLOGY = """
+import json, tempfile
+from pathlib import Path
+from controller import toposchema
+from controller.fattree import fat_tree
+from controller.topology import TopologyError
+from controller.topospec import load_topology
+folder = Path(tempfile.mkdtemp())
+good, bad = folder / "good.json", folder / "bad.json"
+fat_tree(2).save(good)
+doc = json.loads(good.read_text())
+doc["switches"][1]["tier"] = "zero"
+bad.write_text(json.dumps(doc))
+try:
+    load_topology(str(bad))
+    refusal = None
+except TopologyError as ex:
+    refusal = str(ex)
+print(json.dumps({"where": where, "schema": toposchema.schema()["$id"], "good": len(load_topology(str(good)).switches),
+                  "refusal": refusal}))
+"""
+
+
+def test_topology_schema_ships_and_checks_files(installed: Installed) -> None:
+    """The published topology schema is package data: an installed p4ina checks a file against it."""
+    assert "controller/topology.schema.json" in installed.package_files()
+    out = installed.script(IMPORTED_FROM + TOPOLOGY)
+    _assert_from_venv(installed, out["where"])
+    assert out["schema"] == json.loads((REPO / "controller" / "topology.schema.json").read_text())["$id"]
+    assert out["good"] == 5
+    assert out["refusal"] is not None and 'switches[1].tier is "zero", a string; want' in out["refusal"]
+
+
 SWITCH = """
 import struct
 from controller.api import DEFAULT_BMV2_JSON

@@ -16,9 +16,11 @@ import sys
 
 from emulation.shaping import LinkShape, LinkShapeError
 from experiments.cli import (
+    CommandError,
     Progress,
     add_fabric_options,
     backend_of,
+    check_fabric,
     int_list,
     method_list,
     needs_root,
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     setup_logging(args.verbose)
     try:
         config = config_from_args(args)
-    except (ConfigError, LinkShapeError) as ex:
+        check_fabric(args, config.topology, config.host_counts)
+    except (ConfigError, LinkShapeError, CommandError) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     if needs_root(prog):

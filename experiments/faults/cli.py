@@ -12,8 +12,10 @@ import json
 import sys
 
 from experiments.cli import (
+    CommandError,
     add_fabric_options,
     backend_of,
+    check_fabric,
     needs_root,
     parse_size,
     run_errors,
@@ -100,7 +102,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     setup_logging(args.verbose)
     try:
         cfg = config_from_args(args)
-    except (FaultsError, ValueError) as ex:
+        model = check_fabric(args, cfg.topology, (cfg.hosts,))
+        if cfg.victim not in ("root", "aggregation") and cfg.victim not in {s.name for s in model.switches}:
+            raise CommandError(
+                f"--victim {cfg.victim}: not a switch of {cfg.topology}; want root, aggregation or a switch name "
+                f"({', '.join(s.name for s in model.switches[:6])}, ...)"
+            )
+    except (FaultsError, ValueError, CommandError) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     if needs_root(prog):

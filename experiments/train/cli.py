@@ -13,9 +13,11 @@ import sys
 
 from emulation.shaping import LinkShape, LinkShapeError
 from experiments.cli import (
+    CommandError,
     Progress,
     add_fabric_options,
     backend_of,
+    check_fabric,
     int_list,
     method_list,
     needs_root,
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     setup_logging(args.verbose)
     try:
         config = config_from_args(args)
-    except (ConfigError, LinkShapeError, TrainingError) as ex:
+        check_fabric(args, config.fabric.topology, config.fabric.host_counts)
+    except (ConfigError, LinkShapeError, TrainingError, CommandError) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     if needs_root(prog):

@@ -81,13 +81,14 @@ def test_routes_show_from_the_state(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_errors_are_one_line_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What fails is one line, exit 1; a bad topology exits 2, as argparse's refusals do."""
     st = ["--state", str(tmp_path / "s.json")]
     code, _, err = run(capsys, "job", "list", *st)
     assert code == 1 and err.startswith("p4ina: error: no topology: pass --topology")
     code, _, err = run(capsys, "topo", "show", "--topology", "fat-tree:5", *st)
-    assert code == 1 and "even" in err
+    assert code == 2 and "even" in err
     code, _, err = run(capsys, "topo", "show", "--topology", str(tmp_path / "missing.json"), *st)
-    assert code == 1 and "cannot read topology" in err
+    assert code == 2 and "missing.json: no such file" in err
     code, _, err = run(capsys, "job", "show", "--job", "3", "--topology", "fat-tree:4", *st)
     assert code == 1 and "job 3 is not installed" in err
     # a switch command on a topology without P4Runtime addresses names the switch and the fix

@@ -128,10 +128,10 @@ def test_validation_names_the_problem(tmp_path) -> None:
         )
     bad = tmp_path / "bad.json"
     bad.write_text('{"switches": [{"name": "s1"}]}')
-    with pytest.raises(TopologyError, match="bad.json: malformed topology element"):
+    with pytest.raises(TopologyError, match=r"bad.json: switches\[0\].tier: missing; want the switch's tier"):
         Topology.load(bad)
     bad.write_text("{not json")
-    with pytest.raises(TopologyError, match="is not JSON"):
+    with pytest.raises(TopologyError, match="bad.json: line 1, column 2: not valid JSON"):
         Topology.load(bad)
 
 

@@ -95,27 +95,32 @@ def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(
     # leaf, root spine, leaf: three traversals a round trip; one round: a single chunk's exponent is guessed
     # from the previous all-reduce (the steady state; hosts.inc_worker), so no exponent round opens the slot
     assert times[1] - times[0] == pytest.approx(3 * (1.3e-6 - 0.13e-6), rel=0.01)
-    assert main([*base, str(tmp_path / "c"), "--set", "warp_speed=9"]) == 1
-    assert "warp_speed" in capsys.readouterr().err
+    assert main([*base, str(tmp_path / "c"), "--set", "warp_speed=9"]) == 2  # refused before anything runs
+    assert "warp_speed" in capsys.readouterr().err and not (tmp_path / "c").exists()
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, message, status",
     [
-        (["--topology", "torus:4", "--gpus", "64"], "unknown topology"),
-        (["--topology", "fattree:radix=16", "--gpus", "2048"], "holds 1024 GPUs"),
-        (["--topology", "fat-tree:4", "--methods", "ring,telepathy"], "telepathy"),
-        (["--topology", "rail:radix=16", "--gpus", "60"], "8-GPU servers"),
-        (["--topology", "fat-tree:4", "--preset", "nonesuch"], "unknown preset"),
-        (["--topology", "fat-tree:4", "--background", "1.5"], "background load"),
-        (["--check", "tests/simulation/data/emulation-k4-held-out"], "give --calibrate too"),
+        (["--topology", "torus:4", "--gpus", "64"], "unknown topology", 2),
+        (["--topology", "fat-tree:3"], "fat-tree:3", 2),
+        (["--topology", "fat-tree:4", "--gpus", "32"], "--gpus 32: fat-tree:4 has 16 hosts", 2),
+        (["--topology", "fattree:radix=16", "--gpus", "2048"], "holds 1024 GPUs", 1),
+        (["--topology", "fat-tree:4", "--methods", "ring,telepathy"], "telepathy", 2),
+        (["--topology", "rail:radix=16", "--gpus", "60"], "8-GPU servers", 1),
+        (["--topology", "fat-tree:4", "--preset", "nonesuch"], "unknown preset", 2),
+        (["--topology", "fat-tree:4", "--background", "1.5"], "background load", 2),
+        (["--check", "tests/simulation/data/emulation-k4-held-out"], "give --calibrate too", 2),
     ],
 )
 def test_invalid_configurations_are_refused_naming_the_problem(
-    tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, args: list[str], message: str, status: int, capsys: pytest.CaptureFixture[str]
 ):
-    assert main([*args, "--no-validate", "--no-progress", "--out", str(tmp_path)]) == 1
+    """Bad input is refused before anything runs or is written (exit 2); what only the run finds out exits 1."""
+    assert main([*args, "--no-validate", "--no-progress", "--out", str(tmp_path)]) == status
     assert message in capsys.readouterr().err
+    if status == 2:
+        assert not any(tmp_path.iterdir()), "a refused command wrote a results folder"
 
 
 def _four_host_part(out: Path, src: Path = REPO / "tests/simulation/data/emulation-k4/sweep") -> Path:
