@@ -21,6 +21,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
+from hosts.sizes import ELEMENT_BYTES, SizeError, human_bytes, parse_bytes, parse_elements
 from simulation import sweep
 from simulation.calibrate import CalibrationError, check, fit
 from simulation.engine import EngineError
@@ -29,22 +30,23 @@ from simulation.methods import METHODS, MethodError
 from simulation.model import Outcome, Scenario, ScenarioError
 from simulation.params import PRESETS, ParamError, get_preset
 from simulation.placement import POLICIES, PlacementError
-from simulation.report import human_bytes, write_folder
+from simulation.report import write_folder
 from simulation.trees import TreeError
 
 LOG = logging.getLogger("simulation")
 
-ERRORS = (ScenarioError, FabricError, ParamError, PlacementError, MethodError, TreeError, CalibrationError, EngineError)
-
-
-def parse_bytes(text: str) -> int:
-    """'8', '4K', '256M', '1G' (binary multiples) -> bytes."""
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-    digits = t[:-1] if mult > 1 else t
-    if not digits.isdigit() or int(digits) < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not a positive number of bytes (e.g. 8, 4K, 256M, 1G)")
-    return int(digits) * mult
+DEFAULT_SIZES = (64 << 10, 1 << 20, 256 << 20)  # bytes
+ERRORS = (
+    SizeError,
+    ScenarioError,
+    FabricError,
+    ParamError,
+    PlacementError,
+    MethodError,
+    TreeError,
+    CalibrationError,
+    EngineError,
+)
 
 
 def _list(conv: Any) -> Any:
@@ -97,11 +99,21 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     ap.add_argument(
         "--gpus", type=_list(int), help="GPUs per job, comma-separated (default: all hosts of a controller topology)"
     )
-    ap.add_argument(
+    units = ap.add_mutually_exclusive_group()
+    units.add_argument(
         "--sizes",
-        type=_list(parse_bytes),
-        default=(64 << 10, 1 << 20, 256 << 20),
-        help="all-reduce sizes in bytes (K/M/G), default 64K,1M,256M",
+        type=_list(str),
+        default=None,
+        help="all-reduce sizes per GPU, comma-separated, with their unit: bytes (64KiB, 4MiB, 1GiB) or float32 "
+        "elements (16Ki-elem, 1Mi-elem); a bare 4K or 1024 is refused (bytes or elements?); default "
+        + ",".join(human_bytes(s).replace(" ", "") for s in DEFAULT_SIZES),
+    )
+    units.add_argument(
+        "--elements",
+        type=_list(str),
+        default=None,
+        help="all-reduce sizes as float32 element counts, comma-separated, K/M/G = 2^10/2^20/2^30 (16K,1M), "
+        "instead of --sizes",
     )
     ap.add_argument(
         "--methods",
@@ -164,6 +176,15 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     return ap
 
 
+def _sizes(args: argparse.Namespace) -> tuple[int, ...]:
+    """--sizes (explicit units) or --elements (float32 counts) -> bytes per GPU; hosts.sizes refuses a bare 4K."""
+    if args.elements is not None:
+        return tuple(parse_elements(x) * ELEMENT_BYTES for x in args.elements)
+    if args.sizes is not None:
+        return tuple(parse_bytes(x) for x in args.sizes)
+    return DEFAULT_SIZES
+
+
 def _scenarios(args: argparse.Namespace) -> list[Scenario]:
     if args.topology is None:
         return sweep.quick_sweep() if args.sweep == "quick" else sweep.default_sweep()
@@ -213,6 +234,13 @@ def run(args: argparse.Namespace) -> int:
         raise CalibrationError("--check predicts results folders with the costs --calibrate fits: give --calibrate too")
     if args.calibrate:
         return _calibrate(args)
+    given = args.sizes is not None or args.elements is not None
+    args.sizes = _sizes(args)  # bytes from here on (config.json's args record them so)
+    if given and args.topology is None:
+        raise ScenarioError(
+            "--sizes/--elements set the sizes of a --topology grid; the default and quick sweeps have their own "
+            "per study: give --topology too"
+        )
     t0 = time.perf_counter()
     label = "_".join(filter(None, ["simulate", args.sweep or ("custom" if args.topology else "default"), args.name]))
     out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_{label}"
@@ -283,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
                 f"SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
                 f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)"
             )
-    sizes = ", ".join(human_bytes(s) for s in args.sizes) if args.topology else "per study"
+    sizes = ", ".join(human_bytes(s) for s in args.sizes) + " per GPU" if args.topology else "per study"
     print(f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {sizes})")
     return 0
 

@@ -13,9 +13,12 @@ from emulation.shaping import LinkShape, LinkShapeError
 from experiments import bounds, stats
 from experiments.allreduce import analysis, report
 from experiments.allreduce.cli import build_parser, config_from_args
+from experiments.allreduce.cli import main as emulate_main
 from experiments.cli import parse_size
 from experiments.config import ConfigError, ExperimentConfig, Sample, read_raw
+from experiments.faults.cli import main as faults_main
 from hosts.methods import METHODS
+from hosts.sizes import SizeError
 from tests.experiments.fake_results import fake_result, fake_results_folder
 
 
@@ -113,15 +116,28 @@ def test_bootstrap_interval_contains_the_median_and_narrows_with_agreement() -> 
     assert value == 2.0 and lo <= 2.0 <= hi
 
 
-def test_sizes_parse_with_suffixes_and_refuse_nonsense() -> None:
-    assert [parse_size(s) for s in ("1K", "256k", "1M", "1000")] == [1024, 262144, 1 << 20, 1000]
-    with pytest.raises(Exception, match="not a positive number"):
-        parse_size("0K")
+def test_sizes_carry_their_unit_and_a_bare_one_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """emulate counts float32 elements, simulate bytes: a size says which (hosts.sizes), in both."""
+    assert [parse_size(s) for s in ("1Ki-elem", "256Ki-elem", "4MiB", "1000elem")] == [1024, 262144, 1 << 20, 1000]
+    for bare in ("1K", "1000"):
+        with pytest.raises(SizeError, match="has no unit"):
+            parse_size(bare)
+    args = build_parser().parse_args(["--elements", "1K,16K"])  # the old spelling, where it is unambiguous
+    assert config_from_args(args).sizes == (1024, 16384)
+    assert emulate_main(["--sizes", "16K"]) == 2  # refused before root or Mininet is asked for
+    assert faults_main(["--size", "16K"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "p4ina emulate: error: size '16K' has no unit (bytes or float32 elements?): write 16KiB or 16Ki-elem",
+        "p4ina faults: error: size '16K' has no unit (bytes or float32 elements?): write 16KiB or 16Ki-elem",
+    ]
+    with pytest.raises(SystemExit):  # one or the other
+        build_parser().parse_args(["--sizes", "4KiB", "--elements", "1K"])
 
 
 def test_cli_options_become_a_config() -> None:
     args = build_parser().parse_args(
-        ["--k", "2", "--hosts", "2", "--sizes", "1K,2K", "--bw", "5", "--delay", "1", "--switch", "embedded"]
+        ["--k", "2", "--hosts", "2", "--sizes", "4KiB,2Ki-elem", "--bw", "5", "--delay", "1", "--switch", "embedded"]
     )
     cfg = config_from_args(args)
     assert cfg.topology == "fat-tree:2" and cfg.sizes == (1024, 2048) and cfg.shape == LinkShape(5.0, 1.0, None)
@@ -141,7 +157,7 @@ def test_presets_bandwidth_runs_only_large_sizes_and_sweep_adds_the_small_ones()
         bandwidth.shape,
         bandwidth.host_counts,
     )
-    assert config_from_args(build_parser().parse_args(["--preset", "sweep", "--sizes", "2K"])).sizes == (2048,)
+    assert config_from_args(build_parser().parse_args(["--preset", "sweep", "--elements", "2K"])).sizes == (2048,)
     latency = config_from_args(build_parser().parse_args(["--preset", "latency"]))
     assert latency.sizes == (1024,) and latency.shape == LinkShape(100.0, 100.0, None)
 

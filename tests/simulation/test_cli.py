@@ -35,7 +35,7 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
             "--gpus",
             "8,16",
             "--sizes",
-            "4K,1M",
+            "4KiB,1MiB",
             "--methods",
             "ring,tree,inc-int8,adaptive",
             "--no-validate",
@@ -55,6 +55,24 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
     s = json.loads((folder / "summary.json").read_text())
     assert s["max_gpus"] == 16 and s["validation"] == {}
     assert "inc-int8" in capsys.readouterr().out
+
+
+@needs_simgrid
+def test_sizes_say_their_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """Bytes (64KiB) or float32 elements (16Ki-elem, or --elements 16K); a bare 4K (bytes here, elements in
+    emulate) is refused in one line, as are sizes for a sweep that has its own."""
+    base = ["--topology", "clos:radix=16", "--gpus", "16", "--methods", "ring", "--no-validate", "--no-progress"]
+    assert main([*base, "--sizes", "4K", "--out", str(tmp_path / "a")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "p4ina simulate: error: size '4K' has no unit (bytes or float32 elements?): write 4KiB or 4Ki-elem"
+    ]
+    assert not (tmp_path / "a").exists()  # refused before anything ran
+    assert main(["--sizes", "4KiB", "--no-validate", "--out", str(tmp_path / "b")]) == 1
+    assert "give --topology too" in capsys.readouterr().err
+    for i, sizes in enumerate((["--sizes", "16KiB,1Ki-elem"], ["--elements", "4K,1024"])):
+        assert main([*base, *sizes, "--out", str(tmp_path / f"c{i}")]) == 0
+        rows = list(csv.DictReader((_folder(tmp_path / f"c{i}") / "raw.csv").open()))
+        assert sorted(int(r["size"]) for r in rows) == [4096, 16384], sizes  # bytes per GPU
 
 
 def test_summary_carries_the_validation_figures_and_the_largest_job():
@@ -83,7 +101,7 @@ def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(
         "--methods",
         "inc-int32",
         "--sizes",
-        "8",
+        "8B",
         "--no-validate",
         "--no-progress",
         "--json",
