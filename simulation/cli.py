@@ -31,6 +31,7 @@ from simulation.model import Outcome, Scenario, ScenarioError
 from simulation.params import PRESETS, ParamError, get_preset
 from simulation.placement import POLICIES, PlacementError
 from simulation.report import write_folder
+from simulation.topologies import canonical_spec
 from simulation.trees import TreeError
 
 LOG = logging.getLogger("simulation")
@@ -93,8 +94,9 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     ap.add_argument(
         "--topology",
         type=_list(str),
-        help="topologies, comma-separated: fat-tree:K, leaf-spine:LxSxH, a JSON, "
-        "fattree[:radix=R,tiers=T,oversub=O], rail[:...], dragonfly+[:radix=R]",
+        help="topologies, comma-separated: the controller's fat-tree:K, leaf-spine:LxSxH or a JSON (the "
+        "emulation's); clos[:radix=R,tiers=T,oversub=O] (a fat-tree sized to the GPUs; 'fattree' is deprecated), "
+        "rail[:...], dragonfly+[:radix=R]",
     )
     ap.add_argument(
         "--gpus", type=_list(int), help="GPUs per job, comma-separated (default: all hosts of a controller topology)"
@@ -185,6 +187,19 @@ def _sizes(args: argparse.Namespace) -> tuple[int, ...]:
     return DEFAULT_SIZES
 
 
+def _spellings(args: argparse.Namespace) -> None:
+    """Every --topology in its one spelling; one deprecation line for each old one (e.g. fattree -> clos)."""
+    if args.topology is None:
+        return
+    canon = []
+    for spec in args.topology:
+        new, deprecated = canonical_spec(spec)
+        if deprecated:
+            print(f"p4ina simulate: warning: {deprecated}", file=sys.stderr)
+        canon.append(new)
+    args.topology = tuple(canon)
+
+
 def _scenarios(args: argparse.Namespace) -> list[Scenario]:
     if args.topology is None:
         return sweep.quick_sweep() if args.sweep == "quick" else sweep.default_sweep()
@@ -215,6 +230,9 @@ def _scenarios(args: argparse.Namespace) -> list[Scenario]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     calib = fit(args.calibrate)
+    if args.json:  # the text says it in its first lines
+        for warning in calib.warnings:
+            print(f"p4ina simulate: warning: {warning}", file=sys.stderr)
     if args.check:
         check(calib, args.check)
     out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_simulate-calibration{'_' + args.name if args.name else ''}"
@@ -241,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
             "--sizes/--elements set the sizes of a --topology grid; the default and quick sweeps have their own "
             "per study: give --topology too"
         )
+    _spellings(args)
     t0 = time.perf_counter()
     label = "_".join(filter(None, ["simulate", args.sweep or ("custom" if args.topology else "default"), args.name]))
     out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_{label}"
@@ -289,9 +308,11 @@ def run(args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
+                    "presets": summary["presets"],
                     "validation": {k: v for k, v in summary["validation"].items() if k != "details"},
                     "max_gpus": summary["max_gpus"],
                     "findings": summary["findings"],
+                    "notes": summary["notes"],
                 },
                 indent=1,
             )
@@ -311,8 +332,15 @@ def run(args: argparse.Namespace) -> int:
                 f"SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
                 f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)"
             )
+        na = summary["findings"].get("not_applicable", {})
+        if na:
+            print("not in this run's findings: " + "; ".join(f"{what}: {why}" for what, why in na.items()))
     sizes = ", ".join(human_bytes(s) for s in args.sizes) + " per GPU" if args.topology else "per study"
-    print(f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {sizes})")
+    presets = "; ".join(p["label"] for p in summary["presets"]) or "-"
+    print(
+        f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {sizes}; "
+        f"presets {presets})"
+    )
     return 0
 
 
