@@ -19,6 +19,7 @@ from controller.fattree import SUPPORTED_K
 from controller.topology import Topology, TopologyError
 from controller.topospec import load_topology
 from emulation.nodes import BACKENDS, backend_missing, default_backend
+from hosts import sizes
 from hosts.methods import METHODS
 
 LOG = logging.getLogger(__name__)
@@ -29,13 +30,9 @@ class CommandError(Exception):
 
 
 def parse_size(text: str) -> int:
-    """'1K' -> 1024, '256k' -> 262144, '1M' -> 1048576, '1000' -> 1000."""
-    t = text.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20}.get(t[-1:], 1)
-    digits = t[:-1] if mult > 1 else t
-    if not digits.isdigit() or int(digits) < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not a positive number of elements (e.g. 1024, 16K, 1M)")
-    return int(digits) * mult
+    """A size with its unit -> float32 elements: '16Ki-elem' -> 16384, '64KiB' -> 16384 (hosts.sizes: a bare
+    '16K' or '1024' is refused, bytes or elements?)."""
+    return sizes.elements_of(text)
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -45,8 +42,39 @@ def int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from ex
 
 
-def size_list(text: str) -> tuple[int, ...]:
-    return tuple(parse_size(x) for x in text.split(",") if x.strip())
+def words(text: str) -> tuple[str, ...]:
+    """'a, b,c' -> ('a', 'b', 'c'): a list read as text, converted (and refused in one line) after parsing."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+SIZES_HELP = (
+    "with their unit: bytes (64KiB, 4MiB) or float32 elements (16Ki-elem, 1Mi-elem); a bare 16K or 1024 is "
+    "refused (bytes or elements?)"
+)
+
+
+def add_size_options(ap: argparse.ArgumentParser, what: str) -> None:
+    """--sizes (explicit units) and --elements (bare counts of float32 elements), one or the other."""
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument(
+        "--sizes", type=words, default=None, help=f"all-reduce sizes, comma-separated, {SIZES_HELP}; {what}"
+    )
+    group.add_argument(
+        "--elements",
+        type=words,
+        default=None,
+        help="all-reduce sizes as float32 element counts, comma-separated, K/M = 2^10/2^20 (1K,16K,128K), "
+        "instead of --sizes",
+    )
+
+
+def sizes_of(args: argparse.Namespace) -> tuple[int, ...] | None:
+    """The --sizes or --elements given, in float32 elements (None: neither); sizes.SizeError names a bad one."""
+    if args.sizes is not None:
+        return tuple(parse_size(x) for x in args.sizes)
+    if args.elements is not None:
+        return tuple(sizes.parse_elements(x) for x in args.elements)
+    return None
 
 
 def method_list(text: str) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ DEFAULT_HOST_COUNTS = (4, 8, 16)
 # With the switches on the C engine (a few % of a core each at this rate), the 16 Python host agents are what
 # the two cores must keep up with: at 2 Mbit/s an int8 job's agents handle about 780 frames/s each, and the
 # points stay link-bound on an idle machine (at 10 Mbit/s the int32 job was 1.66x and int8 4.2x its wire bound,
-# all cores busy, the switches 5%). Long sweeps: --bw, --sizes (e.g. 1M) and the time they take.
+# all cores busy, the switches 5%). Long sweeps: --bw, --sizes (e.g. 1Mi-elem) and the time they take.
 DEFAULT_BW_MBPS = 2.0
 DEFAULT_REPS = 5
 RING_WINDOW = 64
@@ -61,7 +61,7 @@ PRESETS: dict[str, Preset] = {
     # The bandwidth preset with small sizes as well (about 9 minutes): the calibration input of `p4ina simulate
     # --calibrate` (tests/simulation/data/emulation-k4), where the small points fit the model's per-packet costs.
     "sweep": Preset(
-        "the bandwidth preset at 1K, 16K and 128K elements (the simulator's calibration input)",
+        "the bandwidth preset at 1Ki, 16Ki and 128Ki elements (the simulator's calibration input)",
         DEFAULT_HOST_COUNTS,
         DEFAULT_SIZES,
         ALL_METHODS,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 SHORT = {
@@ -33,3 +35,30 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def tick_number(v: float) -> str:
+    """A plain tick label: 1000 -> '1,000', 1.15 -> '1.15' (never '10^3' or '3x10^0')."""
+    return f"{v:,.0f}" if v >= 10 and v == round(v) else f"{v:.3g}"
+
+
+def plain_log(axis: Any, fmt: Callable[[float], str] = tick_number, ticks: Sequence[float] | None = None) -> None:
+    """Label a log axis with plain numbers: at `ticks` (e.g. the sizes measured), else at 1, 2, 5 times each power
+    of ten over a short range (1 over a long one); no minor-tick labels (matplotlib's '3x10^0')."""
+    from matplotlib import ticker
+
+    if ticks is not None:
+        axis.set_major_locator(ticker.FixedLocator(sorted(set(ticks))))
+    else:
+        lo, hi = sorted(axis.get_view_interval())
+        decades = math.log10(hi / lo) if lo > 0 and hi > 0 else 99.0
+        subs = (1.0, 2.0, 5.0) if decades <= 2.5 else (1.0,)
+        axis.set_major_locator(ticker.LogLocator(base=10, subs=subs, numticks=12))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: fmt(v)))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def legend_outside(ax: Any, **kw: Any) -> None:
+    """The legend to the right of the axes, where it covers no data."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **{"fontsize": 7, **kw})

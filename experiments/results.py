@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hosts.sizes import human_elements
+
 
 def jsonable(x: Any) -> Any:
     """NaN and inf become null, recursively (JSON has neither)."""
@@ -18,8 +20,5 @@ def jsonable(x: Any) -> Any:
 
 
 def human_size(n: int) -> str:
-    """1024 -> '1K', 131072 -> '128K', 1000 -> '1000'."""
-    for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div}{unit}"
-    return str(n)
+    """float32 elements: 1024 -> '1Ki', 131072 -> '128Ki', 1000 -> '1000' (Ki = 2^10, as --sizes spells them)."""
+    return human_elements(n)

@@ -28,7 +28,7 @@ from simulation.model import Evaluation, Scenario
 from simulation.params import NDR, Preset
 
 PUBLISHED = {8: {"rd": 6.01e-6, "inc-int32": 2.83e-6}, 4096: {"rd": 46.93e-6, "inc-int32": 14.48e-6}}
-TOPOLOGY = "fattree:radix=64,tiers=2"
+TOPOLOGY = "clos:radix=64,tiers=2"
 HOSTS = 128
 # parameter -> (method, size) whose published time it is fitted to
 FITTED = {"step_overhead": ("rd", 8), "switch_agg_latency": ("inc-int32", 8), "host_byte_cost": ("rd", 4096)}

@@ -441,6 +441,7 @@ class Calibration:
     held_out: list[dict[str, Any]] = field(
         default_factory=list
     )  # check(): folders predicted with these costs, not fitted
+    warnings: list[str] = field(default_factory=list)  # e.g. fewer points than free parameters
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -479,11 +480,15 @@ class Calibration:
             "table": self.table,
             "held_out": self.held_out,
             "held_out_max_rel_error": self.held_out_max_rel_error if self.held_out else None,  # JSON has no NaN
+            "free_parameters": len(self.fitted),
+            "points": len(self.table),
+            "warnings": self.warnings,
             "preset": self.preset.to_dict(),
         }
 
     def text(self) -> str:
-        lines = [f"calibration against {r.folder} ({r.topology}, {r.links})" for r in self.results]
+        lines = [f"warning: {w}" for w in self.warnings]
+        lines += [f"calibration against {r.folder} ({r.topology}, {r.links})" for r in self.results]
         lines += [
             "fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in self.fitted.items()),
             f"{'method':<10} {'hosts':>5} {'elements':>9} {'links':>18} {'bound':>11} {'emulation ms':>13}"
@@ -640,4 +645,15 @@ def fit(
     preset = costs.with_(start_cost=costs.start_cost + wake, finish_skew_ratio=0.0)
     table = _table(points, pred)
     LOG.info("calibration: max error %.1f%% over %d points", max(abs(r["rel_error"]) for r in table) * 100, len(table))
-    return Calibration(results, preset, fitted, table)
+    return Calibration(results, preset, fitted, table, warnings=underdetermined(len(names), len(points)))
+
+
+def underdetermined(params: int, points: int) -> list[str]:
+    """The warning for a fit of more free parameters than measured points (empty when there are enough)."""
+    if points >= params:
+        return []
+    return [
+        f"under-determined fit: {params} free parameters fitted to {points} points; the costs are not "
+        "identified by these runs (many sets fit them equally well) and the error table cannot show it: "
+        "fit more points (more host counts, sizes or methods, or several results folders together)"
+    ]

@@ -21,6 +21,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
+from hosts.sizes import ELEMENT_BYTES, SizeError, human_bytes, parse_bytes, parse_elements
 from simulation import sweep
 from simulation.calibrate import CalibrationError, check, fit
 from simulation.engine import EngineError
@@ -29,23 +30,24 @@ from simulation.methods import METHODS, MethodError
 from simulation.model import Outcome, Scenario, ScenarioError
 from simulation.params import PRESETS, ParamError, get_preset
 from simulation.placement import POLICIES, PlacementError
-from simulation.report import human_bytes, write_folder
-from simulation.topologies import controller_topology, parse_scale_spec
+from simulation.report import write_folder
+from simulation.topologies import canonical_spec, controller_topology, parse_scale_spec
 from simulation.trees import TreeError
 
 LOG = logging.getLogger("simulation")
 
-ERRORS = (ScenarioError, FabricError, ParamError, PlacementError, MethodError, TreeError, CalibrationError, EngineError)
-
-
-def parse_bytes(text: str) -> int:
-    """'8', '4K', '256M', '1G' (binary multiples) -> bytes."""
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-    digits = t[:-1] if mult > 1 else t
-    if not digits.isdigit() or int(digits) < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not a positive number of bytes (e.g. 8, 4K, 256M, 1G)")
-    return int(digits) * mult
+DEFAULT_SIZES = (64 << 10, 1 << 20, 256 << 20)  # bytes
+ERRORS = (
+    SizeError,
+    ScenarioError,
+    FabricError,
+    ParamError,
+    PlacementError,
+    MethodError,
+    TreeError,
+    CalibrationError,
+    EngineError,
+)
 
 
 def _list(conv: Any) -> Any:
@@ -92,17 +94,28 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     ap.add_argument(
         "--topology",
         type=_list(str),
-        help="topologies, comma-separated: fat-tree:K, leaf-spine:LxSxH, a JSON, "
-        "fattree[:radix=R,tiers=T,oversub=O], rail[:...], dragonfly+[:radix=R]",
+        help="topologies, comma-separated: the controller's fat-tree:K, leaf-spine:LxSxH or a JSON (the "
+        "emulation's); clos[:radix=R,tiers=T,oversub=O] (a fat-tree sized to the GPUs; 'fattree' is deprecated), "
+        "rail[:...], dragonfly+[:radix=R]",
     )
     ap.add_argument(
         "--gpus", type=_list(int), help="GPUs per job, comma-separated (default: all hosts of a controller topology)"
     )
-    ap.add_argument(
+    units = ap.add_mutually_exclusive_group()
+    units.add_argument(
         "--sizes",
-        type=_list(parse_bytes),
-        default=(64 << 10, 1 << 20, 256 << 20),
-        help="all-reduce sizes in bytes (K/M/G), default 64K,1M,256M",
+        type=_list(str),
+        default=None,
+        help="all-reduce sizes per GPU, comma-separated, with their unit: bytes (64KiB, 4MiB, 1GiB) or float32 "
+        "elements (16Ki-elem, 1Mi-elem); a bare 4K or 1024 is refused (bytes or elements?); default "
+        + ",".join(human_bytes(s).replace(" ", "") for s in DEFAULT_SIZES),
+    )
+    units.add_argument(
+        "--elements",
+        type=_list(str),
+        default=None,
+        help="all-reduce sizes as float32 element counts, comma-separated, K/M/G = 2^10/2^20/2^30 (16K,1M), "
+        "instead of --sizes",
     )
     ap.add_argument(
         "--methods",
@@ -165,6 +178,28 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     return ap
 
 
+def _sizes(args: argparse.Namespace) -> tuple[int, ...]:
+    """--sizes (explicit units) or --elements (float32 counts) -> bytes per GPU; hosts.sizes refuses a bare 4K."""
+    if args.elements is not None:
+        return tuple(parse_elements(x) * ELEMENT_BYTES for x in args.elements)
+    if args.sizes is not None:
+        return tuple(parse_bytes(x) for x in args.sizes)
+    return DEFAULT_SIZES
+
+
+def _spellings(args: argparse.Namespace) -> None:
+    """Every --topology in its one spelling; one deprecation line for each old one (e.g. fattree -> clos)."""
+    if args.topology is None:
+        return
+    canon = []
+    for spec in args.topology:
+        new, deprecated = canonical_spec(spec)
+        if deprecated:
+            print(f"p4ina simulate: warning: {deprecated}", file=sys.stderr)
+        canon.append(new)
+    args.topology = tuple(canon)
+
+
 def _scenarios(args: argparse.Namespace) -> list[Scenario]:
     if args.topology is None:
         return sweep.quick_sweep() if args.sweep == "quick" else sweep.default_sweep()
@@ -195,6 +230,9 @@ def _scenarios(args: argparse.Namespace) -> list[Scenario]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     calib = fit(args.calibrate)
+    if args.json:  # the text says it in its first lines
+        for warning in calib.warnings:
+            print(f"p4ina simulate: warning: {warning}", file=sys.stderr)
     if args.check:
         check(calib, args.check)
     out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_simulate-calibration{'_' + args.name if args.name else ''}"
@@ -210,11 +248,22 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def check_inputs(args: argparse.Namespace) -> None:
-    """Every value of the command line that can be checked before anything runs or is written: the topologies (a
-    controller topology completely, as controller.topospec checks it), the GPU counts they can hold, the
-    scenarios and their presets. Raises one of ERRORS, naming the value."""
+    """Every value of the command line that can be checked before anything runs or is written: the sizes and
+    their units (converted to bytes here), the topologies in their one spelling (a controller topology
+    completely, as controller.topospec checks it), the GPU counts they can hold, the scenarios and their
+    presets. Raises one of ERRORS, naming the value."""
     if args.check and not args.calibrate:
         raise CalibrationError("--check predicts results folders with the costs --calibrate fits: give --calibrate too")
+    if args.calibrate:
+        return
+    given = args.sizes is not None or args.elements is not None
+    args.sizes = _sizes(args)  # bytes from here on (config.json's args record them so)
+    if given and args.topology is None:
+        raise ScenarioError(
+            "--sizes/--elements set the sizes of a --topology grid; the default and quick sweeps have their own "
+            "per study: give --topology too"
+        )
+    _spellings(args)
     for spec in args.topology or ():
         topo = controller_topology(spec)
         if topo is None:
@@ -278,9 +327,11 @@ def run(args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
+                    "presets": summary["presets"],
                     "validation": {k: v for k, v in summary["validation"].items() if k != "details"},
                     "max_gpus": summary["max_gpus"],
                     "findings": summary["findings"],
+                    "notes": summary["notes"],
                 },
                 indent=1,
             )
@@ -300,8 +351,15 @@ def run(args: argparse.Namespace) -> int:
                 f"SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
                 f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)"
             )
-    sizes = ", ".join(human_bytes(s) for s in args.sizes) if args.topology else "per study"
-    print(f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {sizes})")
+        na = summary["findings"].get("not_applicable", {})
+        if na:
+            print("not in this run's findings: " + "; ".join(f"{what}: {why}" for what, why in na.items()))
+    sizes = ", ".join(human_bytes(s) for s in args.sizes) + " per GPU" if args.topology else "per study"
+    presets = "; ".join(p["label"] for p in summary["presets"]) or "-"
+    print(
+        f"\nresults: {out}  ({duration:.0f} s; largest job {summary['max_gpus']} GPUs; sizes {sizes}; "
+        f"presets {presets})"
+    )
     return 0
 
 

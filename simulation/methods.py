@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -514,7 +515,14 @@ class TreeMeasure:
         return min(self.rate_host_up, self.rate_switch_up)
 
 
-def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames, m: TreeMeasure) -> float:
+def inc_phase_time(
+    p: Preset,
+    tree: AggTree,
+    elements: float,
+    frames: IncFrames,
+    m: TreeMeasure,
+    why: dict[str, Any] | None = None,
+) -> float:
     """One in-network all-reduce (wire format v2.1): every slot's exponent round, then its data rounds.
 
     The job's window (`tree.window` slots) holds that many packets in flight.  Each slot opens with one
@@ -532,6 +540,10 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
 
     On shaped links the token bucket's credit (its burst and the frame that empties it) lets the first bytes of
     the bottleneck pass at once.
+
+    `why`, when given, receives what set the time: `limit` ("window": the busiest slot's round trips;
+    "link:host-up", "link:switch-up", "link:down": that kind of link's bytes; "hosts", "switch",
+    "emulator": their per-packet work), the data `rounds` and the data round trip `rtt_s`.
     """
     if elements <= 0:
         return 0.0
@@ -596,7 +608,8 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
         "switch": (cpu["switch"], min(switch_d, hops_d)),
         "emulator": (cpu["emulator"], 0.0),
     }
-    resources, counted = max(work.values())
+    key = max(work, key=work.__getitem__)
+    resources, counted = work[key]
     if slots:
         # no data packet leaves before its slot's exponent round is back: the data alone, on the resource
         # that binds it (the busiest link on what is left of its credit), after the first exponent round trip
@@ -610,12 +623,29 @@ def inc_phase_time(p: Preset, tree: AggTree, elements: float, frames: IncFrames,
             "switch": (packets * switch_d, min(switch_d, hops_d)),
             "emulator": (packets * emu_d, 0.0),
         }
-        d_work, d_counted = max(data.values())
+        d_key = max(data, key=data.__getitem__)
+        d_work, d_counted = data[d_key]
         if rtt_e + d_work - d_counted > resources - counted:
-            resources, counted = rtt_e + d_work, d_counted
+            resources, counted, key = rtt_e + d_work, d_counted, d_key
     # the window: every round of the busiest slot is a round trip (its packets at the period; the first
     # ones on the bottleneck's credit)
     lead = max((last - 1) * period_d - credit, (last - 1) * max(host_d, switch_d, emu_d), 0.0)
     chain = (rtt_e if slots else 0.0) + (rounds - 1) * max(rtt_d, w * period_d) + rtt_d + lead
     # the last packet, once through the bottleneck, still has the rest of its round trip to go
-    return p.step_overhead + max(chain, resources + rtt_d - counted)
+    paced = resources + rtt_d - counted
+    if why is not None:
+        # of link kinds that tie (int32 lanes: the same frames up from hosts and switches), the partial sums'
+        def link_of(load: dict[str, float]) -> str:
+            top = max(load.values())
+            return "link:" + next(k for k in ("switch-up", "down", "host-up") if load.get(k, -1.0) >= top * 0.999)
+
+        if chain < paced:
+            limit = link_of(busy) if key == "link" else key
+        elif rtt_d >= w * period_d:
+            limit = "window"  # round trips: the window's packets leave faster than one comes back
+        else:  # the window's packets at the period: its slowest part
+            cpu_d = {"hosts": host_d, "switch": switch_d, "emulator": emu_d}
+            top_cpu = max(cpu_d, key=cpu_d.__getitem__)
+            limit = top_cpu if cpu_d[top_cpu] > max(links_d.values()) else link_of(links_d)
+        why.update(limit=limit, rounds=rounds, rtt_s=rtt_d)
+    return p.step_overhead + max(chain, paced)

@@ -50,6 +50,13 @@ from simulation.trees import AggTree, assign_windows, plan_trees
 LOG = logging.getLogger(__name__)
 
 
+# Methods that differ only in what they put on the wire: when two of them take the same time (within
+# EQUAL_TIMES), something other than the bytes set it, and the report says what (Evaluation.equal_times).
+WIRE_VARIANTS = (("inc-int32", "inc-int16", "inc-int8"), ("ring", "ring-bf16"))
+EQUAL_TIMES = 0.01
+ELEMENT = 4  # bytes of one float32: an all-reduce whose time is all fixed costs
+
+
 class ScenarioError(ValueError):
     """A scenario that cannot be simulated; the message names the field."""
 
@@ -127,6 +134,8 @@ class Outcome:
     trees: list[dict[str, Any]] = field(default_factory=list)
     flowsets: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
+    # methods that move different bytes but take the same time (Evaluation.equal_times): what set it instead
+    notes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _fail(fabric: Fabric, specs: Sequence[str], jobs: Sequence[Job], preset: Preset) -> Fabric:
@@ -213,6 +222,7 @@ class Evaluation:
         self.plans: list[Plan] = []
         self.flowsets: dict[str, FlowSet] = {}
         self._edges: dict[tuple[str, tuple[int, int]], Edges] = {}
+        self._measures: dict[tuple[str, tuple[int, int], tuple[int, int] | None], TreeMeasure] = {}
 
     def _plan_trees(self) -> None:
         s, p = self.scenario, self.preset
@@ -278,23 +288,37 @@ class Evaluation:
             )
         return self._edges[key]
 
-    def phase_time(self, method: str, ph: Phase, size: int, first: bool = False, credit: float = 0.0) -> float:
-        p = self.preset
-        data = size * ph.share
-        if ph.kind == "inc":
+    def _measure(self, ph: Phase) -> TreeMeasure:
+        """An in-network phase's tree, measured once (it does not depend on the size)."""
+        key = (ph.flowset, ph.flows, ph.down)
+        if key not in self._measures:
             assert ph.down is not None and ph.tree is not None
             fs = self.flowsets[ph.flowset]
             assert fs.rates is not None
-            m = _tree_measure(
+            self._measures[key] = _tree_measure(
                 self.fabric,
                 ph.tree,
                 fs.rates[ph.flows[0] : ph.flows[1]],
                 fs.rates[ph.down[0] : ph.down[1]],
                 ph.tree.edges(),
             )
-            return inc_phase_time(
-                p, ph.tree, data / 4, IncFrames.of(LANES[method], len(ph.tree.gpus), ph.tree.balanced), m
-            )
+        return self._measures[key]
+
+    def phase_time(
+        self,
+        method: str,
+        ph: Phase,
+        size: int,
+        first: bool = False,
+        credit: float = 0.0,
+        why: dict[str, Any] | None = None,
+    ) -> float:
+        p = self.preset
+        data = size * ph.share
+        if ph.kind == "inc":
+            assert ph.tree is not None
+            frames = IncFrames.of(LANES[method], len(ph.tree.gpus), ph.tree.balanced)
+            return inc_phase_time(p, ph.tree, data / 4, frames, self._measure(ph), why)
         if ph.kind == "pipe":
             return self._pipe_time(ph, size, first)
         if ph.kind == "tree":
@@ -423,6 +447,98 @@ class Evaluation:
                 out.append(row)
         return out
 
+    def equal_times(self, rows: Sequence[Row]) -> list[dict[str, Any]]:
+        """Methods that put different bytes on the wire (inc-int32/16/8; ring and ring-bf16) but take the same time
+        (within EQUAL_TIMES) for the first job: which they are, and what set their time instead of the bytes."""
+        t = {(r.method, r.size): r.time_s for r in rows if r.job == 0}
+        plans = {pl.method: pl for pl in self.plans if pl.job.index == 0}
+        out: list[dict[str, Any]] = []
+        for group in WIRE_VARIANTS:
+            present = [m for m in group if m in plans]
+            for size in self.scenario.sizes:
+                timed = sorted((t[(m, size)], m) for m in present if (m, size) in t)
+                clusters: list[list[tuple[float, str]]] = []
+                for tm in timed:
+                    if clusters and tm[0] <= clusters[-1][0][0] * (1 + EQUAL_TIMES):
+                        clusters[-1].append(tm)
+                    else:
+                        clusters.append([tm])
+                for c in clusters:
+                    if len(c) > 1:
+                        methods = [m for m in group if m in {x[1] for x in c}]
+                        out.append(self._why_equal(methods, size, {m: tm for tm, m in c}, plans))
+        return out
+
+    def _why_equal(
+        self, methods: Sequence[str], size: int, times: dict[str, float], plans: dict[str, Plan]
+    ) -> dict[str, Any]:
+        note: dict[str, Any] = {
+            "label": self.scenario.label,
+            "topology": self.scenario.topology,
+            "gpus": plans[methods[0]].n,
+            "size": size,
+            "methods": list(methods),
+            "times_s": [times[m] for m in methods],
+        }
+        if methods[0] in LANES:  # in-network: what inc_phase_time says bound each
+            limits, frames = {}, {}
+            for m in methods:
+                ph = next(x for x in plans[m].phases if x.kind == "inc")
+                assert ph.tree is not None
+                why: dict[str, Any] = {}
+                self.phase_time(m, ph, size, why=why)
+                limits[m] = why
+                frames[m] = IncFrames.of(LANES[m], len(ph.tree.gpus), ph.tree.balanced)
+            note["host_frame_bytes"] = [frames[m].host_up for m in methods]
+            kinds = {w["limit"] for w in limits.values()}
+            limit = kinds.pop() if len(kinds) == 1 else "mixed"
+            note["limit"] = limit
+            first = frames[methods[0]]
+            if limit == "link:switch-up" and len({frames[m].switch_up for m in methods}) == 1:
+                tree = next(x for x in plans[methods[0]].phases if x.kind == "inc").tree
+                assert tree is not None
+                shape = (
+                    "the job's tree is unbalanced (its members are not all at one depth), so its partial sums "
+                    "cannot be shifted level by level and stay as wide as the sum of "
+                    f"{len(tree.gpus)} contributions needs"
+                    if not tree.balanced
+                    else "their partial sums are as wide"
+                )
+                note["why"] = (
+                    "the busiest links are between switches, where every one of them sends "
+                    f"{first.partial} partial sums in {first.switch_up}-byte frames: {shape}"
+                )
+            elif limit in ("hosts", "switch", "emulator"):
+                who = {"hosts": "the hosts'", "switch": "the busiest switch's", "emulator": "the emulator's shared"}
+                note["why"] = (
+                    f"{who[limit]} per-packet work sets the pace, and every lane width sends the same packets "
+                    f"({agg_elements()} elements each)"
+                )
+            elif limit == "window":
+                w = limits[methods[0]]
+                note["why"] = (
+                    f"the window's round trips set the time ({w['rounds']} data round(s) of "
+                    f"{w['rtt_s'] * 1e6:.3g} us), not the bytes"
+                )
+            else:
+                note["why"] = "the bytes are not what binds: " + ", ".join(
+                    f"{m} is bound by {limits[m]['limit']}" for m in methods
+                )
+            return note
+        # host methods: how much of the time does not depend on the bytes (the same all-reduce of one element)
+        fixed = {m: self.times(plans[m], ELEMENT) for m in methods}
+        share = min(fixed[m] / times[m] for m in methods)
+        steps = sum(ph.steps for ph in plans[methods[0]].phases if ph.kind == "ring")
+        note["host_frame_bytes"] = [None for _ in methods]
+        note["limit"] = "latency" if share >= 0.9 else "other"
+        note["why"] = (
+            f"per-step latency sets the time: {steps} dependent steps take {fixed[methods[0]] * 1e3:.3g} ms for a "
+            f"single element ({share * 100:.0f}% of it), the same for every data type"
+            if share >= 0.9
+            else f"the bytes are not what binds ({share * 100:.0f}% of the time is there for a single element)"
+        )
+        return note
+
     def _row(self, method: str, job: int, n: int, size: int, t: float, fails: str) -> Row:
         s = self.scenario
         algbw = size / t if t > 0 else math.inf
@@ -465,4 +581,5 @@ def evaluate(scenario: Scenario, engine: Engine | None = None, preset: Preset | 
         for t in ts[:4]
     ]
     stats = {k: fs.stats for k, fs in ev.flowsets.items()}
-    return Outcome(scenario, rows, ev.fabric.describe(), ev.skipped, trees, stats, time.perf_counter() - t0)
+    notes = ev.equal_times(rows)
+    return Outcome(scenario, rows, ev.fabric.describe(), ev.skipped, trees, stats, time.perf_counter() - t0, notes)

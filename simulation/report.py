@@ -22,7 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from simulation.model import Outcome, Row
+from hosts.sizes import human_bytes
+from simulation.model import EQUAL_TIMES, Outcome, Row
+from simulation.params import Preset, get_preset
 
 LOG = logging.getLogger(__name__)
 
@@ -42,15 +44,7 @@ STYLE = {  # method -> (colour, marker, line style)
     "hier-inc": ("navy", "*", "-"),
     "adaptive": ("black", "", ":"),
 }
-TOPO_STYLE = {"fattree": "-", "rail": "--", "dragonfly+": ":"}
-
-
-def human_bytes(n: float) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div:
-            v = n / div
-            return f"{v:g} {unit}" if v == int(v) else f"{v:.1f} {unit}"
-    return f"{int(n)} B"
+TOPO_STYLE = {"clos": "-", "rail": "--", "dragonfly+": ":"}
 
 
 def environment() -> dict[str, Any]:
@@ -136,12 +130,57 @@ def _mean_over_jobs(rows: Iterable[Row]) -> dict[tuple, tuple[float, float]]:
     return {k: (statistics.fmean(x.time_s for x in v), statistics.fmean(x.busbw for x in v)) for k, v in acc.items()}
 
 
+# -- studies ------------------------------------------------------------------------------------------------------
+# A custom run (--topology ...) is labelled "custom"; its rows count for the studies whose question they answer:
+# one job, contiguous, no load, no failure is a scaling point; a grid with both placements a placement study;
+# failures have a healthy twin only when the grid has one.
+def _alone(r: Row) -> bool:
+    return r.jobs == 1 and r.placement == "contiguous" and r.background == 0 and not r.failures
+
+
+def scaling_rows(rows: Iterable[Row]) -> list[Row]:
+    return [r for r in rows if r.label == "scaling" or (r.label == "custom" and _alone(r))]
+
+
+def placement_rows(rows: Iterable[Row]) -> list[Row]:
+    custom = [r for r in rows if r.label == "custom" and not r.failures]
+    both = {r.placement for r in custom} >= {"contiguous", "scattered"}
+    return [r for r in rows if r.label == "placement"] + (custom if both else [])
+
+
+def failure_rows(rows: Iterable[Row]) -> list[Row]:
+    return [r for r in rows if r.label in ("failure", "custom")]
+
+
+def not_applicable(rows: Sequence[Row]) -> dict[str, str]:
+    """Per finding a custom run cannot make, why (and which options would); empty for the sweeps' own studies."""
+    custom = [r for r in rows if r.label == "custom"]
+    if not custom:
+        return {}
+    out: dict[str, str] = {}
+    if not scaling_rows(custom):
+        out["scaling"] = "no point with one job, contiguous, no background load and no failure"
+    elif "ring" not in {r.method for r in custom}:
+        out["speedup_over_ring"] = "ring is not among --methods"
+    if not placement_rows(custom):
+        out["placement"] = (
+            "the grid has one placement; give --placement contiguous,scattered (and --jobs N) to compare them"
+        )
+    if not any(r.failures for r in custom):
+        out["failure"] = "no --fail given"
+    elif not any(not r.failures for r in custom):
+        out["failure"] = "every point of the grid has the --fail failures: no healthy twin to compare with"
+    out["emulation"] = "the emulation's own sweep runs only in the default and quick sweeps"
+    return out
+
+
 # -- findings ----------------------------------------------------------------------------------------------------
 def findings(rows: Sequence[Row]) -> dict[str, Any]:
-    """Per study, the numbers docs/simulation.md quotes: largest scale, placement ratios, failures, emulation."""
-    agg = _mean_over_jobs(rows)
+    """Per study, the numbers docs/simulation.md quotes: largest scale, placement ratios, failures, emulation;
+    for a custom run, what of it applies, and under `not_applicable` why the rest does not."""
     out: dict[str, Any] = {}
-    scaling = [k for k in agg if k[0] == "scaling"]
+    agg = _mean_over_jobs(scaling_rows(rows))
+    scaling = list(agg)
     if scaling:
         top = max(k[2] for k in scaling)
         per: dict[str, Any] = {}
@@ -157,40 +196,133 @@ def findings(rows: Sequence[Row]) -> dict[str, Any]:
                 "speedup_over_ring": ring[0] / t if ring else None,
             }
         out["scaling"] = {"gpus": top, "topologies": per}
-    place = [k for k in agg if k[0] == "placement"]
+    place = _mean_over_jobs(placement_rows(rows))
     if place:
         res: dict[str, Any] = {}
         for k in place:
             _, topo, gpus, pl, bg, _, method, size = k
             if pl != "scattered":
                 continue
-            cont = agg.get((k[0], topo, gpus, "contiguous", bg, k[5], method, size))
+            cont = place.get((k[0], topo, gpus, "contiguous", bg, k[5], method, size))
             if cont:
                 res.setdefault(topo, {}).setdefault(f"background {bg:g}", {}).setdefault(method, {})[str(size)] = {
                     "contiguous_busbw": cont[1],
-                    "scattered_busbw": agg[k][1],
-                    "scattered_over_contiguous": agg[k][1] / cont[1],
+                    "scattered_busbw": place[k][1],
+                    "scattered_over_contiguous": place[k][1] / cont[1],
                 }
         out["placement"] = res
-    fails = [k for k in agg if k[0] == "failure" and k[5]]
-    if fails:
-        res = {}
-        for k in fails:
-            base = agg.get((*k[:5], "", *k[6:]))
-            if base:
-                res.setdefault(k[1], {}).setdefault(k[5], {}).setdefault(k[6], {})[str(k[7])] = {
-                    "time_s": agg[k][0],
-                    "healthy_time_s": base[0],
-                    "slowdown": agg[k][0] / base[0],
-                }
+    fail = _mean_over_jobs(failure_rows(rows))
+    fails = [k for k in fail if k[5]]
+    res = {}
+    for k in fails:
+        base = fail.get((*k[:5], "", *k[6:]))
+        if base:
+            res.setdefault(k[1], {}).setdefault(k[5], {}).setdefault(k[6], {})[str(k[7])] = {
+                "time_s": fail[k][0],
+                "healthy_time_s": base[0],
+                "slowdown": fail[k][0] / base[0],
+            }
+    if res:
         out["failure"] = res
-    emu = [k for k in agg if k[0] == "emulation"]
+    emu = [k for k in _mean_over_jobs(rows) if k[0] == "emulation"]
     if emu:
+        agg = _mean_over_jobs(r for r in rows if r.label == "emulation")
         res = {}
         for k in emu:
             res.setdefault(k[6], {}).setdefault(str(k[2]), {})[str(k[7] // 4)] = {"time_s": agg[k][0]}
         out["emulation"] = {"elements": res}
+    na = not_applicable(rows)
+    if na:
+        out["not_applicable"] = na
     return out
+
+
+# -- what was assumed: the presets and their links ------------------------------------------------------------------
+def rate_text(bytes_per_s: float) -> str:
+    """A link rate in bits per second, as links are quoted: 50e9 B/s -> '400 Gbit/s', 250e3 -> '2 Mbit/s'."""
+    bits = bytes_per_s * 8
+    for unit, div in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bits >= div:
+            return f"{bits / div:.4g} {unit}"
+    return f"{bits:.4g} bit/s"
+
+
+def _preset_of(spec: str, overrides: Sequence[tuple[str, float]]) -> Preset:
+    p = get_preset(spec)
+    return p.with_(**dict(overrides)) if overrides else p
+
+
+def preset_text(p: Preset) -> str:
+    """The links and latencies a preset assumes, in one line."""
+    links = f"links (each direction) NIC {rate_text(p.nic_bw)} per GPU, switch to switch {rate_text(p.fabric_bw)}"
+    if p.gpus_per_server > 1:
+        links += f", NVLink {p.nvlink_bw / 1e9:g} GB/s per GPU; {p.gpus_per_server} GPUs a server"
+    lat = f"{p.switch_latency * 1e6:.3g} us a switch, {p.cable_latency * 1e9:.3g} ns a cable"
+    if p.emulator_cores:
+        lat += f"; hosts and switches sharing {p.emulator_cores:g} cores"
+    return f"{links}; {lat}"
+
+
+def presets_used(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+    """Every preset the outcomes ran on (with --set's replacements), its links, and the studies that used it."""
+    out: dict[tuple[str, tuple[tuple[str, float], ...]], dict[str, Any]] = {}
+    for o in outcomes:
+        s = o.scenario
+        key = (s.preset, tuple(s.overrides))
+        if key not in out:
+            p = _preset_of(*key)
+            name = p.name if s.preset in (p.name,) else f"{p.name} (from {s.preset})"
+            set_ = ", ".join(f"{k}={v:g}" for k, v in s.overrides)
+            out[key] = {
+                "preset": s.preset,
+                "name": p.name,
+                "label": name + (f" with {set_}" if set_ else ""),
+                "description": p.description,
+                "overrides": dict(s.overrides),
+                "links": preset_text(p),
+                "nic_bit_s": p.nic_bw * 8,
+                "fabric_bit_s": p.fabric_bw * 8,
+                "nvlink_byte_s": p.nvlink_bw,
+                "gpus_per_server": p.gpus_per_server,
+                "switch_latency_s": p.switch_latency,
+                "cable_latency_s": p.cable_latency,
+                "used_by": {},
+            }
+        used = out[key]["used_by"].setdefault(s.label or "-", [])
+        if s.topology not in used:
+            used.append(s.topology)
+    return list(out.values())
+
+
+def _counts(values: Iterable[int]) -> str:
+    v = sorted(set(values))
+    return " and ".join(f"{g:,}" for g in v) if len(v) <= 2 else f"{v[0]:,} to {v[-1]:,}"
+
+
+def notes_of(outcomes: Sequence[Outcome]) -> list[str]:
+    """One line per (study, topology, methods, cause): methods that put different bytes on the wire but take the
+    same time, where (GPU counts and sizes), and what set their time instead (Evaluation.equal_times)."""
+    groups: dict[tuple[str, str, tuple[str, ...], str], list[dict[str, Any]]] = {}
+    for o in outcomes:
+        for n in o.notes:
+            groups.setdefault((n["label"], n["topology"], tuple(n["methods"]), n["limit"]), []).append(n)
+    lines = []
+    for (label, topo, methods, _limit), ns in groups.items():
+        last = max(ns, key=lambda n: (n["gpus"], n["size"]))
+        frames = last.get("host_frame_bytes") or []
+        if all(frames):
+            differ = f"though their frames on the hosts' links are {', '.join(map(str, frames))} bytes"
+        else:
+            differ = f"though {methods[-1]} puts about half the bytes on the wire"
+        at: dict[tuple[int, ...], list[int]] = {}  # GPU counts -> the sizes equal at all of them
+        for size in sorted({n["size"] for n in ns}):
+            at.setdefault(tuple(sorted({n["gpus"] for n in ns if n["size"] == size})), []).append(size)
+        where = "; ".join(f"{', '.join(map(human_bytes, sz))} at {_counts(g)} GPUs" for g, sz in at.items())
+        lines.append(
+            f"{label or '-'} on {topo} ({where}): {' = '.join(methods)} within {EQUAL_TIMES:.0%}, {differ}. "
+            f"Why: {last['why']} (at {last['gpus']:,} GPUs, {human_bytes(last['size'])})."
+        )
+    return lines
 
 
 def summary(
@@ -202,10 +334,13 @@ def summary(
     rows = all_rows(outcomes)
     max_gpus = max((r.gpus for r in rows), default=0)  # the largest job simulated
     return {
+        "presets": presets_used(outcomes),
+        "units": UNITS,
         "validation": {**validation, "max_gpus": max_gpus} if validation else {},
         "max_gpus": max_gpus,
         "duration_s": duration_s,
         "findings": findings(rows),
+        "notes": notes_of(outcomes),
         "calibration": dict(calibration) if calibration else None,
         "scenarios": [
             {
@@ -221,12 +356,22 @@ def summary(
     }
 
 
-def table(rows: Sequence[Row]) -> str:
-    """One line per (study, topology, GPUs, placement, background, failures, size): time of each method."""
+UNITS = {
+    "size": "bytes of float32 gradient per GPU (KiB, MiB, GiB: 2^10, 2^20, 2^30)",
+    "time_s": "seconds per all-reduce, from the first send to the last result; the mean over the jobs",
+    "algbw": "bytes/s: size / time",
+    "busbw": "bytes/s: algbw x 2(N-1)/N (nccl-tests' bus bandwidth)",
+    "background": "share of each GPU's NIC rate sent as background traffic",
+}
+
+
+def table(rows: Sequence[Row], presets: Sequence[Mapping[str, Any]] | None = None, notes: Sequence[str] = ()) -> str:
+    """The presets and links assumed, the units, then one line per (study, topology, GPUs, placement, background,
+    failures, size) with each method's time; then the notes on methods whose equal times need a reason."""
     agg = _mean_over_jobs(rows)
     methods = [m for m in STYLE if any(k[6] == m for k in agg)]
     keys = sorted({k[:6] + (k[7],) for k in agg}, key=lambda k: (k[0], k[1], k[2], k[3], k[4], k[5], k[6]))
-    head = ["study", "topology", "GPUs", "placement", "bg", "failure", "size"] + methods
+    head = ["study", "topology", "GPUs", "placement", "bg", "failure", "size/GPU"] + methods
     lines = [head]
     for k in keys:
         row = [k[0], k[1], str(k[2]), k[3], f"{k[4]:g}", k[5] or "-", human_bytes(k[6])]
@@ -235,7 +380,17 @@ def table(rows: Sequence[Row]) -> str:
             row.append("-" if v is None else _time(v[0]))
         lines.append(row)
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in lines)
+    out = []
+    for p in presets or ():
+        used = "; ".join(f"{study}: {', '.join(topos)}" for study, topos in p["used_by"].items())
+        out.append(f"preset {p['label']}: {p['links']} [{used}]")
+    out.append(
+        "size/GPU: bytes of float32 gradient per GPU (KiB = 2^10); method columns: time of one all-reduce "
+        "(us, ms, s; mean over the jobs); bg: background load, share of each NIC; -: not run or not applicable"
+    )
+    out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in lines]
+    out += [f"note: {n}" for n in notes]
+    return "\n".join(out)
 
 
 def _time(t: float) -> str:
@@ -258,6 +413,35 @@ def _pyplot() -> Any:
     return plt
 
 
+def tick_time(t: float) -> str:
+    """A time axis' tick label: 1e-05 -> '10 us', 0.002 -> '2 ms'."""
+    for unit, div in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if t >= div:
+            return f"{t / div:.3g} {unit}"
+    return f"{t * 1e9:.3g} ns"
+
+
+def tick_number(v: float) -> str:
+    """A plain tick label: 1000 -> '1,000', 0.5 -> '0.5' (never '10^3' or '3x10^0')."""
+    return f"{v:,.0f}" if v >= 1 and v == round(v) else f"{v:.3g}"
+
+
+def plain_log(axis: Any, fmt: Callable[[float], str] = tick_number, ticks: Sequence[float] | None = None) -> None:
+    """Label a log axis with plain numbers: at `ticks` (e.g. the GPU counts simulated), else at 1, 2, 5 times each
+    power of ten over a short range (1 over a long one); no minor-tick labels (matplotlib's '3x10^0')."""
+    from matplotlib import ticker
+
+    if ticks is not None:
+        axis.set_major_locator(ticker.FixedLocator(sorted(set(ticks))))
+    else:
+        lo, hi = sorted(axis.get_view_interval())
+        decades = math.log10(hi / lo) if lo > 0 and hi > 0 else 99.0
+        subs = (1.0, 2.0, 5.0) if decades <= 2.5 else (1.0,)
+        axis.set_major_locator(ticker.LogLocator(base=10, subs=subs, numticks=12))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: fmt(v)))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
 def _save(fig: Any, path: Path | None, layout: bool = True) -> None:
     if layout:
         fig.tight_layout()
@@ -271,7 +455,7 @@ def plot_scaling(
 ) -> Any:
     """Time (or speed-up over the ring) against GPU count: a column per topology, a row per message size."""
     plt = _pyplot()
-    agg = _mean_over_jobs(r for r in rows if r.label == "scaling")
+    agg = _mean_over_jobs(scaling_rows(rows))
     topos = sorted({k[1] for k in agg}, key=lambda t: list(TOPO_STYLE).index(_kind(t)) if _kind(t) in TOPO_STYLE else 9)
     all_sizes = sorted({k[7] for k in agg})
     sizes = [
@@ -310,16 +494,21 @@ def plot_scaling(
                 )
             ax.set_xscale("log")
             ax.set_yscale("log")
+            plain_log(ax.xaxis, ticks=[k[2] for k in agg if k[1] == topo])
+            ax.tick_params(axis="x", labelsize=7, labelrotation=45)
+            plain_log(ax.yaxis, tick_number if speedup else tick_time)
             ax.grid(True, which="both", alpha=0.3)
-            ax.set_title(f"{topo}, {human_bytes(size)}", fontsize=9)
+            ax.set_title(f"{topo}, {human_bytes(size)} per GPU", fontsize=9)
             if i == len(sizes) - 1:
                 ax.set_xlabel("GPUs in the job")
             if j == 0:
-                ax.set_ylabel("speed-up over ring" if speedup else "all-reduce time (s)")
+                ax.set_ylabel("speed-up over the ring (x)" if speedup else "time of one all-reduce")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     if handles:
-        fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 9), fontsize=8, bbox_to_anchor=(0.5, 1.0))
+        fig.legend(
+            handles, labels, loc="upper center", ncol=min(len(labels), 12), fontsize=8, bbox_to_anchor=(0.5, 1.0)
+        )
     _save(fig, path, layout=False)
     return fig
 
@@ -333,9 +522,9 @@ def plot_fabrics(
     """Left: bus bandwidth against GPU count per topology (fat-tree solid, rail dashed, Dragonfly+ dotted), one
     job placed contiguously.  Right: what scattered placement keeps of it, per topology (the placement study)."""
     plt = _pyplot()
-    agg = _mean_over_jobs(r for r in rows if r.label == "scaling")
-    place = _mean_over_jobs(r for r in rows if r.label == "placement" and r.background == 0)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1.4, 1]})
+    agg = _mean_over_jobs(scaling_rows(rows))
+    place = _mean_over_jobs(r for r in placement_rows(rows) if r.background == 0)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 6.4), gridspec_kw={"width_ratios": [1.4, 1]})
     sizes = sorted({k[7] for k in agg})
     if sizes:
         size = size if size in sizes else sizes[-2] if len(sizes) > 1 else sizes[-1]
@@ -355,14 +544,25 @@ def plot_fabrics(
                     )
         ax.set_xscale("log")
         ax.set_yscale("log")
+        plain_log(ax.xaxis, ticks=[k[2] for k in agg])
+        ax.tick_params(axis="x", labelsize=7, labelrotation=45)
+        plain_log(ax.yaxis)
         ax.set_xlabel("GPUs in the job")
         ax.set_ylabel("bus bandwidth (GB/s, nccl-tests' busbw)")
         ax.set_title(
-            f"one job, contiguous, {human_bytes(size)}: fat-tree (solid), rail (dashed), Dragonfly+ (dotted)",
+            f"one job, contiguous, {human_bytes(size)} per GPU: clos (solid), rail (dashed), Dragonfly+ (dotted)",
             fontsize=9,
         )
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, ncol=3)
+        if ax.get_legend_handles_labels()[0]:  # below the axes: inside, it covers the lines
+            ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    for panel, empty, why in (
+        (ax, not sizes, "no point with one job alone on the cluster\n(one job, contiguous, no load, no failure)"),
+        (bx, not place, "no placement study in this run\n(--placement contiguous,scattered --jobs N)"),
+    ):
+        if empty:  # say so, rather than an empty frame
+            panel.axis("off")
+            panel.text(0.5, 0.5, why, ha="center", va="center", fontsize=10, color="gray", transform=panel.transAxes)
     if place:
         psize = max(k[7] for k in place)
         topos = sorted({k[1] for k in place})
@@ -395,10 +595,10 @@ def plot_fabrics(
         bx.set_xticks(range(len(meths)))
         bx.set_xticklabels(meths, rotation=45, fontsize=8)
         bx.set_ylabel("scattered / contiguous bus bandwidth")
-        jobs = max(k for k in {r.jobs for r in rows if r.label == "placement"})
-        bx.set_title(f"{jobs} jobs sharing the cluster, {human_bytes(psize)} (dotted: half)", fontsize=9)
+        jobs = max(r.jobs for r in placement_rows(rows))
+        bx.set_title(f"{jobs} jobs sharing the cluster, {human_bytes(psize)} per GPU (dotted: half)", fontsize=9)
         bx.grid(True, axis="y", alpha=0.3)
-        bx.legend(fontsize=7)
+        bx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(3, len(topos)))
     _save(fig, path)
     return fig
 
@@ -406,7 +606,7 @@ def plot_fabrics(
 def plot_placement(rows: Sequence[Row], path: Path | None = None, size: int | None = None) -> Any:
     """Bus bandwidth per method, contiguous against scattered placement: a panel per topology and background load."""
     plt = _pyplot()
-    agg = _mean_over_jobs(r for r in rows if r.label == "placement")
+    agg = _mean_over_jobs(placement_rows(rows))
     if not agg:
         return None
     sizes = sorted({k[7] for k in agg})
@@ -442,12 +642,15 @@ def plot_placement(rows: Sequence[Row], path: Path | None = None, size: int | No
             ax.set_xticks(list(xs))
             ax.set_xticklabels(methods, rotation=45, fontsize=7)
             ax.set_yscale("log")
+            plain_log(ax.yaxis)
             ax.set_title(f"{topo}, background {bg:g}", fontsize=8)
             ax.grid(True, axis="y", alpha=0.3)
             if col == 0:
-                ax.set_ylabel(f"bus bandwidth per job (GB/s)\n{human_bytes(size)}", fontsize=8)
-    axes[0][0].legend(fontsize=7)
-    _save(fig, path)
+                ax.set_ylabel(f"bus bandwidth per job (GB/s)\n{human_bytes(size)} per GPU", fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.legend(handles, labels, loc="upper center", ncol=2, fontsize=8, bbox_to_anchor=(0.5, 1.0))  # above, not on bars
+    _save(fig, path, layout=False)
     return fig
 
 
@@ -457,6 +660,20 @@ PLOTS: dict[str, Callable[[Sequence[Row], Path | None], Any]] = {
     "fabrics.png": plot_fabrics,
     "placement.png": plot_placement,
 }
+
+
+def plot_applies(name: str, rows: Sequence[Row]) -> str | None:
+    """Why a plot of PLOTS cannot be drawn from these rows (None: it can)."""
+    scaling, placement = scaling_rows(rows), placement_rows(rows)
+    if name == "placement.png" and not placement:
+        return "no placement study (a custom run needs --placement contiguous,scattered)"
+    if name == "fabrics.png" and not (scaling or placement):
+        return "no point with one job alone on the cluster, and no placement study"
+    if name.startswith("scaling") and not scaling:
+        return "no point with one job, contiguous, no background load and no failure"
+    if name == "scaling_speedup.png" and not any(r.method == "ring" for r in scaling):
+        return "the speed-up is over the ring, which was not run"
+    return None
 
 
 def write_folder(
@@ -473,17 +690,22 @@ def write_folder(
     )
     rows = all_rows(outcomes)
     write_csv(rows, out / "raw.csv")
-    (out / "summary.json").write_text(
-        json.dumps(summary(outcomes, validation, duration_s, calibration), indent=1, default=_json_default) + "\n"
-    )
-    (out / "table.txt").write_text(table(rows) + "\n")
-    if rows:
-        for name, fn in PLOTS.items():
-            try:
-                if any(r.label == ("placement" if name.startswith("placement") else "scaling") for r in rows):
-                    fn(rows, out / name)
-            except Exception:  # a plot must never cost the raw data written above
-                LOG.exception("plot %s failed; the raw results are in %s", name, out)
+    summ = summary(outcomes, validation, duration_s, calibration)
+    (out / "table.txt").write_text(table(rows, summ["presets"], summ["notes"]) + "\n")
+    plots: dict[str, str] = {}
+    for name, fn in PLOTS.items() if rows else ():
+        why = plot_applies(name, rows)
+        if why:
+            plots[name] = f"not drawn: {why}"
+            continue
+        try:
+            fn(rows, out / name)
+            plots[name] = "drawn"
+        except Exception as ex:  # a plot must never cost the raw data written above
+            LOG.exception("plot %s failed; the raw results are in %s", name, out)
+            plots[name] = f"failed: {ex}"
+    summ["plots"] = plots
+    (out / "summary.json").write_text(json.dumps(summ, indent=1, default=_json_default) + "\n")
     return out
 
 

@@ -39,7 +39,7 @@ SCALE_METHODS = (
     "hier-inc",
     "adaptive",
 )
-SCALE_TOPOLOGIES = ("fattree:radix=128", "rail:radix=128", "dragonfly+:radix=128")
+SCALE_TOPOLOGIES = ("clos:radix=128", "rail:radix=128", "dragonfly+:radix=128")
 PLACEMENT_METHODS = ("ring", "ring-addr", "hier-rail", "tree", "inc-int32", "hier-inc")
 
 
@@ -58,7 +58,7 @@ def scaling(
 
 
 def placement(
-    topologies: Sequence[str] = ("fattree:radix=64", "fattree:radix=64,oversub=2", "dragonfly+:radix=64"),
+    topologies: Sequence[str] = ("clos:radix=64", "clos:radix=64,oversub=2", "dragonfly+:radix=64"),
     jobs: int = 8,
     job_gpus: int = 1024,
     backgrounds: Sequence[float] = (0.0, 0.5),
@@ -139,11 +139,11 @@ def quick_sweep(emulation_preset: str = "emulation") -> list[Scenario]:
     return (
         scaling(
             gpus=(16, 64, 256, 1024),
-            topologies=("fattree:radix=16", "rail:radix=16", "dragonfly+:radix=16"),
+            topologies=("clos:radix=16", "rail:radix=16", "dragonfly+:radix=16"),
             sizes=(64 * KIB, MIB, 256 * MIB),
         )
         + placement(
-            topologies=("fattree:radix=16", "fattree:radix=16,oversub=2"),
+            topologies=("clos:radix=16", "clos:radix=16,oversub=2"),
             jobs=4,
             job_gpus=64,
             backgrounds=(0.0,),

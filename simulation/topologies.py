@@ -5,11 +5,13 @@ topology JSON) is transcribed as it is, so the simulator routes and plans on
 the same switches and ports the emulation runs; the cluster-scale builders
 produce the same kind of Fabric, sized to the number of GPUs asked for.
 
-Spec strings (`--topology`):
-  fat-tree:K | leaf-spine:LxSxH | PATH.json     the controller's model (one GPU per host)
-  fattree[:radix=64,tiers=3,oversub=1]          folded Clos of radix-R switches, sized to the GPU count
+Spec strings (`--topology`), one spelling per builder:
+  fat-tree:K | leaf-spine:LxSxH | PATH.json     the controller's model (one GPU per host), as the emulation has it
+  clos[:radix=64,tiers=3,oversub=1]             folded Clos (a fat-tree) of radix-R switches, sized to the GPU count
   rail[:radix=64,tiers=3,oversub=1]             the same, rail-optimised: GPU i of every server on rail leaf i
   dragonfly+[:radix=64]                         Dragonfly+: groups of leaf-spine, spines joined by global links
+The scale Clos was spelled `fattree` (one hyphen away from the controller's `fat-tree:K`, a different
+builder); `fattree` and the other old aliases still work, with a deprecation line (`canonical_spec`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import struct
+import warnings
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,15 +46,15 @@ from simulation.fabric import (
 from simulation.params import Preset
 
 CONTROLLER_KINDS = ("fat-tree", "leaf-spine")
-SCALE_KINDS = {"fattree": "fat-tree (3-tier Clos)", "rail": "rail-optimised fat-tree", "dragonfly+": "Dragonfly+"}
-ALIASES = {
-    "fat-tree3": "fattree",
-    "clos": "fattree",
+SCALE_KINDS = {"clos": "fat-tree (folded Clos)", "rail": "rail-optimised fat-tree", "dragonfly+": "Dragonfly+"}
+DEPRECATED = {  # old spellings of the scale builders: still read, with a deprecation line (canonical_spec)
+    "fattree": "clos",
+    "fat-tree3": "clos",
     "dfplus": "dragonfly+",
     "dragonflyplus": "dragonfly+",
     "rail-fattree": "rail",
 }
-SCALE_KEYS = {"fattree": {"radix", "tiers", "oversub"}, "rail": {"radix", "tiers", "oversub"}, "dragonfly+": {"radix"}}
+SCALE_KEYS = {"clos": {"radix", "tiers", "oversub"}, "rail": {"radix", "tiers", "oversub"}, "dragonfly+": {"radix"}}
 
 
 def _lat(preset: Preset, into_switch: bool) -> float:
@@ -152,7 +155,7 @@ def from_controller(topo: Topology, preset: Preset) -> Fabric:
     if preset.gpus_per_server != 1:
         raise FabricError(
             f"{topo.kind} from the controller has one endpoint per host; preset {preset.name!r} has "
-            f"{preset.gpus_per_server} GPUs per server (use the fattree/rail/dragonfly+ builders)"
+            f"{preset.gpus_per_server} GPUs per server (use the clos/rail/dragonfly+ builders)"
         )
     b = FabricBuilder(len(topo.hosts))
     ids = {s.name: b.switch(s.tier, s.name) for s in topo.switches}
@@ -265,7 +268,7 @@ def fat_tree3(
                 for m in range(cores_per_group):
                     b.cable(s, core[j * cores_per_group + m], preset.fabric_bw, _lat(preset, True), _lat(preset, True))
     _add_nvlink(b, preset, server)
-    kind = "rail" if rail else "fattree"
+    kind = "rail" if rail else "clos"
     params = {"radix": radix, "tiers": tiers if pods > 1 else 2, "oversub": oversub, "gpus_per_server": g}
     fabric = b.build(
         f"{kind}:radix={radix},gpus={n_gpus}",
@@ -371,10 +374,33 @@ def controller_topology(spec: str) -> Topology | None:
     return None
 
 
+def canonical_spec(spec: str) -> tuple[str, str | None]:
+    """A spec in its one spelling, and the deprecation line for an old one (None when it was already canonical):
+    'fattree:radix=16' -> ('clos:radix=16', "'fattree' is deprecated ..."). A controller topology with a scale
+    builder's options ('fat-tree:radix=64') is refused, naming both builders."""
+    kind, sep, rest = spec.partition(":")
+    if kind in CONTROLLER_KINDS and "=" in rest:
+        raise FabricError(
+            f"topology {spec!r}: {kind}:{'K' if kind == 'fat-tree' else 'LxSxH'} is the controller's topology "
+            f"(the emulation's); for a fat-tree sized to the GPUs write clos:{rest}"
+        )
+    if kind not in DEPRECATED:
+        return spec, None
+    new = DEPRECATED[kind] + sep + rest
+    same = {"clos": "the folded-Clos fat-tree sized to the GPUs", "rail": "the rail-optimised fat-tree"}
+    return new, (
+        f"topology {spec!r}: {kind!r} is deprecated, write {new!r} "
+        f"({same.get(DEPRECATED[kind], DEPRECATED[kind])}; fat-tree:K is the controller's k-ary fat-tree)"
+    )
+
+
 def parse_scale_spec(spec: str) -> tuple[str, dict[str, float]]:
-    """'rail:radix=128,oversub=2' -> ('rail', {'radix': 128, 'oversub': 2.0}); unknown kinds and keys refused."""
-    kind, _, rest = spec.partition(":")
-    kind = ALIASES.get(kind, kind)
+    """'rail:radix=128,oversub=2' -> ('rail', {'radix': 128, 'oversub': 2.0}); unknown kinds and keys refused
+    (a deprecated spelling is read as its canonical one, with a DeprecationWarning)."""
+    canon, deprecated = canonical_spec(spec)
+    if deprecated:
+        warnings.warn(deprecated, DeprecationWarning, stacklevel=2)
+    kind, _, rest = canon.partition(":")
     if kind not in SCALE_KINDS:
         raise FabricError(
             f"unknown topology {spec!r}: use fat-tree:K, leaf-spine:LxSxH, a topology JSON, "
@@ -396,6 +422,7 @@ def parse_scale_spec(spec: str) -> tuple[str, dict[str, float]]:
 
 def build(spec: str, preset: Preset, n_gpus: int | None = None) -> Fabric:
     """The fabric a spec names: the controller's model as it is, a scale builder sized to `n_gpus`."""
+    canonical_spec(spec)  # refuses a controller topology with a scale builder's options, naming both
     topo = controller_topology(spec)
     if topo is not None:
         fabric = from_controller(topo, preset)

@@ -48,7 +48,7 @@ def full_cases(large: bool = False) -> list[tuple[str, Scenario, str, int, Prese
     return [
         (
             f"ring, {n} GPUs, fat-tree 2:1, scattered",
-            Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
+            Scenario(topology=f"clos:radix={r},oversub=2", gpus=n, placement="scattered"),
             "ring",
             MIB,
             lock,
@@ -62,21 +62,21 @@ def full_cases(large: bool = False) -> list[tuple[str, Scenario, str, int, Prese
         ),
         (
             f"tree, {n} GPUs, fat-tree, 32 chunks",
-            Scenario(topology=f"fattree:radix={r}", gpus=n),
+            Scenario(topology=f"clos:radix={r}", gpus=n),
             "tree",
             8 * MIB,
             tree,
         ),
         (
             f"tree, {n} GPUs, fat-tree 2:1, scattered, 64 chunks",
-            Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
+            Scenario(topology=f"clos:radix={r},oversub=2", gpus=n, placement="scattered"),
             "tree",
             16 * MIB,
             tree,
         ),
         (
             f"inc-int32, {n} GPUs, fat-tree 2:1, scattered, window 32",
-            Scenario(topology=f"fattree:radix={r},oversub=2", gpus=n, placement="scattered"),
+            Scenario(topology=f"clos:radix={r},oversub=2", gpus=n, placement="scattered"),
             "inc-int32",
             16 * KIB,
             inc,

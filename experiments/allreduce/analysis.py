@@ -30,6 +30,10 @@ from experiments.results import jsonable
 from hosts.methods import METHODS
 
 GOOD_BOUNDS = ("link", "latency")
+# /proc's CPU times tick every 10 ms: a repetition shorter than this has CPU shares that are mostly rounding (an 8 ms
+# all-reduce read 50% of the cores busy and 0% of it ours); the words say so, and the report's note on other
+# programs' load leaves those out
+CPU_SHARES_MIN_S = 0.5
 
 
 def _median(xs: Iterable[float]) -> float:
@@ -333,32 +337,55 @@ def _num(x: Any) -> float:
 
 
 def why_not(f: dict[str, Any]) -> str:
-    """Why a point is no headline (works on raw figures and on the NaN-free summary.json form)."""
+    """Why a point is no headline, in words a reader can check against the table (works on raw figures and on the
+    NaN-free summary.json form): how far it was from each bound and why a bound is missing, then what the CPUs did,
+    with how much those CPU figures can be trusted for an all-reduce this short."""
     if not f["ok"]:
         return "failed: " + "; ".join(f["problems"][:3])
     tw, tp = _num(f["t_over_wire"]), _num(f["t_over_path"])
-    wire = f"measured {tw:.2f}x T_wire" if not math.isnan(tw) else "no rate limit"
-    path = f", {tp:.2f}x T_path" if not math.isnan(tp) else ""
+    t_wire, wire_bytes = _num(f.get("t_wire_s")), _num(f.get("wire_bytes"))
+    if t_wire == 0 and wire_bytes > 0:  # shaped links, but all the bytes went on the shaper's burst credit
+        no_wire = f"the busiest link's {wire_bytes:,.0f} bytes fit in the shaper's burst of two frames"
+    else:
+        no_wire = "the links are not rate-limited"
+    have = [
+        f"{r:.2f}x {name} ({what})"
+        for r, name, what in (
+            (tw, "T_wire", "what the busiest link's bytes need at the link rate"),
+            (tp, "T_path", "the method's chain of hops"),
+        )
+        if not math.isnan(r)
+    ]
+    missing = [
+        f"no {name} ({why})"
+        for r, name, why in ((tw, "T_wire", no_wire), (tp, "T_path", "the links have no delay"))
+        if math.isnan(r)
+    ]
+    if have:
+        out = (
+            f"{f['bound']}: measured {' and '.join(have)}, above the {bounds.BOUND_SLACK}x within which a bound "
+            "explains a point" + (f"; {missing[0]}" if missing else "")
+        )
+    else:
+        out = f"{f['bound']}: {' and '.join(missing)}: nothing in the network bounds it, the time is the software's"
     sb, ab, cb = _num(f["switch_busy"]), _num(f["agents_busy"]), _num(f["cores_busy"])
-    busy = (
-        f"; busiest switch {f['busiest_switch']} {sb * 100:.0f}% busy, busiest agent {ab * 100:.0f}%, "
-        f"all cores {cb * 100:.0f}%"
-        if not math.isnan(sb)
-        else ""
-    )
     ac, sc, kc = (_num(f.get(k)) for k in ("agents_cores", "switches_cores", "kernel_cores"))
-    where = (
-        f"; in cores: agents {ac:.2f}, switches {sc:.2f}, kernel {kc:.2f}"
-        if not (math.isnan(ac) or math.isnan(sc) or math.isnan(kc))
-        else ""
-    )
-    lc, lk = _num(f.get("line_rate_cores")), _num(f.get("line_rate_kernel_cores"))
-    line = (
-        f"; line rate would take {lc:.2f} cores (kernel {lk:.2f})"
-        if f["bound"] == "cpu" and not (math.isnan(lc) or math.isnan(lk))
-        else ""
-    )  # else not a rate limit
-    return f"{f['bound']}: {wire}{path} (both above {bounds.BOUND_SLACK}){busy}{where}{line}"
+    if not math.isnan(cb):
+        out += f". CPU during the all-reduce: all cores {cb * 100:.0f}% busy (any process)"
+        if not (math.isnan(ac) or math.isnan(sc) or math.isnan(kc)):
+            out += f"; host agents used {ac:.2f} cores, switch processes {sc:.2f}, the kernel {kc:.2f}"
+        if not math.isnan(sb):
+            out += f"; busiest switch {f['busiest_switch']} {sb * 100:.0f}% busy, busiest host agent {ab * 100:.0f}%"
+        lc, lk = _num(f.get("line_rate_cores")), _num(f.get("line_rate_kernel_cores"))
+        if f["bound"] == "cpu" and not (math.isnan(lc) or math.isnan(lk)):
+            out += f"; line rate would take {lc:.2f} cores (kernel {lk:.2f})"
+        latency = _num(f.get("median_latency_s"))
+        if not math.isnan(latency) and latency < CPU_SHARES_MIN_S:
+            out += (
+                f" (read from /proc's 10 ms ticks over a {latency * 1e3:.0f} ms all-reduce: coarse, and 0.00 means "
+                "less than one tick, not idle)"
+            )
+    return out
 
 
 def rep_table(samples: Sequence[Sample]) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from experiments.cli import (
     CommandError,
     Progress,
     add_fabric_options,
+    add_size_options,
     backend_of,
     check_fabric,
     int_list,
@@ -26,13 +27,14 @@ from experiments.cli import (
     needs_root,
     run_errors,
     setup_logging,
-    size_list,
+    sizes_of,
     tear_down_on_sigterm,
     topology_of,
 )
 from experiments.config import DEFAULT_BW_MBPS, DEFAULT_REPS, PRESETS, ConfigError, ExperimentConfig, Sample
 from experiments.results import human_size
 from hosts.methods import METHODS
+from hosts.sizes import SizeError
 
 PROG = "p4ina emulate"
 
@@ -52,7 +54,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="the sweep's defaults: "
         + "; ".join(
             f"{k}: {v.doc} (hosts {','.join(map(str, v.host_counts))}, "
-            f"sizes {','.join(map(str, v.sizes))}, {v.bw_mbps:g} Mbit/s, delay {v.delay_ms:g} ms)"
+            f"sizes {','.join(human_size(s) for s in v.sizes)} elements, {v.bw_mbps:g} Mbit/s, "
+            f"delay {v.delay_ms:g} ms)"
             for k, v in sorted(PRESETS.items())
         )
         + "; options given here override it",
@@ -60,12 +63,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument(
         "--hosts", type=int_list, default=None, help="host counts to sweep, comma-separated (default: the preset's)"
     )
-    ap.add_argument(
-        "--sizes",
-        type=size_list,
-        default=None,
-        help="all-reduce sizes in float32 elements, K/M suffixes allowed (default: the preset's)",
-    )
+    add_size_options(ap, "default: the preset's")
     ap.add_argument(
         "--methods", type=method_list, default=None, help=f"any of {','.join(METHODS)} (default: the preset's)"
     )
@@ -95,7 +93,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     return ExperimentConfig(
         topology=topology_of(args),
         host_counts=args.hosts or preset.host_counts,
-        sizes=args.sizes or preset.sizes,
+        sizes=sizes_of(args) or preset.sizes,
         methods=args.methods or preset.methods,
         reps=args.reps,
         warmup=args.warmup,
@@ -115,7 +113,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     try:
         config = config_from_args(args)
         check_fabric(args, config.topology, config.host_counts)
-    except (ConfigError, LinkShapeError, CommandError) as ex:
+    except (ConfigError, LinkShapeError, CommandError, SizeError) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     if needs_root(prog):
@@ -136,7 +134,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
     print(
         f"{prog}: {config.topology} on the {config.backend} switch, hosts {list(config.host_counts)}, "
-        f"sizes {[human_size(s) for s in config.sizes]}, {config.reps} reps + {config.warmup} warm-up, "
+        f"sizes {', '.join(human_size(s) for s in config.sizes)} elements (float32), "
+        f"{config.reps} reps + {config.warmup} warm-up, "
         f"links {config.shape.bw_mbps or 'unshaped'} Mbit/s",
         file=sys.stderr,
     )

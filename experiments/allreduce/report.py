@@ -20,14 +20,12 @@ from typing import Any
 from experiments import bounds
 from experiments.allreduce import analysis
 from experiments.config import ExperimentConfig, ExperimentResult, Sample, read_raw, write_raw
-from experiments.plotting import SHORT, STYLE, pyplot
+from experiments.plotting import SHORT, STYLE, legend_outside, plain_log, pyplot
 from experiments.results import human_size
 from hosts.methods import METHODS
 
 LOG = logging.getLogger(__name__)
-# /proc's CPU times tick every 10 ms: a repetition shorter than this has CPU shares that are mostly rounding (an 8 ms
-# all-reduce read 50% of the cores busy and 0% of it ours), so the note on other programs' load leaves those out
-CPU_SHARES_MIN_S = 0.5
+CPU_SHARES_MIN_S = analysis.CPU_SHARES_MIN_S  # shorter repetitions' CPU shares are mostly /proc's tick rounding
 
 
 def _ms(x: float | None) -> str:
@@ -85,7 +83,9 @@ def table(summary: dict[str, Any]) -> str:
         f"{shape.delay_ms or 0} ms, loss {shape.loss_pct or 0}%; median of {cfg.reps} repetitions after "
         f"{cfg.warmup} warm-up [95% bootstrap CI], methods in a shuffled order per repetition; latency from the "
         "common start to the slowest worker's float32 result; speed-up = baseline / in-network latency, "
-        "* = not a headline (a point not link- or latency-bound)"
+        "* = not a headline (a point not link- or latency-bound)",
+        "units: elements = float32 elements per all-reduce (Ki = 1024, Mi = 2^20); '... ms' = median latency in "
+        "milliseconds [95% CI]; 'vs' columns = speed-up (x), with the baseline method",
     ]
     lines += _grid(head, rows)
     lines.append("")
@@ -112,6 +112,11 @@ def bounds_table(summary: dict[str, Any]) -> list[str]:
         "check",
     ]
     rows = []
+    units = [
+        "units: t/T_wire, t/T_path = measured latency over each bound (x; '-': no such bound); B/elem = bytes the "
+        "busiest host sent (up) and received (down) per float32 element; rel L2 = the sum's relative L2 error, "
+        "target its limit; retx = retransmitted packets"
+    ]
     for p in summary["points"]:
         rows.append(
             [
@@ -129,7 +134,7 @@ def bounds_table(summary: dict[str, Any]) -> list[str]:
                 "ok" if p["ok"] else "FAILED",
             ]
         )
-    return _grid(head, rows)
+    return units + _grid(head, rows)
 
 
 # -- notes: what limited the numbers ------------------------------------------------------------
@@ -295,7 +300,7 @@ def _axes(ax: Any, path: Path | None) -> tuple[Any, Callable[[], None]]:
     if ax is not None:
         return ax, lambda: None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = plt.subplots(figsize=(10.5, 4.8))  # the legend goes to the right of the axes
 
     def done() -> None:
         fig.tight_layout()
@@ -345,12 +350,14 @@ def plot_latency(summary: dict[str, Any], path: Path | None = None, ax: Any = No
                 ax.plot([p["elements"]], [y], marker="o", markersize=11, markerfacecolor="none", color="gray")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("all-reduce size (float32 elements)")
+    sizes = sorted({p["elements"] for p in pts if p["hosts"] == n})
+    plain_log(ax.xaxis, human_size, ticks=sizes)
+    plain_log(ax.yaxis)
+    ax.set_xlabel("all-reduce size, float32 elements (Ki = 1024)")
     ax.set_ylabel("latency, ms (median, 95% CI)")
-    ax.set_title(f"All-reduce latency, {n} hosts (grey rings: not link- or latency-bound)")
+    ax.set_title(f"All-reduce latency, {n} hosts (grey rings: not link- or latency-bound)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    legend_outside(ax)
     done()
     return ax
 
@@ -375,7 +382,7 @@ def _latency_bars(ax: Any, pts: list[dict[str, Any]], summary: dict[str, Any], n
     ax.set_xlim(0, max(ys) * 1.2)
     ax.set_xlabel("latency, ms (median, 95% CI)")
     ax.set_title(
-        f"All-reduce latency, {n} hosts, {human_size(pts[0]['elements'])} elements\n"
+        f"All-reduce latency, {n} hosts, {human_size(pts[0]['elements'])} float32 elements\n"
         "(hatched: not link- or latency-bound)",
         fontsize=10,
     )
@@ -404,7 +411,7 @@ def plot_speedup(
                 marker=marker,
                 linestyle=ls,
                 alpha=0.35 + 0.65 * (i + 1) / len(sizes),
-                label=f"{METHODS[m].label}, {human_size(size)}",
+                label=f"{METHODS[m].label}, {human_size(size)} elements",
             )
             for p, x, y in zip(sel, xs, ys):
                 if not p[key]["headline"]:
@@ -412,44 +419,107 @@ def plot_speedup(
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel("hosts in the job")
     ax.set_ylabel("speed-up (best host method latency / in-network latency)")
-    ax.set_title("In-network aggregation against the best host method (grey rings: not headlines)")
+    ax.set_title("In-network aggregation against the best host method (grey rings: not headlines)", fontsize=10)
     counts = sorted({p["hosts"] for p in pts})
     if counts:
         ax.set_xticks(counts)
     ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6, ncol=2)
+    legend_outside(ax, fontsize=6)
     done()
     return ax
 
 
+def bound_ratio(p: dict[str, Any]) -> tuple[float | None, str]:
+    """A point's measured latency over the larger of its bounds (1: all the network allows), and which bound that
+    is ('wire' or 'path'); (None, '') when it has neither (unshaped links without delay)."""
+    ratios = [(r, k) for r, k in ((p["t_over_wire"], "wire"), (p["t_over_path"], "path")) if r is not None]
+    if not ratios:
+        return None, ""
+    return min(ratios)
+
+
 def plot_bounds(summary: dict[str, Any], path: Path | None = None, ax: Any = None) -> Any:
-    """Measured latency over the larger bound (T_wire or T_path), per point: 1 is what the network allows."""
-    ax, done = _axes(ax, path)
-    pts = [p for p in summary["points"] if p["ok"]]
-    for i, m in enumerate(_methods(summary)):
-        sel = [p for p in pts if p["method"] == m]
-        ratios = [
-            min(x for x in (p["t_over_wire"], p["t_over_path"]) if x is not None)
-            if (p["t_over_wire"] is not None or p["t_over_path"] is not None)
-            else None
-            for p in sel
-        ]
-        xs = [j + 0.1 * i for j, (p, r) in enumerate(zip(sel, ratios)) if r is not None]
-        color, marker, _ = STYLE.get(m, ("gray", "o", "-"))
-        ax.scatter(xs, [r for r in ratios if r is not None], color=color, marker=marker, label=METHODS[m].label)
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.axhline(
-        bounds.BOUND_SLACK, color="gray", linestyle="--", linewidth=0.8, label=f"{bounds.BOUND_SLACK}: bound rule"
-    )
+    """One bar per point (method, hosts, size), in the table's order: measured latency over the larger of its two
+    bounds (T_wire, the busiest link's bytes at the link rate; T_path, the method's chain of hops), so 1 is all the
+    network allows and a bar under the 1.15 line is a link- or latency-bound point (a headline). A point without
+    a bound, or that failed, keeps its place and says so."""
+    plt = pyplot()
+    pts = summary["points"]
+    methods = _methods(summary)
+    by = {(p["method"], p["hosts"], p["elements"]): p for p in pts}
+    groups = sorted({(p["hosts"], p["elements"]) for p in pts})
+    placed: list[tuple[float, dict[str, Any]]] = []
+    centers: list[tuple[float, tuple[int, int]]] = []
+    x = 0.0
+    for g in groups:
+        first = x
+        for m in methods:
+            if (m, *g) in by:
+                placed.append((x, by[(m, *g)]))
+                x += 1
+        centers.append(((first + x - 1) / 2, g))
+        x += 0.8  # a gap between (hosts, size) groups
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(9.0, 5.0 + 0.28 * len(placed)), 5.4))  # room for the legend
+    else:
+        fig = None
+    ratios = [bound_ratio(p)[0] for _x, p in placed if p["ok"]]
+    top = max([r for r in ratios if r is not None] + [bounds.BOUND_SLACK * 1.2])
+    base = 0.8
+    for xi, p in placed:
+        color = STYLE.get(p["method"], ("gray",))[0]
+        r, which = bound_ratio(p)
+        if not p["ok"]:
+            ax.text(xi, base * 1.02, "failed", rotation=90, ha="center", va="bottom", fontsize=7, color="tab:red")
+        elif r is None:
+            ax.bar(xi, 1.0 - base, bottom=base, color="white", edgecolor="gray", hatch="//", width=0.8)
+            ax.text(xi, base * 1.02, "no bound", rotation=90, ha="center", va="bottom", fontsize=7, color="gray")
+        else:
+            ax.bar(xi, r - base, bottom=base, color=color, width=0.8, hatch=".." if which == "path" else None)
     ax.set_yscale("log")
-    ax.set_xlabel("point (host count x size, in table order)")
-    ax.set_ylabel("measured / max(T_wire, T_path)")
-    ax.set_title("How close each point came to what the network allows")
-    ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    done()
+    ax.set_ylim(base, top * 1.25)
+    ticks = [t for t in (0.8, 1.0, bounds.BOUND_SLACK, 1.5, 2, 3, 5, 10, 20, 50, 100, 200, 500) if t <= top * 1.25]
+    plain_log(ax.yaxis, ticks=ticks)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(bounds.BOUND_SLACK, color="black", linestyle="--", linewidth=0.8)
+    ax.set_xticks([xi for xi, _p in placed], [SHORT.get(p["method"], p["method"]) for _xi, p in placed])
+    ax.tick_params(axis="x", labelrotation=90, labelsize=7)
+    ax.set_xlim(-0.8, x - 0.2)
+    for cx, (n, size) in centers:  # the group under its bars: host count and size
+        ax.annotate(
+            f"{n} hosts\n{human_size(size)} elem",
+            (cx, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -38),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=8,
+        )
+    ax.set_ylabel("measured latency / the larger bound\n(1 = all the network allows)")
+    ax.set_title(
+        "Each point against what the network allows\n"
+        "(a bar under the dashed line is link- or latency-bound: a headline)",
+        fontsize=10,
+    )
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=STYLE.get(m, ("gray",))[0], label=METHODS[m].label) for m in methods]
+    handles += [
+        Patch(facecolor="lightgray", label="plain: over T_wire (the busiest link's bytes at the link rate)"),
+        Patch(facecolor="lightgray", hatch="..", label="dotted: over T_path (the method's chain of hops)"),
+        Patch(
+            facecolor="white", edgecolor="gray", hatch="//", label="no bound: bytes within the shaper's burst, no delay"
+        ),
+        plt.Line2D([], [], color="black", linestyle="--", label=f"{bounds.BOUND_SLACK}: the bound rule"),
+    ]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7)
+    if fig is not None:
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
     return ax
 
 

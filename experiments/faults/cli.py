@@ -12,6 +12,7 @@ import json
 import sys
 
 from experiments.cli import (
+    SIZES_HELP,
     CommandError,
     add_fabric_options,
     backend_of,
@@ -24,6 +25,7 @@ from experiments.cli import (
     topology_of,
 )
 from experiments.faults.run import FaultsConfig, FaultsError
+from experiments.results import human_size
 
 PROG = "p4ina faults"
 D = FaultsConfig()
@@ -42,9 +44,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--hosts", type=int, default=D.hosts, help=f"hosts in the job (default {D.hosts})")
     ap.add_argument(
         "--size",
-        type=parse_size,
-        default=D.size,
-        help=f"float32 elements per all-reduce, K/M suffixes allowed (default {D.size})",
+        default=None,
+        help=f"the all-reduce's size, {SIZES_HELP} (default {human_size(D.size)}-elem)",
     )
     ap.add_argument("--slots", type=int, default=D.slots, help=f"aggregation slots of the job (default {D.slots})")
     ap.add_argument("--reps", type=int, default=D.reps, help=f"all-reduces per loss rate and phase (default {D.reps})")
@@ -82,7 +83,7 @@ def config_from_args(args: argparse.Namespace) -> FaultsConfig:
     return FaultsConfig(
         topology=topology_of(args),
         hosts=args.hosts,
-        size=args.size,
+        size=D.size if args.size is None else parse_size(args.size),
         slots=args.slots,
         bw_mbps=args.bw,
         loss_rates=args.loss_rates,
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     from experiments.faults.run import run_faults
 
     print(
-        f"{prog}: {cfg.topology}, {cfg.hosts} hosts, {cfg.size} elements, {cfg.bw_mbps:g} Mbit/s, "
+        f"{prog}: {cfg.topology}, {cfg.hosts} hosts, {human_size(cfg.size)} elements (float32), "
+        f"{cfg.bw_mbps:g} Mbit/s, "
         f"loss {list(cfg.loss_rates)}, kill the {cfg.victim}",
         file=sys.stderr,
     )

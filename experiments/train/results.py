@@ -45,7 +45,7 @@ from typing import Any
 
 from experiments import bounds
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.plotting import STYLE, pyplot
+from experiments.plotting import STYLE, legend_outside, plain_log, pyplot
 from experiments.results import jsonable
 from hosts.methods import METHODS
 from hosts.training import ACCURACY_TOLERANCE_PP, BROKEN_SCALE, MLP, TrainConfig, within_tolerance
@@ -573,7 +573,9 @@ def table(summary: Mapping[str, Any]) -> str:
         f"({cfg.elements} parameters) on digits, global batch {tr.batch}, lr {tr.lr:g}, momentum {tr.momentum:g}, "
         f"seed {tr.seed}; {fab.topology} on the {fab.backend} switch, links {shape.bw_mbps or 'unshaped'} Mbit/s"
         + (f", delay {shape.delay_ms:g} ms" if shape.delay_ms else "")
-        + f"; tolerance {summary['tolerance_pp']} points"
+        + f"; tolerance {summary['tolerance_pp']} points",
+        "units: final acc = test accuracy after the last step (fraction of the test set); vs exact = percentage "
+        "points; steps/s over the whole run; '... ms' = mean per step in milliseconds; retx = retransmitted packets",
     ]
     head = [
         "hosts",
@@ -712,21 +714,24 @@ def plot_training(result: TrainingResult, hosts: int, path: Path | None = None) 
     )
     for ax in axes[:2]:
         ax.set_yscale("log")
+        plain_log(ax.yaxis)
         ax.set_ylabel("training loss, whole training set")
     axes[0].set_ylabel("training loss (faint: each step's minibatch)")
     axes[0].set_xlabel("step")
     axes[1].set_xlabel("wall time through the emulated fabric, s")
     axes[2].set_xlabel("step")
     axes[2].set_ylabel("test accuracy, %")
-    late = [a for d in c.values() for s, a in zip(d["eval_step"], d["test_acc"]) if s >= result.config.train.steps / 5]
-    axes[2].set_ylim(max(0.0, 100 * min(late, default=0.5) - 3), 100)  # the first steps' accuracy would squash the rest
+    accs = [a for d in c.values() for a in d["test_acc"] if not math.isnan(a)]
+    # from where the data starts (the first evaluations, near chance), so no step is cut off
+    axes[2].set_ylim(max(0.0, 100 * min(accs, default=0.0) - 3), 100)
     axes[0].set_title(f"loss against step, {hosts} hosts")
     axes[1].set_title("loss against wall time")
     axes[2].set_title("test accuracy")
     for ax in axes:
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()  # the same methods in every panel: one legend, above
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=8, bbox_to_anchor=(0.5, 1.0))
     if path is not None:
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -738,7 +743,7 @@ def plot_step_times(summary: Mapping[str, Any], hosts: int, path: Path | None = 
     plt = pyplot()
     entry = summary["hosts"][str(hosts)]
     methods = list(entry["methods"])
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig, ax = plt.subplots(figsize=(10.5, 4.6))  # the legend to the right
     bottom = [0.0] * len(methods)
     for key, color, label in (
         ("mean_compute_s", "tab:gray", "compute (gradient + update, critical rank)"),
@@ -758,7 +763,7 @@ def plot_step_times(summary: Mapping[str, Any], hosts: int, path: Path | None = 
     ax.set_ylabel("time per step, ms (mean)")
     ax.set_title(f"Time per training step, {hosts} hosts (steps per second on top)")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)
@@ -777,7 +782,7 @@ def plot_final_accuracy(summary: Mapping[str, Any], hosts: int, path: Path | Non
     if "control" in entry:
         vals.append(entry["control"]["final_test_acc"] * 100)
     lo, hi = ref - 4 * tol, min(100.0, ref + 2 * tol)
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(10.5, 4.2))  # the legend to the right
     ax.axhspan(ref - tol, ref + tol, color="tab:green", alpha=0.15, label=f"exact +/- {tol:g} points (the check)")
     ax.axhline(ref, color="black", linestyle=":", label=f"exact (float64): {ref:.1f}%")
     for i, (name, v) in enumerate(zip(names, vals)):
@@ -800,7 +805,7 @@ def plot_final_accuracy(summary: Mapping[str, Any], hosts: int, path: Path | Non
     ax.set_ylabel("final test accuracy, %")
     ax.set_title(f"Final test accuracy, {hosts} hosts")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    legend_outside(ax)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)

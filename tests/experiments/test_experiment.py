@@ -110,7 +110,7 @@ def test_cli_tiny_run_prints_the_table_and_writes_the_folder(tmp_path: Path, lea
         "--hosts",
         "2,4",
         "--sizes",
-        "64,1K",
+        "64elem,1Ki-elem",
         "--methods",
         "inc-int32,ring",
         "--reps",

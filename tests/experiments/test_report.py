@@ -13,9 +13,12 @@ from emulation.shaping import LinkShape, LinkShapeError
 from experiments import bounds, stats
 from experiments.allreduce import analysis, report
 from experiments.allreduce.cli import build_parser, config_from_args
+from experiments.allreduce.cli import main as emulate_main
 from experiments.cli import parse_size
 from experiments.config import ConfigError, ExperimentConfig, Sample, read_raw
+from experiments.faults.cli import main as faults_main
 from hosts.methods import METHODS
+from hosts.sizes import SizeError
 from tests.experiments.fake_results import fake_result, fake_results_folder
 
 
@@ -63,7 +66,10 @@ def test_a_cpu_bound_point_is_no_headline_and_says_why(tmp_path: Path) -> None:
     assert not p["speedup_over_ring"]["headline"] and "cpu-bound" in p["speedup_over_ring"]["left_out_because"]
     (out,) = summary["left_out"]
     assert out["method"] == "inc-int32" and "busiest switch e1 90% busy" in out["why"]
-    assert "in cores: agents 0.60, switches 0.30, kernel 0.25" in out["why"]  # where the cores went
+    assert "host agents used 0.60 cores, switch processes 0.30, the kernel 0.25" in out["why"]  # where they went
+    assert "3.00x T_wire (what the busiest link's bytes need at the link rate)" in out["why"]
+    # a 166 ms all-reduce: its CPU figures come from a few of /proc's 10 ms ticks, and the words say so
+    assert "coarse, and 0.00 means less than one tick" in out["why"]
     assert (p["agents_cores"], p["switches_cores"], p["kernel_cores"]) == (0.6, 0.3, 0.25)
     assert "line rate would take 3.50 cores (kernel 1.25)" in out["why"]
     assert (p["line_rate_cores"], p["line_rate_kernel_cores"], p["kernel_us_per_frame"]) == (3.5, 1.25, 12.5)
@@ -113,15 +119,28 @@ def test_bootstrap_interval_contains_the_median_and_narrows_with_agreement() -> 
     assert value == 2.0 and lo <= 2.0 <= hi
 
 
-def test_sizes_parse_with_suffixes_and_refuse_nonsense() -> None:
-    assert [parse_size(s) for s in ("1K", "256k", "1M", "1000")] == [1024, 262144, 1 << 20, 1000]
-    with pytest.raises(Exception, match="not a positive number"):
-        parse_size("0K")
+def test_sizes_carry_their_unit_and_a_bare_one_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """emulate counts float32 elements, simulate bytes: a size says which (hosts.sizes), in both."""
+    assert [parse_size(s) for s in ("1Ki-elem", "256Ki-elem", "4MiB", "1000elem")] == [1024, 262144, 1 << 20, 1000]
+    for bare in ("1K", "1000"):
+        with pytest.raises(SizeError, match="has no unit"):
+            parse_size(bare)
+    args = build_parser().parse_args(["--elements", "1K,16K"])  # the old spelling, where it is unambiguous
+    assert config_from_args(args).sizes == (1024, 16384)
+    assert emulate_main(["--sizes", "16K"]) == 2  # refused before root or Mininet is asked for
+    assert faults_main(["--size", "16K"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "p4ina emulate: error: size '16K' has no unit (bytes or float32 elements?): write 16KiB or 16Ki-elem",
+        "p4ina faults: error: size '16K' has no unit (bytes or float32 elements?): write 16KiB or 16Ki-elem",
+    ]
+    with pytest.raises(SystemExit):  # one or the other
+        build_parser().parse_args(["--sizes", "4KiB", "--elements", "1K"])
 
 
 def test_cli_options_become_a_config() -> None:
     args = build_parser().parse_args(
-        ["--k", "2", "--hosts", "2", "--sizes", "1K,2K", "--bw", "5", "--delay", "1", "--switch", "embedded"]
+        ["--k", "2", "--hosts", "2", "--sizes", "4KiB,2Ki-elem", "--bw", "5", "--delay", "1", "--switch", "embedded"]
     )
     cfg = config_from_args(args)
     assert cfg.topology == "fat-tree:2" and cfg.sizes == (1024, 2048) and cfg.shape == LinkShape(5.0, 1.0, None)
@@ -141,7 +160,7 @@ def test_presets_bandwidth_runs_only_large_sizes_and_sweep_adds_the_small_ones()
         bandwidth.shape,
         bandwidth.host_counts,
     )
-    assert config_from_args(build_parser().parse_args(["--preset", "sweep", "--sizes", "2K"])).sizes == (2048,)
+    assert config_from_args(build_parser().parse_args(["--preset", "sweep", "--elements", "2K"])).sizes == (2048,)
     latency = config_from_args(build_parser().parse_args(["--preset", "latency"]))
     assert latency.sizes == (1024,) and latency.shape == LinkShape(100.0, 100.0, None)
 
@@ -212,3 +231,88 @@ def test_other_load_is_noted_only_from_repetitions_long_enough_for_the_cpu_clock
     assert not any("other programs" in n for n in report.notes(summary))
     long["ours_busy"] = 0.2  # a long repetition where 30% of the cores went elsewhere: noted
     assert any("other programs" in n and "30%" in n for n in report.notes(summary))
+
+
+def _no_bound(summary: dict, method: str, hosts: int, elements: int) -> None:
+    """A point whose bytes all went on the shaper's burst credit and whose links have no delay: no bound at all."""
+    for p in summary["points"]:
+        if (p["method"], p["hosts"], p["elements"]) == (method, hosts, elements):
+            p.update(t_wire_s=0.0, t_over_wire=None, t_path_s=None, t_over_path=None, bound="unexplained")
+            p["headline"] = False
+
+
+def test_the_bounds_plot_has_a_labelled_bar_for_every_point_even_without_a_bound(tmp_path: Path) -> None:
+    summary = report.summary_of(fake_result(tmp_path / "r"))
+    _no_bound(summary, "inc-int8", 4, 1024)
+    failed = summary["points"][-1]
+    failed["ok"] = False
+    ax = report.plot_bounds(summary, tmp_path / "bounds.png")
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert len(ticks) == len(summary["points"]) == 16  # one bar (or mark) per point, none dropped
+    assert ticks[:4] == ["inc32", "inc8", "ring", "ring16"]  # the method under its bar ...
+    groups = [t.get_text() for t in ax.texts if "hosts" in t.get_text()]
+    assert groups == ["4 hosts\n1Ki elem", "4 hosts\n16Ki elem", "8 hosts\n1Ki elem", "8 hosts\n16Ki elem"]  # ...
+    words = [t.get_text() for t in ax.texts]
+    assert words.count("no bound") == 1 and words.count("failed") == 1  # said, not left out
+    assert "bound" in ax.get_ylabel() and "point" not in ax.get_xlabel()
+    ys = [line.get_ydata()[0] for line in ax.get_lines()]
+    assert 1.0 in ys and bounds.BOUND_SLACK in ys  # what the network allows, and the rule's slack
+    assert (tmp_path / "bounds.png").stat().st_size > 0
+
+
+def _tick_labels(ax: object) -> list[str]:
+    ax.figure.canvas.draw()  # type: ignore[attr-defined]
+    return [
+        t.get_text()
+        for axis in (ax.xaxis, ax.yaxis)  # type: ignore[attr-defined]
+        for t in axis.get_ticklabels(which="both")
+        if t.get_text()
+    ]
+
+
+def test_log_axes_are_labelled_in_plain_numbers(tmp_path: Path) -> None:
+    """No '10^3' or '3x10^0' (matplotlib's log labels): sizes as the tables spell them, times and ratios plain."""
+    summary = report.summary_of(fake_result(tmp_path / "r", cpu_bound=("inc-int8", 8, 16384)))
+    for plot in (report.plot_latency, report.plot_speedup, report.plot_bounds):
+        labels = _tick_labels(plot(summary))
+        assert labels and not any("^" in x or "times" in x or "$" in x for x in labels), (plot.__name__, labels)
+    assert {"1Ki", "16Ki"} <= set(_tick_labels(report.plot_latency(summary)))
+    assert {"1", "1.15", "2", "3"} <= set(_tick_labels(report.plot_bounds(summary)))
+
+
+def test_legends_sit_outside_the_data(tmp_path: Path) -> None:
+    summary = report.summary_of(fake_result(tmp_path / "r"))
+    for plot in (report.plot_latency, report.plot_speedup, report.plot_bounds):
+        ax = plot(summary)
+        ax.figure.canvas.draw()
+        legend = ax.get_legend().get_window_extent()
+        assert legend.x0 >= ax.get_window_extent().x1, plot.__name__  # to the right of the axes
+
+
+def test_a_point_without_a_wire_bound_says_why_in_words() -> None:
+    """At 2 Mbit/s a 1Ki int8 all-reduce's busiest link carried 1,528 bytes, within the shaper's burst of two
+    frames: the wire bounds nothing there (not 'no rate limit'), and with no link delay neither does the path."""
+    f = {
+        "ok": True,
+        "bound": "unexplained",
+        "t_over_wire": None,
+        "t_over_path": None,
+        "t_wire_s": 0.0,
+        "t_path_s": None,
+        "wire_bytes": 1528.0,
+        "median_latency_s": 0.009,
+        "switch_busy": 0.0,
+        "busiest_switch": "a1",
+        "agents_busy": 0.0,
+        "cores_busy": 0.5,
+        "agents_cores": 0.0,
+        "switches_cores": 0.0,
+        "kernel_cores": 0.0,
+    }
+    why = analysis.why_not(f)
+    assert "no rate limit" not in why and "both above" not in why
+    assert "no T_wire (the busiest link's 1,528 bytes fit in the shaper's burst of two frames)" in why
+    assert "no T_path (the links have no delay)" in why
+    assert "0.00 means less than one tick, not idle" in why  # beside 'all cores 50% busy'
+    f.update(t_wire_s=None, wire_bytes=0.0)
+    assert "no T_wire (the links are not rate-limited)" in analysis.why_not(f)

@@ -237,3 +237,17 @@ def test_training_notebook_runs_a_short_training(tmp_path: Path, leak_check: Non
     ]
     assert len(images) >= 3
     assert any(p.joinpath("summary.json").exists() for p in tmp_path.iterdir())
+
+
+def test_the_training_plot_shows_every_step_and_plain_labels() -> None:
+    """The accuracy axis starts where the data does (the first evaluation, near chance), not at 50% with the
+    early steps cut off; the log loss axes read 0.1, 1, 2, not 10^-1; one legend for the three panels, above."""
+    fig = training.plot_training(fake_result(), N)
+    loss, _wall, acc = fig.axes
+    assert acc.get_ylim()[0] <= 10.0 <= acc.get_ylim()[1]  # step 0's 10% is on the plot
+    fig.canvas.draw()
+    labels = [t.get_text() for ax in (loss, _wall) for t in ax.yaxis.get_ticklabels(which="both") if t.get_text()]
+    assert labels and not any("^" in x or "$" in x for x in labels) and "1" in labels
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    legend = fig.legends[0].get_window_extent()
+    assert all(legend.y0 >= ax.get_window_extent().y1 for ax in fig.axes)  # above the panels, off the data

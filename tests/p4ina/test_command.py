@@ -55,11 +55,12 @@ def test_experiment_verbs_do_not_share_defaults() -> None:
     """Each experiment's defaults are its own (the old single parser guessed faults' slots from the sweep's)."""
     from experiments.allreduce.cli import build_parser as emulate
     from experiments.faults.cli import build_parser as faults
+    from experiments.faults.cli import config_from_args
     from experiments.faults.run import FaultsConfig
 
     assert emulate().parse_args([]).slots == 128
     f = faults().parse_args([])
-    assert (f.slots, f.bw, f.size, f.reps) == (
+    assert (f.slots, f.bw, config_from_args(f).size, f.reps) == (
         FaultsConfig.slots,
         FaultsConfig.bw_mbps,
         FaultsConfig.size,

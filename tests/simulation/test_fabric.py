@@ -107,10 +107,10 @@ def test_spec_strings_refuse_unknown_kinds_and_keys():
     with pytest.raises(FabricError, match="unknown topology"):
         T.build("torus:4", NDR, 64)
     with pytest.raises(FabricError, match="takes"):
-        T.build("fattree:ports=4", NDR, 64)
+        T.build("clos:ports=4", NDR, 64)
     with pytest.raises(FabricError, match="GPU count"):
         T.build("rail:radix=16", H100)
-    assert T.build("fattree:radix=8,oversub=2", NDR, 64).params["oversub"] == 2.0
+    assert T.build("clos:radix=8,oversub=2", NDR, 64).params["oversub"] == 2.0
 
 
 def test_controller_topologies_are_routed_as_the_emulation_routes_them():

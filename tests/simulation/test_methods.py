@@ -80,7 +80,7 @@ def test_in_network_frames_follow_wire_format_v2_1():
 
 def test_trees_are_balanced_on_clos_fabrics_and_not_across_dragonfly_groups():
     for spec, n, balanced in (
-        ("fattree:radix=16", 256, True),
+        ("clos:radix=16", 256, True),
         ("rail:radix=16", 256, True),
         ("dragonfly+:radix=16", 64, True),
         ("dragonfly+:radix=16", 256, False),
