@@ -28,7 +28,7 @@ from typing import Any
 
 from controller.topology import Topology, link_key
 from emulation import cleanup
-from emulation.commands import NetnsError, sh
+from emulation.commands import NetnsError, interface_counters, sh
 from emulation.impairments import add_random_loss, set_bpf_dup, set_bpf_loss, set_reorder, tc_counts
 from emulation.mininet_compat import Host, Link, Mininet, setLogLevel
 from emulation.nodes import (
@@ -254,14 +254,7 @@ class EmulatedNetwork:
 
     def _counters(self, unit: str) -> dict[str, tuple[int, int]]:
         """(tx_<unit>, rx_<unit>) of every switch interface that still exists."""
-        out = {}
-        for name in self._link_names:
-            base = Path("/sys/class/net") / name / "statistics"
-            try:
-                out[name] = (int((base / f"tx_{unit}").read_text()), int((base / f"rx_{unit}").read_text()))
-            except OSError:
-                continue
-        return out
+        return interface_counters(self._link_names, unit)
 
     def _random_loss(self, fraction: float) -> None:
         """Loss on both ends of every link where netem is missing (emulation.netns.add_random_loss)."""

@@ -21,6 +21,7 @@ from typing import Any
 from controller.state import Served, process_start
 from controller.topology import Topology
 from controller.topospec import load_topology
+from emulation.commands import interface_counters
 
 SERVE_RECORD = "serve.json"
 
@@ -160,14 +161,7 @@ class ServedNetwork:
 
     def _counters(self, unit: str) -> dict[str, tuple[int, int]]:
         """(tx, rx) of every switch interface (they are in the root namespace, this process's)."""
-        out = {}
-        for name in sorted(self.record.link_ports):
-            base = Path("/sys/class/net") / name / "statistics"
-            try:
-                out[name] = (int((base / f"tx_{unit}").read_text()), int((base / f"rx_{unit}").read_text()))
-            except OSError:
-                continue
-        return out
+        return interface_counters(sorted(self.record.link_ports), unit)
 
     def switch_cpu_seconds(self) -> dict[str, float]:
         from emulation.nodes import proc_cpu_seconds
