@@ -35,6 +35,14 @@ def parse_size(text: str) -> int:
     return sizes.elements_of(text)
 
 
+def size_arg(text: str) -> int:
+    """parse_size as an argparse type: argparse prints an ArgumentTypeError's own message (else "invalid value")."""
+    try:
+        return parse_size(text)
+    except sizes.SizeError as ex:
+        raise argparse.ArgumentTypeError(str(ex)) from ex
+
+
 def int_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())

@@ -34,7 +34,7 @@ from controller.topology import Topology, TopologyError, host_names
 from emulation.shaping import LinkShape
 from experiments import bounds
 from experiments.allreduce import analysis, report
-from experiments.cli import needs_root, parse_size, setup_logging, tear_down_on_sigterm
+from experiments.cli import SIZES_HELP, needs_root, setup_logging, size_arg, tear_down_on_sigterm
 from experiments.config import ConfigError, ExperimentConfig, Sample
 from experiments.harness import Runner, StepFailed, job_ticket, short_tmpdir, timeouts
 from experiments.results import human_size, jsonable
@@ -65,7 +65,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "the hosts over IPv4 and need no job",
     )
     ap.add_argument("--hosts", help="h1,h2,... ranges h1-h4 or all (default: the job's hosts)")
-    ap.add_argument("--size", type=parse_size, default=64 << 10, help="float32 elements, K/M allowed (default 64K)")
+    ap.add_argument(
+        "--size", type=size_arg, default=64 << 10, help=f"the all-reduce's size, {SIZES_HELP} (default 64Ki-elem)"
+    )
     ap.add_argument("--reps", type=int, default=3, help="measured repetitions (default 3)")
     ap.add_argument("--warmup", type=int, default=1, help="warm-up repetitions before them, not counted (default 1)")
     ap.add_argument("--input", choices=KINDS, default="normal", help="the workers' inputs (default normal)")

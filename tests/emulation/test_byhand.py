@@ -50,12 +50,12 @@ def test_allreduce_by_hand_with_the_jobs_own_parameters(tmp_path: Path, leak_che
             checker = of[0]
             assert float(checker[8]) <= float(checker[9]) and float(checker[10]) <= 1.0  # rel L2, error / bound
             assert all(r[5] == "0" for r in of)  # no retransmission on unshaped, lossless links
-        assert re.search(r"^inc-int8\s+4\s+64K\s.*\sok$", done.out, re.M)  # the experiment's point line
+        assert re.search(r"^inc-int8\s+4\s+64Ki\s.*\sok$", done.out, re.M)  # the experiment's point line
         assert lines[-1].startswith("ok: true (median ")
 
         # again on the same install, smaller (the run opens with a call over every slot): its epochs start past
         # the ones the cells hold (agents starting at 1 again had their contributions dropped as stale)
-        again = p4ina(tmp_path, "allreduce", "--job", "7", "--size", "1K", "--reps", "2", "--json")
+        again = p4ina(tmp_path, "allreduce", "--job", "7", "--size", "1Ki-elem", "--reps", "2", "--json")
         assert again.code == 0, again.err + again.out
         data = again.json()
         assert data["ok"] and data["first_epoch"] == 1 + 3 and data["problems"] == []
@@ -63,7 +63,7 @@ def test_allreduce_by_hand_with_the_jobs_own_parameters(tmp_path: Path, leak_che
         assert len(data["rows"]) == 3 * 4 and {r["elements"] for r in data["rows"]} == {1024}
 
         # a host method between the job's hosts: no switch aggregates, ordinary IPv4 forwarding
-        ring = p4ina(tmp_path, "allreduce", "--method", "ring", "--hosts", "h1-h4", "--size", "16K", "--json")
+        ring = p4ina(tmp_path, "allreduce", "--method", "ring", "--hosts", "h1-h4", "--size", "16Ki-elem", "--json")
         assert ring.code == 0, ring.err + ring.out
         data = ring.json()
         assert data["ok"] and data["method"] == "ring" and data["job"] is None
