@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hosts.sizes import ELEMENT_BYTES, SizeError, human_bytes, parse_bytes, parse_elements
-from simulation import sweep
+from simulation import sweep, topologies
 from simulation.calibrate import CalibrationError, check, fit
 from simulation.engine import EngineError
 from simulation.fabric import FabricError
@@ -48,6 +48,22 @@ ERRORS = (
     CalibrationError,
     EngineError,
 )
+
+
+def parse_topologies(text: str) -> tuple[str, ...]:
+    """'clos:radix=64,tiers=3,rail' -> ('clos:radix=64,tiers=3', 'rail'): a builder's key=value options are
+    comma-separated too, so an item that is only key=value belongs to the topology before it."""
+    specs: list[str] = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if "=" in item and ":" not in item and not item.endswith(".json"):
+            if not specs:
+                raise argparse.ArgumentTypeError(f"{text!r}: {item!r} is an option of no topology (e.g. clos:{item})")
+            specs[-1] += ("," if ":" in specs[-1] else ":") + item
+        else:
+            specs.append(item)
+    return tuple(specs)
 
 
 def _list(conv: Any) -> Any:
@@ -93,7 +109,7 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--topology",
-        type=_list(str),
+        type=parse_topologies,
         help="topologies, comma-separated: the controller's fat-tree:K, leaf-spine:LxSxH or a JSON (the "
         "emulation's); clos[:radix=R,tiers=T,oversub=O] (a fat-tree sized to the GPUs; 'fattree' is deprecated), "
         "rail[:...], dragonfly+[:radix=R]",
@@ -273,7 +289,10 @@ def check_inputs(args: argparse.Namespace) -> None:
                 f"--gpus {max(args.gpus)}: {spec} has {len(topo.hosts)} hosts; ask for at most {len(topo.hosts)}"
             )
     for s in [] if args.validate_only else _scenarios(args):
-        get_preset(s.preset).with_(**dict(s.overrides))
+        preset = get_preset(s.preset).with_(**dict(s.overrides))
+        n = s.cluster_gpus or (s.gpus * s.jobs if s.gpus else None)
+        if n is not None and args.topology is not None:
+            topologies.check(s.topology, preset, n)
 
 
 def run(args: argparse.Namespace) -> int:

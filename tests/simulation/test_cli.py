@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -13,7 +14,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from simulation.cli import main
+from simulation.cli import main, parse_topologies
 from simulation.model import Outcome, Row, Scenario
 from simulation.report import summary
 from tests.simulation.conftest import needs_simgrid
@@ -178,9 +179,11 @@ def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(
         (["--topology", "torus:4", "--gpus", "64"], "unknown topology", 2),
         (["--topology", "fat-tree:3"], "fat-tree:3", 2),
         (["--topology", "fat-tree:4", "--gpus", "32"], "--gpus 32: fat-tree:4 has 16 hosts", 2),
-        (["--topology", "clos:radix=16", "--gpus", "2048"], "holds 1024 GPUs", 1),
+        (["--topology", "clos:radix=16", "--gpus", "2048"], "holds 1024 GPUs", 2),
+        (["--topology", "clos:radix=16,tiers=2", "--gpus", "256"], "2-tier fat-tree of radix 16 holds 128 GPUs", 2),
+        (["--topology", "dragonfly+:radix=16", "--gpus", "8192"], "joins at most 65 groups (4160 GPUs)", 2),
         (["--topology", "fat-tree:4", "--methods", "ring,telepathy"], "telepathy", 2),
-        (["--topology", "rail:radix=16", "--gpus", "60"], "8-GPU servers", 1),
+        (["--topology", "rail:radix=16", "--gpus", "60"], "8-GPU servers", 2),
         (["--topology", "fat-tree:4", "--preset", "nonesuch"], "unknown preset", 2),
         (["--topology", "fat-tree:4", "--background", "1.5"], "background load", 2),
         (["--check", "tests/simulation/data/emulation-k4-held-out"], "give --calibrate too", 2),
@@ -189,7 +192,8 @@ def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(
 def test_invalid_configurations_are_refused_naming_the_problem(
     tmp_path: Path, args: list[str], message: str, status: int, capsys: pytest.CaptureFixture[str]
 ):
-    """Bad input is refused before anything runs or is written (exit 2); what only the run finds out exits 1."""
+    """Bad input is refused before anything runs or is written (exit 2), a GPU count a builder cannot hold
+    included."""
     assert main([*args, "--no-validate", "--no-progress", "--out", str(tmp_path)]) == status
     assert message in capsys.readouterr().err
     if status == 2:
@@ -312,3 +316,17 @@ def test_the_notebook_reproduces_the_figures_headless(tmp_path: Path):
     assert len(images) >= 4
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "scattered / contiguous" in text and "inc-int32" in text
+
+
+def test_a_builders_options_stay_with_their_topology() -> None:
+    """--topology is comma-separated and so are a builder's key=value options: each option joins the topology
+    before it, a controller topology or a JSON never takes one."""
+    assert parse_topologies("clos:radix=16,tiers=2,oversub=2,rail,dragonfly+:radix=8") == (
+        "clos:radix=16,tiers=2,oversub=2",
+        "rail",
+        "dragonfly+:radix=8",
+    )
+    assert parse_topologies("fat-tree:4,clos,tiers=2") == ("fat-tree:4", "clos:tiers=2")
+    assert parse_topologies("my.json, leaf-spine:2x2x2") == ("my.json", "leaf-spine:2x2x2")
+    with pytest.raises(argparse.ArgumentTypeError, match="'tiers=2' is an option of no topology"):
+        parse_topologies("tiers=2,clos:radix=16")
