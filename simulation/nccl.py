@@ -30,8 +30,8 @@ What NCCL builds (src/graph/search.cc, src/init.cc) and how this module models i
   tuner's best protocol for that algorithm, `nccl` its best algorithm and protocol (NCCL_ALGO unset).
 - **Which tree pattern.** NCCL applies x0.85 to trees whose search ended on the TREE pattern (parent and
   children on one NIC) rather than BALANCED_TREE; which one a system gets depends on its PCI topology, which
-  the model does not have.  The model applies it to every multi-server tree (see docs/simulation.md: the
-  published tree figure it is checked against needs it).
+  the model does not have.  The model applies it to every multi-server tree (docs/simulation.md: the
+  published tree figure is within the tolerance either way).
 
 Closed form on purpose: NCCL's rings and trees on a non-blocking fabric have no contention to resolve (each
 channel's ring stays on its rail; a tree's edges are node pairs), so SimGrid's flow model adds nothing to the
