@@ -34,6 +34,9 @@ Simulation-only methods (no emulation counterpart):
 - rd: recursive doubling (MPI's small-message all-reduce), log2 N exchanges of S (power-of-two jobs);
 - hier-inc: NVLink reduce-scatter, one in-network tree (int32 lanes) per GPU index carrying S/g, NVLink
   all-gather (SHARP with NVLink);
+- nccl-ring, nccl-tree, nccl: NCCL as it runs on multi-GPU, multi-NIC servers (a ring or double binary tree
+  per channel, one channel per NIC, NVLink inside the server, its protocols; nccl = its tuner's choice):
+  simulation/nccl.py, in closed form on the preset's links (no phases: nothing for SimGrid to share);
 - adaptive: per message size, the fastest of the methods the model evaluated (an offload tuner).
 "dbtree", this layer's earlier name for `tree`, is still accepted.
 """
@@ -60,9 +63,10 @@ EMULATION_METHODS = tuple(EMULATED)
 # The simulation's own methods (no emulation counterpart, see above): host-based ones, and in-network with NVLink
 SIM_HOST_METHODS = ("ring-addr", "hier-rail", "rd")
 SIM_INC_METHODS = ("hier-inc",)
+NCCL_METHODS = ("nccl-ring", "nccl-tree", "nccl")  # simulation/nccl.py: closed form, no phases
 HOST_METHODS = tuple(name for name, m in EMULATED.items() if not m.in_network) + SIM_HOST_METHODS
 INC_METHODS = tuple(name for name, m in EMULATED.items() if m.in_network) + SIM_INC_METHODS
-METHODS = HOST_METHODS + INC_METHODS + ("adaptive",)
+METHODS = HOST_METHODS + INC_METHODS + NCCL_METHODS + ("adaptive",)
 ALIASES = {"dbtree": "tree"}
 # every in-network method's lanes, the same both ways: the emulated ones' own, hier-inc's int32
 LANES: dict[str, LaneType] = {name: m.lanes for name, m in EMULATED.items() if m.in_network} | {"hier-inc": "int32"}

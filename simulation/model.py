@@ -24,9 +24,11 @@ import numpy as np
 from simulation import topologies
 from simulation.engine import Engine, FlowSet
 from simulation.fabric import Fabric, FabricError
+from simulation import nccl
 from simulation.methods import (
     LANES,
     METHODS,
+    NCCL_METHODS,
     Edges,
     FlowTable,
     MethodError,
@@ -223,6 +225,7 @@ class Evaluation:
         self.flowsets: dict[str, FlowSet] = {}
         self._edges: dict[tuple[str, tuple[int, int]], Edges] = {}
         self._measures: dict[tuple[str, tuple[int, int], tuple[int, int] | None], TreeMeasure] = {}
+        self.nccl_server: nccl.Server | None = None
 
     def _plan_trees(self) -> None:
         s, p = self.scenario, self.preset
@@ -241,6 +244,12 @@ class Evaluation:
     def build(self) -> None:
         self._plan_trees()
         for method in self.scenario.methods:
+            if method in NCCL_METHODS:
+                try:
+                    self.nccl_server = nccl.Server.of_preset(self.preset)
+                except nccl.NcclError as ex:
+                    self.skipped[method] = str(ex)
+                continue
             if method == "adaptive":
                 continue
             try:
@@ -440,12 +449,29 @@ class Evaluation:
                 key = (plan.job.index, size)
                 if plan.method != "ring-addr" and (key not in best or t < best[key][0]):
                     best[key] = (t, plan.method)
+        for method in (m for m in s.methods if m in NCCL_METHODS and m not in self.skipped):
+            for job in self.jobs:
+                for size in s.sizes:
+                    r = self.nccl_time(method, job, size)
+                    row = self._row(method, job.index, job.size, size, r.time_s, fails)
+                    row.choice = r.choice
+                    out.append(row)
+                    key = (job.index, size)
+                    if key not in best or r.time_s < best[key][0]:
+                        best[key] = (r.time_s, method)
         if "adaptive" in s.methods:
             for (job, size), (t, choice) in sorted(best.items()):
                 row = self._row("adaptive", job, self.jobs[job].size, size, t, fails)
                 row.choice = choice
                 out.append(row)
         return out
+
+    def nccl_time(self, method: str, job: Job, size: int) -> nccl.CollectiveTime:
+        """NCCL's all-reduce of `size` bytes for a job: its servers and GPUs a server, the preset's links."""
+        assert self.nccl_server is not None
+        groups = groups_of(self.fabric, job.topology_order(self.fabric))
+        g = max(len(x) for x in groups)
+        return nccl.nccl_collective("all-reduce", self.nccl_server, len(groups), size, method, g)
 
     def equal_times(self, rows: Sequence[Row]) -> list[dict[str, Any]]:
         """Methods that put different bytes on the wire (inc-int32/16/8; ring and ring-bf16) but take the same time
