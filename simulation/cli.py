@@ -26,7 +26,7 @@ from simulation import sweep, topologies
 from simulation.calibrate import CalibrationError, check, fit
 from simulation.engine import EngineError
 from simulation.fabric import FabricError
-from simulation.methods import METHODS, MethodError
+from simulation.methods import METHODS, MethodError, canonical_method
 from simulation.model import Outcome, Scenario, ScenarioError
 from simulation.params import PRESETS, ParamError, get_preset
 from simulation.placement import POLICIES, PlacementError
@@ -136,7 +136,7 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     ap.add_argument(
         "--methods",
         type=_list(str),
-        default=("ring", "hier-rail", "tree", "inc-int32", "hier-inc", "adaptive"),
+        default=("nccl", "hier-rail", "inc-int32", "inc-int8", "hier-inc", "adaptive"),
         help=f"methods, comma-separated, from {', '.join(METHODS)}",
     )
     ap.add_argument(
@@ -204,7 +204,15 @@ def _sizes(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 def _spellings(args: argparse.Namespace) -> None:
-    """Every --topology in its one spelling; one deprecation line for each old one (e.g. fattree -> clos)."""
+    """Every --topology and --methods in its one spelling; one deprecation line for each old one (e.g. fattree ->
+    clos, ring -> ring-1nic)."""
+    methods = []
+    for m in args.methods:
+        new, deprecated = canonical_method(m)
+        if deprecated:
+            print(f"p4ina simulate: warning: {deprecated}", file=sys.stderr)
+        methods.append(new)
+    args.methods = tuple(methods)
     if args.topology is None:
         return
     canon = []

@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from simulation import topologies
+from simulation import nccl, topologies
 from simulation.engine import Engine, FlowSet
 from simulation.fabric import Fabric, FabricError
-from simulation import nccl
 from simulation.methods import (
     LANES,
     METHODS,
@@ -54,7 +53,7 @@ LOG = logging.getLogger(__name__)
 
 # Methods that differ only in what they put on the wire: when two of them take the same time (within
 # EQUAL_TIMES), something other than the bytes set it, and the report says what (Evaluation.equal_times).
-WIRE_VARIANTS = (("inc-int32", "inc-int16", "inc-int8"), ("ring", "ring-bf16"))
+WIRE_VARIANTS = (("inc-int32", "inc-int16", "inc-int8"), ("ring-1nic", "ring-1nic-bf16"))
 EQUAL_TIMES = 0.01
 ELEMENT = 4  # bytes of one float32: an all-reduce whose time is all fixed costs
 
@@ -74,7 +73,7 @@ class Scenario:
     fail: tuple[str, ...] = ()  # "switch:NAME", "link:A-B", "tree-root", "tree-link"
     preset: str = "emulation"
     overrides: tuple[tuple[str, float], ...] = ()  # preset parameters replaced, e.g. (("switch_latency", 1.3e-6),)
-    methods: tuple[str, ...] = ("ring", "tree", "inc-int32")
+    methods: tuple[str, ...] = ("ring-1nic", "tree-1nic", "inc-int32")
     sizes: tuple[int, ...] = (4096, 65536, 1 << 20)  # bytes of float32 gradient per GPU
     seed: int = 0
     label: str = ""

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 from hosts import tree as host_tree
@@ -168,6 +169,7 @@ def ring_graph(server: Server, nodes: int) -> Graph:
     return Graph(channels, bw)
 
 
+@lru_cache(maxsize=64)
 def tree_node_load(nodes: int) -> float:
     """The most any server sends (= receives) in NCCL's double binary tree, in units of the tensor S: each tree
     carries S/2, a node sends it up to its parent and down to each of its children."""
@@ -342,7 +344,9 @@ def nccl_collective(
                 best = (s, t)
     assert best is not None
     s, t = best
-    return CollectiveTime(coll, method, f"{t.algo}/{t.proto}", nodes * g, nbytes, s, _sent(coll, t.algo, nbytes, nodes, g))
+    return CollectiveTime(
+        coll, method, f"{t.algo}/{t.proto}", nodes * g, nbytes, s, _sent(coll, t.algo, nbytes, nodes, g)
+    )
 
 
 def inc_collective(

@@ -38,7 +38,7 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
             "--sizes",
             "4KiB,1MiB",
             "--methods",
-            "ring,tree,inc-int8,adaptive",
+            "ring-1nic,tree-1nic,inc-int8,adaptive",
             "--no-validate",
             "--no-progress",
             "--out",
@@ -52,7 +52,7 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
     rows = list(csv.DictReader((folder / "raw.csv").open()))
     assert len(rows) == 2 * 2 * 2 * 4  # topologies x GPU counts x sizes x methods
     adaptive = [r for r in rows if r["method"] == "adaptive"]
-    assert all(r["choice"] in ("ring", "tree", "inc-int8") for r in adaptive)
+    assert all(r["choice"] in ("ring-1nic", "tree-1nic", "inc-int8") for r in adaptive)
     s = json.loads((folder / "summary.json").read_text())
     assert s["max_gpus"] == 16 and s["validation"] == {}
     out = capsys.readouterr().out
@@ -79,7 +79,7 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
 def test_sizes_say_their_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """Bytes (64KiB) or float32 elements (16Ki-elem, or --elements 16K); a bare 4K (bytes here, elements in
     emulate) is refused in one line, as are sizes for a sweep that has its own."""
-    base = ["--topology", "clos:radix=16", "--gpus", "16", "--methods", "ring", "--no-validate", "--no-progress"]
+    base = ["--topology", "clos:radix=16", "--gpus", "16", "--methods", "ring-1nic", "--no-validate", "--no-progress"]
     assert main([*base, "--sizes", "4K", "--out", str(tmp_path / "a")]) == 2  # bad input: exit 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "p4ina simulate: error: size '4K' has no unit (bytes or float32 elements?): write 4KiB or 4Ki-elem"
@@ -97,7 +97,7 @@ def test_sizes_say_their_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_one_spelling_per_builder(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """clos: the Clos sized to the GPUs; fat-tree:K the controller's k-ary fat-tree. The old 'fattree' still works,
     with one deprecation line; the controller's name with the Clos's options is refused, naming both."""
-    base = ["--gpus", "16", "--methods", "ring", "--sizes", "64KiB", "--no-validate", "--no-progress"]
+    base = ["--gpus", "16", "--methods", "ring-1nic", "--sizes", "64KiB", "--no-validate", "--no-progress"]
     assert main(["--topology", "fattree:radix=16", *base, "--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
@@ -111,6 +111,15 @@ def test_one_spelling_per_builder(tmp_path: Path, capsys: pytest.CaptureFixture[
         "fat-tree:K is the controller's topology (the emulation's); for a fat-tree sized to the GPUs write "
         "clos:radix=64" in capsys.readouterr().err
     )
+    # the single-NIC ring's old name: still run, under its new one, with one deprecation line
+    old = ["--topology", "clos:radix=16", "--gpus", "16", "--methods", "ring", "--sizes", "64KiB", "--no-validate"]
+    assert main([*old, "--no-progress", "--out", str(tmp_path / "c")]) == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "p4ina simulate: warning: method 'ring' is now 'ring-1nic': one ring or tree through every GPU drives one "
+        "NIC of a server at a time; NCCL as it runs on multi-NIC servers is nccl-ring, nccl-tree and nccl"
+    ]
+    (row,) = csv.DictReader((_folder(tmp_path / "c") / "raw.csv").open())
+    assert row["method"] == "ring-1nic"
 
 
 @needs_simgrid
@@ -132,7 +141,9 @@ def test_methods_with_different_bytes_but_equal_times_come_with_the_reason(tmp_p
 
 
 def test_summary_carries_the_validation_figures_and_the_largest_job():
-    row = Row("scaling", "rail:radix=128", "rail", 100_000, 1, 0, "contiguous", 0.0, "", "ring", 1 << 20, 0.5, 2e6, 4e6)
+    row = Row(
+        "scaling", "rail:radix=128", "rail", 100_000, 1, 0, "contiguous", 0.0, "", "ring-1nic", 1 << 20, 0.5, 2e6, 4e6
+    )
     outcome = Outcome(Scenario(), [row], {"gpus": 100_000})
     v = {
         "emulation_max_rel_error": 0.09,
@@ -291,7 +302,7 @@ def test_the_simulation_plots_label_log_axes_in_plain_numbers():
     rows = [
         Row("scaling", "clos:radix=16", "clos", n, 1, 0, "contiguous", 0.0, "", m, 1 << 20, t * n, 1.0, 1.0)
         for n in (16, 64, 256, 1024)
-        for m, t in (("ring", 1e-5), ("inc-int32", 3e-8))
+        for m, t in (("ring-1nic", 1e-5), ("inc-int32", 3e-8))
     ]
     fig = report.plot_scaling(rows)
     fig.canvas.draw()

@@ -88,8 +88,10 @@ def test_reduce_scatter_and_all_gather_move_the_textbook_bytes(nodes):
     assert rs.sent_per_rank == pytest.approx((n - 1) / n * s)
     assert ag.sent_per_rank == rs.sent_per_rank and ar.sent_per_rank == pytest.approx(2 * rs.sent_per_rank)
     # the same per-direction bus bandwidth: all-reduce's bandwidth term is reduce-scatter's plus all-gather's
-    bw = {c: [t for t in nccl.tune(c, H100_SERVER, nodes) if (t.algo, t.proto) == ("ring", "Simple")][0]
-          for c in ("all-reduce", "reduce-scatter")}
+    bw = {
+        c: [t for t in nccl.tune(c, H100_SERVER, nodes) if (t.algo, t.proto) == ("ring", "Simple")][0]
+        for c in ("all-reduce", "reduce-scatter")
+    }
     assert s / bw["all-reduce"].bandwidth == pytest.approx(2 * s / bw["reduce-scatter"].bandwidth)
     assert rs.busbw == pytest.approx(ag.busbw)
     # and its time about theirs: the same steps, less one start, plus the Simple ring's plateau (tuning.cc)
