@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_validate:
         from simulation.validation import run_all
 
-        LOG.info("validating (emulation, closed forms, SHARP anchor, phase vs full simulation)")
+        LOG.info("validating (emulation, closed forms, SHARP anchor, phase vs full simulation, NCCL's published busbw)")
         validation, calib = run_all(args.emulation_results, large=args.topology is None and args.sweep != "quick")
         if calib is not None:
             calibration = calib.to_dict()
@@ -376,7 +376,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{pct(v.get('emulation_held_out_max_rel_error'))}), closed forms "
                 f"{pct(v.get('closed_form_max_rel_error'))} (2%), "
                 f"SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
-                f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)"
+                f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%), "
+                f"NCCL's published busbw {pct(v.get('nccl_busbw_max_rel_error'))} (15%)"
             )
         na = summary["findings"].get("not_applicable", {})
         if na:
