@@ -10,6 +10,7 @@ from simulation import nccl
 from simulation.nccl import Server, inc_collective, nccl_collective, tree_node_load
 from simulation.nccl_anchors import DATA, check, figures, load
 from simulation.params import H100, gbit
+from tests.simulation.conftest import needs_simgrid
 
 MIB, GIB = 1 << 20, 1 << 30
 H100_SERVER = Server.of_preset(H100)
@@ -111,3 +112,33 @@ def test_in_network_reduce_scatter_delivers_each_shard_to_its_owner_only():
     assert int8.time_s < rs.time_s / 3  # narrow lanes shrink the contributions
     hier = inc_collective("all-reduce", H100, 16, s)
     assert hier.time_s < ar.time_s  # NVLink first: each rail's tree carries S/8
+
+
+def test_the_preset_s_links_set_the_rates():
+    """NCCL's methods read the preset: half the NIC rate halves a multi-server ring's bus bandwidth, NVLink bounds
+    one server's, and a preset without GPUs is refused by name."""
+    big = 8 * GIB
+    full = nccl_collective("all-reduce", Server.of_preset(H100), 8, big, "nccl-ring")
+    slow = nccl_collective("all-reduce", Server.of_preset(H100.with_(nic_bw=gbit(200))), 8, big, "nccl-ring")
+    assert slow.busbw == pytest.approx(full.busbw / 2, rel=0.03)
+    assert Server.of_preset(H100).nvlinks == 18 and Server.of_preset(H100).nvlink_bw == pytest.approx(370.8e9)
+    from simulation.params import NDR
+
+    with pytest.raises(nccl.NcclError, match="describes no GPUs"):
+        Server.of_preset(NDR)
+
+
+@needs_simgrid
+def test_the_model_runs_nccl_s_methods_for_each_job(engine):
+    from simulation.model import Scenario, evaluate
+
+    sizes = (MIB, 256 * MIB)
+    sc = Scenario(
+        topology="rail:radix=16", gpus=64, preset="h100", methods=("nccl", "inc-int8", "adaptive"), sizes=sizes
+    )
+    rows = {(r.method, r.size): r for r in evaluate(sc, engine).rows}
+    for size in sizes:
+        want = nccl_collective("all-reduce", H100_SERVER, 8, size, "nccl")
+        assert rows[("nccl", size)].time_s == pytest.approx(want.time_s) and rows[("nccl", size)].choice == want.choice
+        best = min(rows[(m, size)].time_s for m in ("nccl", "inc-int8"))
+        assert rows[("adaptive", size)].time_s == best
