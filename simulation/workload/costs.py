@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-A2A_METHODS = ("direct", "pairwise", "hier")
+# the all-to-all branch's names (hosts/alltoall.py there): the placeholder answers for them until it is merged
+A2A_METHODS = ("a2a-direct", "a2a-hier")
 
 
 class CollectiveError(ValueError):
@@ -58,9 +59,8 @@ def placeholder_alltoall(
     `nbytes` split evenly over the group, the off-server share through its own NIC at line rate, the rest over
     NVLink; the fabric is taken to carry it without contention (no spine, no rail crossing, no placement
     effect: all three are what the all-to-all model adds).
-    - direct: every pair at once (NCCL's grouped send/recv): the NIC's and NVLink's shares overlap;
-    - pairwise: G-1 exchange steps one after the other, each paying its latency and its own bound;
-    - hier: the off-server bytes first gathered per destination rail over NVLink (PXN/DeepEP-style), then
+    - a2a-direct: every pair at once (NCCL's grouped send/recv): the NIC's and NVLink's shares overlap;
+    - a2a-hier: the off-server bytes first gathered per destination rail over NVLink (PXN/DeepEP-style), then
       sent NIC to NIC on the rail, pipelined: NVLink carries every byte once more, and one more latency.
     """
     g, local = shape.size, min(shape.per_server, shape.size)
@@ -68,11 +68,8 @@ def placeholder_alltoall(
         return 0.0
     off = nbytes * (g - local) / g
     on = nbytes * (local - 1) / g
-    if method == "direct":
+    if method == "a2a-direct":
         return max(off / nic_bw, on / nvlink_bw) + (alpha if off else nv_alpha)
-    if method == "pairwise":
-        chunk = nbytes / g
-        return (g - local) * (alpha + chunk / nic_bw) + (local - 1) * (nv_alpha + chunk / nvlink_bw)
-    if method == "hier":
+    if method == "a2a-hier":
         return max(off / nic_bw, (on + off) / nvlink_bw) + alpha + nv_alpha
     raise CollectiveError(f"unknown all-to-all method {method!r}: choose from {', '.join(A2A_METHODS)}")

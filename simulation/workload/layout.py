@@ -36,13 +36,15 @@ class Layout:
     microbatch: int = 1  # sequences per microbatch
     global_batch: int = 0  # sequences per step (0: one microbatch per data-parallel rank)
     seq_len: int = 0  # tokens per sequence (0: the model's)
-    sharding: str = "ddp"  # ddp: all-reduce grads; zero1/zero2: reduce-scatter grads, all-gather params; fsdp: per layer
+    sharding: str = (
+        "ddp"  # ddp: all-reduce grads; zero1/zero2: reduce-scatter grads, all-gather params; fsdp: per layer
+    )
     recompute: str = "none"  # activation recomputation: none, selective (attention core), full (every layer's forward)
     sequence_parallel: bool = True  # TP's activations sharded between its all-gathers and reduce-scatters
     dp_method: str = "ring"  # the all-reduce (or reduce-scatter) method of the gradients, a simulation method
     ag_method: str = "ring-bf16"  # the all-gather of bf16 parameters (zero1/2, fsdp)
     tp_method: str = "ring-bf16"  # the TP all-reduces of bf16 activations (NVLink inside a server)
-    a2a_method: str = "direct"  # the MoE dispatch/combine all-to-all
+    a2a_method: str = "a2a-direct"  # the MoE dispatch/combine all-to-all
     dp_overlap: bool = True  # DDP/FSDP: buckets all-reduced while the backward pass goes on
     bucket_bytes: int = 25 << 20  # DDP's bucket_cap_mb default (25 MiB), in bytes of the reduced tensor
     param_gather_overlap: bool = True  # zero1/2: the parameters' all-gather overlaps the next step's first forward
@@ -109,11 +111,17 @@ class Layout:
             return [tuple(rank(ti, i, pi) for i in range(d)) for pi in range(p) for ti in range(t)]
         if dim == "ep":
             return [
-                tuple(rank(ti, g * e + i, pi) for i in range(e)) for pi in range(p) for ti in range(t) for g in range(d // e)
+                tuple(rank(ti, g * e + i, pi) for i in range(e))
+                for pi in range(p)
+                for ti in range(t)
+                for g in range(d // e)
             ]
         if dim == "edp":
             return [
-                tuple(rank(ti, g * e + k, pi) for g in range(d // e)) for pi in range(p) for ti in range(t) for k in range(e)
+                tuple(rank(ti, g * e + k, pi) for g in range(d // e))
+                for pi in range(p)
+                for ti in range(t)
+                for k in range(e)
             ]
         if dim == "pp":
             return [tuple(rank(ti, di, i) for i in range(p)) for ti in range(t) for di in range(d)]

@@ -42,7 +42,8 @@ LLAMA3_ASSUMED = (
 NARAYANAN_ASSUMED = (
     "microbatch 1, non-interleaved 1F1B (PipeDream-Flush), full activation recomputation (the paper's FLOP "
     "count includes it), fp32 gradients all-reduced by NCCL's ring after the backward pass (Megatron-LM of "
-    "2021 did not overlap it), fp16 TP all-reduces on NVLink; DGX A100 servers on a non-blocking HDR fat-tree (radix-32 switches, so a leaf holds whole servers; Selene's have 40 ports)"
+    "2021 did not overlap it), fp16 TP all-reduces on NVLink; DGX A100 servers on a non-blocking HDR fat-tree "
+    "(radix-32 switches, so a leaf holds whole servers; Selene's have 40 ports)"
 )
 
 

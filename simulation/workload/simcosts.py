@@ -101,6 +101,9 @@ class SimCollectives:
         if shape.per_server == shape.size:
             groups = groups[:1]
         sim_methods = tuple(m for m in dict.fromkeys(methods) if m != "adaptive")
+        if shape.per_server == 1 and "hier-inc" in sim_methods:  # one GPU a server: no NVLink stage to add
+            sim_methods = tuple(m for m in sim_methods if m != "hier-inc")
+            d.skipped["hier-inc"] = "one GPU a server in these groups: hier-inc is inc-int32 without an NVLink stage"
         bad = [m for m in sim_methods if m not in METHODS]
         if bad:
             raise CollectiveError(f"unknown collective method(s) {', '.join(bad)}: choose from {', '.join(METHODS)}")
@@ -117,7 +120,7 @@ class SimCollectives:
         ev.build()
         ev.solve()
         d.ev = ev
-        d.skipped = dict(ev.skipped)
+        d.skipped.update(ev.skipped)
 
     def _dim(self, dim: str) -> _Dim:
         if dim not in self.dims:

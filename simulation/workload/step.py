@@ -116,15 +116,15 @@ def simulate_step(
     tokens = lo.microbatch * seq  # per microbatch, per data-parallel rank (its TP group shares them)
     m = lo.microbatches
     rate = gpu.sustained(model.hidden)
-    L = model.layers
-    moe_share = model.moe_layers / L
+    layers = model.layers
+    moe_share = model.moe_layers / layers
     layer_fwd = model.forward_flops(seq) - model.head_flops()  # all layers, per token
-    per_layer = layer_fwd / L
+    per_layer = layer_fwd / layers
     # the busiest stage: ceil((L + 2 fewer) / p) layers in the middle, `fewer` less and the head on the last
     if lo.pp == 1:
-        n_layers, head = float(L), 1.0
+        n_layers, head = float(layers), 1.0
     else:
-        mid = math.ceil((L + 2 * lo.pp_fewer_layers) / lo.pp)
+        mid = math.ceil((layers + 2 * lo.pp_fewer_layers) / lo.pp)
         last = mid - lo.pp_fewer_layers
         head_layers = model.head_flops() / per_layer
         n_layers, head = (float(mid), 0.0) if mid >= last + head_layers else (float(last), 1.0)
@@ -223,7 +223,7 @@ def simulate_step(
     if lo.recompute == "full":
         hw_per_token += layer_fwd
     elif lo.recompute == "selective":
-        hw_per_token += L * model.attention_core_flops(seq)
+        hw_per_token += layers * model.attention_core_flops(seq)
     hardware_flops = hw_per_token * tokens_step
     return StepResult(
         model=model.name,
