@@ -69,13 +69,17 @@ def run_point(point: Point, engine: Engine | None = None) -> dict[str, Any]:
         )
     except FabricError as ex:
         return {**head, "rows": [], "skipped": {"topology": str(ex)}, "seconds": time.perf_counter() - t0}
-    dp_methods = tuple(m for m in point.dp_methods if m != "adaptive")
-    prepare(costs, model, layout, dp_methods)
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
+    dp_methods = tuple(m for m in point.dp_methods if m != "adaptive")
+    if layout.sharding != "ddp" and "tree" in dp_methods:  # reduce-scatter: NCCL's tree has none, the ring's row
+        dp_methods = tuple(m for m in dp_methods if m != "tree")
+        skipped["tree"] = "NCCL has no tree reduce-scatter (ZeRO reduce-scatters the gradients): the ring's row"
+    prepare(costs, model, layout, dp_methods)
     gpu = get_gpu("h100")
     a2a = point.a2a_methods if model.moe else ("a2a-direct",)
-    combos = [(m, "a2a-direct") for m in point.dp_methods] + [("ring", a) for a in a2a if a != "a2a-direct"]
+    combos = [(m, "a2a-direct") for m in point.dp_methods if m not in skipped]
+    combos += [("ring", a) for a in a2a if a != "a2a-direct"]
     for dp_method, a2a_method in combos:
         lo = replace(layout, dp_method=dp_method, a2a_method=a2a_method)
         try:
