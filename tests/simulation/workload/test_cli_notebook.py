@@ -76,3 +76,25 @@ def test_the_workload_notebook_runs_headless(tmp_path: Path) -> None:
     assert len(images) == 2
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "held-out max" in text and "MFU (%)" in text and "inc-int8" in text
+
+
+@needs_simgrid
+def test_make_simulate_adds_the_study_and_the_validation_to_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """simulation.cli's default run calls workload_cli.study on its results folder (here one small point)."""
+    import json
+
+    from simulation.workload import cli, study
+
+    small = study.Point("llama3-405b", 2048, "clos:radix=32", "contiguous", ("ring", "inc-int8", "adaptive"))
+    monkeypatch.setattr(study, "points", lambda: [small])
+    (tmp_path / "summary.json").write_text(json.dumps({"validation": {"closed_form_max_rel_error": 0.001}}))
+    line = cli.study(tmp_path, 1, no_validate=False)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    v = summary["validation"]
+    assert v["closed_form_max_rel_error"] == 0.001  # kept
+    assert 0 < v["workload_max_rel_error"] <= v["workload_tolerance"] == 0.10
+    assert summary["workload"]["plots"] == ["workload_mfu.png", "workload_breakdown.png"]
+    assert all((tmp_path / f).is_file() for f in ("workload.json", "workload_table.txt", "workload_mfu.png"))
+    assert "held-out max" in line and "MFU (%)" in (tmp_path / "workload_table.txt").read_text()
