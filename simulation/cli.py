@@ -33,6 +33,7 @@ from simulation.placement import POLICIES, PlacementError
 from simulation.report import write_folder
 from simulation.topologies import canonical_spec, controller_topology, parse_scale_spec
 from simulation.trees import TreeError
+from simulation.workload import cli as workload_cli
 
 LOG = logging.getLogger("simulation")
 
@@ -47,6 +48,7 @@ ERRORS = (
     TreeError,
     CalibrationError,
     EngineError,
+    *workload_cli.ERRORS,
 )
 
 
@@ -182,6 +184,12 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
         "(default: the fixture in tests/simulation/data)",
     )
     ap.add_argument("--no-validate", action="store_true", help="skip the four validations")
+    ap.add_argument(
+        "--no-workload",
+        action="store_true",
+        help="the default sweep without the training-step study (simulation/workload: dense and MoE at 10k and "
+        "100k GPUs) and its validation against published runs",
+    )
     ap.add_argument("--validate-only", action="store_true", help="only the validations")
     ap.add_argument("--workers", "-j", type=int, default=None, help="parallel processes (default: cores, at most 2)")
     ap.add_argument("--out", type=Path, default=Path("results"), help="parent of the results folder (default results/)")
@@ -191,6 +199,7 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
         "--json", action="store_true", help="print summary.json's validation and findings instead of the table"
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    workload_cli.add_arguments(ap)
     return ap
 
 
@@ -280,6 +289,9 @@ def check_inputs(args: argparse.Namespace) -> None:
         raise CalibrationError("--check predicts results folders with the costs --calibrate fits: give --calibrate too")
     if args.calibrate:
         return
+    if args.model:
+        args.workload = workload_cli.check(args)
+        return
     given = args.sizes is not None or args.elements is not None
     args.sizes = _sizes(args)  # bytes from here on (config.json's args record them so)
     if given and args.topology is None:
@@ -306,6 +318,8 @@ def check_inputs(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         return _calibrate(args)
+    if args.model:
+        return workload_cli.run(args, args.workload)
     t0 = time.perf_counter()
     label = "_".join(filter(None, ["simulate", args.sweep or ("custom" if args.topology else "default"), args.name]))
     out = args.out / f"{datetime.now():%Y-%m-%d_%H%M%S}_{label}"
@@ -349,6 +363,12 @@ def run(args: argparse.Namespace) -> int:
         "presets": {s.preset: get_preset(s.preset).to_dict() for s in scenarios},
     }
     write_folder(out, outcomes, config, validation, duration, calibration)
+    workload_line = ""
+    if args.topology is None and args.sweep != "quick" and not args.no_workload and not args.validate_only:
+        workload_line = workload_cli.study(out, args.workers, args.no_validate)
+        duration = time.perf_counter() - t0
+        path = out / "summary.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "duration_s": duration}, indent=1) + "\n")
     summary = json.loads((out / "summary.json").read_text())
     if args.json:
         print(
@@ -379,6 +399,8 @@ def run(args: argparse.Namespace) -> int:
                 f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%), "
                 f"NCCL's published busbw {pct(v.get('nccl_busbw_max_rel_error'))} (15%)"
             )
+        if workload_line:
+            print(workload_line)
         na = summary["findings"].get("not_applicable", {})
         if na:
             print("not in this run's findings: " + "; ".join(f"{what}: {why}" for what, why in na.items()))

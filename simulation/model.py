@@ -201,21 +201,35 @@ def _tree_measure(
 class Evaluation:
     """Everything evaluate() built, kept for inspection (notebook, tests)."""
 
-    def __init__(self, scenario: Scenario, preset: Preset | None = None, engine: Engine | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        preset: Preset | None = None,
+        engine: Engine | None = None,
+        fabric: Fabric | None = None,
+        jobs: Sequence[Job] | None = None,
+    ) -> None:
+        """`fabric` and `jobs`, when given, replace the scenario's topology and placement: the workload layer
+        (simulation.workload) builds a cluster once and hands each parallel dimension's groups in as jobs."""
         self.scenario = scenario
         self.preset = preset or get_preset(scenario.preset)
         if scenario.overrides:
             self.preset = self.preset.with_(**dict(scenario.overrides))
         self.engine = engine or Engine()
         s = scenario
-        self.base = topologies.build(s.topology, self.preset, s.cluster_gpus or (s.gpus * s.jobs if s.gpus else None))
-        per_job = s.gpus or self.base.n_gpus // s.jobs
-        if per_job < 2:
-            raise ScenarioError(f"{s.jobs} jobs on {self.base.n_gpus} GPUs leave fewer than 2 per job")
-        try:
-            self.jobs = place(self.base, [per_job] * s.jobs, s.placement, s.seed)
-        except ValueError as ex:
-            raise ScenarioError(str(ex)) from ex
+        self.base = fabric or topologies.build(
+            s.topology, self.preset, s.cluster_gpus or (s.gpus * s.jobs if s.gpus else None)
+        )
+        if jobs is not None:
+            self.jobs = list(jobs)
+        else:
+            per_job = s.gpus or self.base.n_gpus // s.jobs
+            if per_job < 2:
+                raise ScenarioError(f"{s.jobs} jobs on {self.base.n_gpus} GPUs leave fewer than 2 per job")
+            try:
+                self.jobs = place(self.base, [per_job] * s.jobs, s.placement, s.seed)
+            except ValueError as ex:
+                raise ScenarioError(str(ex)) from ex
         self.fabric = _fail(self.base, s.fail, self.jobs, self.preset) if s.fail else self.base
         self.trees: dict[str, list[AggTree]] = {}
         self.skipped: dict[str, str] = {}

@@ -19,10 +19,13 @@ and its share on its most crowded switch.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+
+import numpy as np
 
 from controller.planner import JobPlan, JobSpec, PlanError, plan_job
 from controller.topology import Link as CLink
@@ -147,14 +150,12 @@ def _controller_trees(fabric: Fabric, topo: Topology, jobs: Sequence[Job], lanes
 def _clos_tree(fabric: Fabric, router: ClosRouter, job: Job, load: dict[int, int]) -> AggTree:
     gpus = sorted(job.gpus)
     lo, hi = gpus[0], gpus[-1] + 1
-    leaves = sorted({int(fabric.attach[g]) for g in gpus})
-    tiers = sorted({int(t) for t in fabric.tiers if t >= 0})
+    leaves = sorted(set(fabric.attach[np.asarray(gpus)].tolist()))
+    lo_of, hi_of, tiers = _ranges(router, fabric)
     for t in tiers:
-        cands = [
-            x
-            for x in range(fabric.n_gpus, fabric.n_nodes)
-            if fabric.tiers[x] == t and router.lo[x] <= lo and hi <= router.hi[x] and x not in fabric.failed_nodes
-        ]
+        covers = (fabric.tiers == t) & (lo_of <= lo) & (hi <= hi_of)
+        covers[: fabric.n_gpus] = False
+        cands = [x for x in np.flatnonzero(covers).tolist() if x not in fabric.failed_nodes]
         if not cands:
             continue
         # one member per child range (the same ranges under every candidate)
@@ -188,6 +189,20 @@ def _clos_tree(fabric: Fabric, router: ClosRouter, job: Job, load: dict[int, int
         if fabric.has_failures:
             continue
     raise TreeError(f"job {job.index}: no switch reaches all {len(leaves)} member leaves around the failures")
+
+
+_RANGES: weakref.WeakKeyDictionary[ClosRouter, tuple[np.ndarray, np.ndarray, list[int]]] = weakref.WeakKeyDictionary()
+
+
+def _ranges(router: ClosRouter, fabric: Fabric) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The GPU range every node covers, as arrays, and the switch tiers bottom up (kept on the router: many
+    jobs plan on one fabric)."""
+    cached = _RANGES.get(router)
+    if cached is None:
+        tiers = sorted(int(t) for t in np.unique(fabric.tiers) if t >= 0)
+        cached = (np.asarray(router.lo), np.asarray(router.hi), tiers)
+        _RANGES[router] = cached
+    return cached
 
 
 def _one_per_child(router: ClosRouter, root: int, gpus: Sequence[int]) -> list[int]:

@@ -96,6 +96,9 @@ UPWARD = [
     ("softswitch.runtime.x", "softswitch.p4runtime", {"softswitch-inner"}),
     ("experiments.train.x", "experiments.allreduce", {"experiments-inner"}),
     ("experiments.harness.x", "experiments.faults", {"experiments-inner"}),
+    ("simulation.workload.step.x", "simulation.workload.simcosts", {"simulation-workload"}),  # siblings
+    ("simulation.workload.costs.x", "simulation.workload.runs", {"simulation-workload"}),
+    ("simulation.model.x", "simulation.workload", {"simulation-below-workload"}),
 ]
 
 

@@ -1,0 +1,86 @@
+"""The system layer on the simulator, and the validation against published training runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulation.engine import Engine
+from simulation.model import Scenario, evaluate
+from simulation.params import H100
+from simulation.workload import hardware, runs
+from simulation.workload.costs import CollectiveError
+from simulation.workload.layout import Layout
+from simulation.workload.simcosts import SimCollectives
+from tests.simulation.conftest import needs_simgrid
+
+pytestmark = needs_simgrid
+
+
+def test_one_group_costs_what_the_simulator_says_for_that_job(engine: Engine) -> None:
+    """A data-parallel 'group' that is the whole job: the all-reduce is the simulator's own row."""
+    costs = SimCollectives("rail:radix=16", H100, 64, engine=engine)
+    costs.prepare("dp", [tuple(range(64))], ("ring", "tree", "inc-int32"))
+    rows = evaluate(
+        Scenario(
+            topology="rail:radix=16", gpus=64, preset="h100", methods=("ring", "tree", "inc-int32"), sizes=(1 << 20,)
+        ),
+        engine,
+    ).rows
+    for r in rows:
+        assert costs.allreduce(r.method, (1 << 20) / 4, "dp") == pytest.approx(r.time_s, rel=1e-9)
+    # derived collectives (placeholders): ring reduce-scatter half the ring, in-network the all-reduce's time
+    ring = costs.allreduce("ring", 1e6, "dp")
+    assert costs.reduce_scatter("ring", 1e6, "dp") == pytest.approx(ring / 2)
+    assert costs.reduce_scatter("tree", 1e6, "dp") == pytest.approx(ring / 2)  # NCCL has no tree reduce-scatter
+    assert costs.reduce_scatter("inc-int32", 1e6, "dp") == costs.allreduce("inc-int32", 1e6, "dp")
+    assert costs.allreduce("adaptive", 1e6, "dp") == min(
+        costs.allreduce(m, 1e6, "dp") for m in ("ring", "tree", "inc-int32")
+    )
+    with pytest.raises(CollectiveError, match="not prepared"):
+        costs.allreduce("ring", 1e6, "edp")
+
+
+def test_groups_sharing_links_are_slower_than_one_alone(engine: Engine) -> None:
+    """Eight rail groups at once (scattered servers) against the same group alone: contention shows."""
+    lo = Layout(tp=8, dp=16)
+    alone = SimCollectives("clos:radix=16,oversub=2", H100, 128, "scattered", seed=1, engine=engine)
+    alone.prepare("dp", lo.groups("dp")[:1], ("ring",))
+    together = SimCollectives("clos:radix=16,oversub=2", H100, 128, "scattered", seed=1, engine=engine)
+    together.prepare("dp", lo.groups("dp"), ("ring",))
+    assert together.allreduce("ring", 64e6, "dp") > 1.2 * alone.allreduce("ring", 64e6, "dp")
+
+
+def test_pipeline_send_is_latency_plus_bytes_at_the_nic(engine: Engine) -> None:
+    lo = Layout(tp=8, pp=4, dp=2)
+    costs = SimCollectives("clos:radix=16", H100, lo.gpus, engine=engine)
+    costs.prepare("pp", lo.groups("pp"), ())
+    t = costs.p2p(50e6, "pp")
+    assert t == pytest.approx(50e6 / H100.nic_bw, rel=0.01)
+    assert t > 50e6 / H100.nic_bw
+
+
+def test_the_stored_compute_rates_are_the_fit(engine: Engine) -> None:
+    """hardware.GPUS holds what runs.fit_compute gives from the 'fit' runs (not numbers set by hand)."""
+    fitted = runs.fit_compute(engine)
+    for name, gpu in hardware.GPUS.items():
+        assert gpu.gemm_flops == pytest.approx(fitted[name].gemm_flops, rel=0.002), name
+        assert gpu.h_half == pytest.approx(fitted[name].h_half, rel=0.002), name
+
+
+def test_held_out_runs_are_predicted_within_the_tolerance(engine: Engine) -> None:
+    v = runs.validate(engine)
+    held = [r for r in v.rows if r["role"] == "held-out"]
+    assert len(held) >= 5 and {r["source"] for r in held} == {runs.LLAMA3_T4, runs.NARAYANAN_T1}
+    for r in v.rows:
+        limit = runs.WORKLOAD_TOLERANCE if r["role"] == "held-out" else 0.001  # the fit reproduces its anchors
+        assert abs(r["rel_error"]) <= limit, r
+        assert 0 < r["mfu"] < 1 and sum(r["breakdown"].values()) == pytest.approx(r["step_s"])
+    assert v.max_rel_error == max(abs(r["rel_error"]) for r in held)
+
+
+def test_the_validation_can_fail(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compute rate 20% off puts the held-out runs outside the tolerance: the check is not vacuous."""
+    slow = {k: g.with_(gemm_flops=g.gemm_flops * 0.8) for k, g in hardware.GPUS.items()}
+    monkeypatch.setattr(runs, "get_gpu", lambda name: slow[name])
+    v = runs.validate(engine, runs=tuple(r for r in runs.RUNS if r.model in ("gpt-530b", "llama3-405b")))
+    assert v.max_rel_error > runs.WORKLOAD_TOLERANCE
