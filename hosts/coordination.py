@@ -24,6 +24,7 @@ the re-planned job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -192,6 +193,9 @@ class CoordinatorServer:
         self._commands_cond = threading.Condition()
         # Barriers that call back ranks which already finished their step (tag -> step, attempt, ranks called)
         self._call_ins: dict[str, dict[str, Any]] = {}
+        # failure notices for the agents' watchers (notify / watch), in order
+        self._notices: list[dict[str, Any]] = []
+        self._notices_cond = threading.Condition()
         family, sockaddr = parse_address(address)
         if family == socket.AF_UNIX and os.path.exists(sockaddr):
             os.unlink(sockaddr)
@@ -243,6 +247,8 @@ class CoordinatorServer:
                 LOG.exception("answering %s failed", msg["topic"])
                 answer = {"error": f"{type(ex).__name__}: {ex}"}
             return {"answer": answer}
+        if msg["op"] == "watch":
+            return {"notices": self._watch(int(msg.get("after", 0)), float(msg.get("wait", self.timeout_s)))}
         if msg["op"] == "next":
             return {
                 "command": self._next_command(int(msg.get("after", -1)), float(msg.get("wait", self.timeout_s)), rank)
@@ -262,6 +268,21 @@ class CoordinatorServer:
                 self._reports_cond.notify_all()
             return {"ok": True}
         raise CoordinationError(f"unknown op {msg['op']!r}")
+
+    # -- failure notices ---------------------------------------------------------------------
+    def notify(self, notice: dict[str, Any]) -> int:
+        """Hand a failure notice (hosts.tickets.FailureNotice's fields but seq) to every agent's watcher at
+        once; returns its seq."""
+        with self._notices_cond:
+            seq = len(self._notices) + 1
+            self._notices.append({**notice, "seq": seq})
+            self._notices_cond.notify_all()
+            return seq
+
+    def _watch(self, after: int, wait_s: float) -> list[dict[str, Any]]:
+        with self._notices_cond:
+            self._notices_cond.wait_for(lambda: len(self._notices) > after, wait_s)
+            return self._notices[after:]
 
     def start(self) -> CoordinatorServer:
         self._thread.start()
@@ -401,6 +422,11 @@ class CoordinatorClient:
         """One question to the runner, answered without waiting for the other ranks (None: nobody answers it)."""
         return self._call({"op": "ask", "topic": topic, "value": value})["answer"]
 
+    def watch(self, after: int, wait_s: float = 60.0) -> list[dict[str, Any]]:
+        """The failure notices numbered after `after` (hosts.tickets.FailureNotice dicts), waiting up to wait_s for
+        one; on a connection of its own (a call blocks)."""
+        return list(self._call({"op": "watch", "after": after, "wait": wait_s})["notices"])
+
     def barrier(self, tag: str) -> None:
         self.exchange(tag, None)
 
@@ -415,6 +441,9 @@ class CoordinatorClient:
         self._call({"op": "report", "report": report})
 
     def close(self) -> None:
+        # a call blocked in another thread (watch) holds the file's lock: shutting the socket down wakes it first
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._file.close()
         self._sock.close()
 

@@ -278,3 +278,38 @@ def test_a_rank_that_cannot_rejoin_fails_the_barrier_at_once(rig: Rig, monkeypat
     assert "called back to step 1, but the last in-network step this agent finished was none" in reports[0]["error"]
     for r in (1, 2):
         assert "rank 0 could not rejoin the fail-over: StepError: called back" in reports[r]["error"], reports[r]
+
+
+@pytest.mark.parametrize("notify", [True, False])
+def test_a_failure_notice_from_the_runner_starts_the_fail_over_without_the_timeout(rig: Rig, notify: bool) -> None:
+    """The runner hears the switch die and notifies (CoordinatorServer.notify): every agent's watcher interrupts
+    its worker, so the fail-over's trigger is the notice on every rank. Without the notice (the detector off)
+    the same failure is found by the failure timeout: the trigger says so, and the notice check fails."""
+    for a in rig.agents:
+        a.watch_notices()
+    sw = rig.switch
+    died = threading.Event()
+    after = N * 12
+
+    def drop(*_: object) -> bool:
+        if sw.counters["results_sent"] >= after:
+            died.set()
+            return True
+        return False
+
+    sw.drop = drop
+
+    def notifier() -> None:
+        if died.wait(30):
+            rig.server.notify({"job_id": JOB.job_id, "install": JOB.install, "kind": "switch", "what": "c1", "at": 1.0})
+
+    if notify:
+        threading.Thread(target=notifier, daemon=True).start()
+    rig.verdict = rig.revived
+    reports = rig.step(1)
+    assert exact(reports), reports
+    triggers = {r["failovers"][0]["trigger"] for r in reports.values()}
+    assert triggers == ({"notice"} if notify else {"timeout"}), triggers
+    assert all(len(a.notices) == (1 if notify else 0) for a in rig.agents)
+    again = rig.step(2, job=REINSTALLED)  # the new install's worker is not interrupted by the old notice
+    assert exact(again) and not any("failovers" in r for r in again.values())
