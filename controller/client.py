@@ -212,9 +212,10 @@ class SwitchClient:
                     LOG.warning("%s: no longer primary (%s)", self.name, msg.arbitration.status.message)
                 self._responses.put(msg)
         except grpc.RpcError as ex:
-            if ex.code() == grpc.StatusCode.CANCELLED:
+            if self._closing:
                 return
-            self._responses.put(ex)
+            if ex.code() != grpc.StatusCode.CANCELLED:
+                self._responses.put(ex)
             why = _rpc_text(ex)
         lost = self.on_stream_lost
         if lost is not None and self._primary and not self._closing:
