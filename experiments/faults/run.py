@@ -118,7 +118,7 @@ class FaultsConfig:
     # the all-reduce (failure_points, fractions of the reference all-reduce's time), in turn; a killed switch is
     # restarted and a cut link restored between runs
     failure_runs: int = 10
-    failure_points: tuple[float, ...] = (0.1, 0.5, 0.85)
+    failure_points: tuple[float, ...] = (0.1, 0.5, 0.8)
     # the controller's failure monitor (controller.monitor): a broken P4Runtime stream or a port that goes down
     # notifies the workers at once; False: only the failure timeout finds a failure (the detector off)
     signals: bool = True
