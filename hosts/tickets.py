@@ -214,6 +214,6 @@ class FailureNotice(_Checked):
     seq: int = field(metadata=_range(1))  # the coordinator's running number (a watcher asks for those after one)
     job_id: int = field(metadata=_range(1, MAX_JOB_ID))
     install: int = field(metadata=_range(0))  # which install's workers stop (JobTicket.install)
-    kind: Literal["switch", "link"]
-    what: str  # the switch's name, or the link "a-b"
+    kind: Literal["switch", "link", "host"]
+    what: str  # the switch's name, the link "a-b", or the host (rank) whose agent is gone
     at: float = field(metadata=_range(0.0))  # when the controller heard it (hosts.clock)

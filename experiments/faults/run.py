@@ -209,6 +209,15 @@ class FaultsRun:
             record["notified"] = clock.now()
             record["seq"] = self.server.notify(notice)
 
+    def on_agent_lost(self, rank: int) -> None:
+        """A host's agent is gone (hosts.coordination): the job's other workers stop waiting for its contribution
+        (the step fails, naming it; no shrink or spare policy yet)."""
+        self.signals.append({"kind": "host", "what": self.hosts[rank], "at": clock.now()})
+        if self.job is not None and self.server is not None:
+            what = f"{self.hosts[rank]} (rank {rank})"
+            notice = {"job_id": JOB_ID, "install": self.job.install, "kind": "host", "what": what, "at": clock.now()}
+            self.server.notify(notice)
+
     # -- jobs ----------------------------------------------------------------------------------
     def install(self, timeout_s: float, min_timeout_s: float) -> None:
         if self.plan is not None:
@@ -919,6 +928,7 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                 try:
                     with runner.agents(hosts, "faults") as server:
                         run.server = server
+                        server.on_agent_lost = run.on_agent_lost
                         lossless = run.lossless()
                         loss = run.loss_sweep(lossless["latency_s"])
                         if cfg.dup_rate or cfg.reorder_rate:

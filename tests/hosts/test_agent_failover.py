@@ -313,3 +313,46 @@ def test_a_failure_notice_from_the_runner_starts_the_fail_over_without_the_timeo
     assert all(len(a.notices) == (1 if notify else 0) for a in rig.agents)
     again = rig.step(2, job=REINSTALLED)  # the new install's worker is not interrupted by the old notice
     assert exact(again) and not any("failovers" in r for r in again.values())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the dying agent's own thread
+def test_an_agent_that_dies_mid_allreduce_fails_the_step_on_every_other_rank_by_name(rig: Rig) -> None:
+    """Rank 2's agent ends mid all-reduce (its coordinator connection closes, as when its process is killed):
+    the coordinator fails every barrier naming it and the runner's notice stops the others' data-plane wait, so
+    ranks 0 and 1 report the step failed, naming rank 2, instead of waiting for a contribution that never
+    comes (this job's failure timeout is an hour: only the notice ends the wait)."""
+    for a in rig.agents:
+        a.watch_notices()
+    hour = dataclasses.replace(JOB, failure_timeout_s=3600.0)
+    rig.server.on_agent_lost = lambda rank: rig.server.notify(
+        {"job_id": JOB.job_id, "install": JOB.install, "kind": "host", "what": f"rank {rank}", "at": 1.0}
+    )
+    sw = rig.switch
+    dying = rig.agents[2]
+
+    def drop(direction: str, rank: int, fields: dict[str, int]) -> bool:
+        if rank == 2 and direction == "up" and sw.counters["results_sent"] >= N * 12:
+            if dying.client is not None:
+                threading.Thread(target=dying.client.close, daemon=True).start()  # once: the connection ends
+            return True
+        return False
+
+    sw.drop = drop
+    cmd = StepCommand(
+        step=1,
+        method="inc-int32",
+        size=40 * 256,
+        iteration=1,
+        input="ones",
+        seed=2,
+        checker=0,
+        job=hour,
+        ring=RingSettings(timeout_s=0.05),
+    )
+    rig.server.post(1, cmd.to_dict())
+    reports = rig.server.step_reports(1, 60)
+    assert rig.server.lost == {2}
+    assert sorted(reports) == [0, 1], reports
+    for r in (0, 1):
+        assert "rank 2's agent is gone" in reports[r]["error"], reports[r]
+    assert all(len(rig.agents[r].notices) == 1 for r in (0, 1))
