@@ -639,6 +639,10 @@ class FaultsRun:
             "triggers": sorted({str(f.get("trigger")) for f in events if not f.get("rejoined")}),
             "evidence": decision.get("evidence"),
             "step_s": s.latency_s,
+            # what the failure cost the step: its time over the reference's, and what of it was the wait for
+            # the last rank to stop (detection), its barrier, the re-plan, and the rest (the redo of what was in
+            # flight, the new tree's first rounds)
+            "over_s": s.latency_s - reference.latency_s,
             "step_over_lossless": s.latency_s / reference.latency_s if s.reports and not s.errors else None,
             "later_exact": all(a.exact for a in after),
             "later_on_new_tree": all(not any(r.get("failovers") for r in a.reports.values()) for a in after),
@@ -742,7 +746,9 @@ def series_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "runs": len(runs),
         "signal_s": _spread(values("signal_s")),  # failure to the controller's hearing it
         "detection_s": _spread(values("detected_s")),  # failure to the last rank's stopping its wait
+        "barrier_s": _spread(values("barrier_s")),  # the last rank's detection to the decision's start
         "replan_s": _spread(values("replan_s")),
+        "over_s": _spread(values("over_s")),  # the failed step's time over its loss-free reference
         "recovery_s": _spread(values("recovery_s")),  # failure to the completed all-reduce
         "step_over_lossless": ratio,
         "goal": {"median": GOAL_MEDIAN, "worst": GOAL_WORST},
