@@ -443,6 +443,12 @@ class Agent:
                 ring = self._host_method(method("ring"), cmd.ring)
                 return ring.allreduce(x, call=step), ring
             job = JobTicket.from_dict(decision["job"], where="the fail-over's job")
+            if cmd.job is not None and job.install != cmd.job.install and job.first_epoch is None:
+                # The new install's epochs go on from the interrupted one's (every rank made the same calls, so
+                # they agree). Frames of the old install still in flight when the switches that are in both trees
+                # are rewritten carry older epochs, which the switches drop as stale; started afresh from 1, a
+                # late one could open a cell of the new install under an epoch the redo is yet to use, and hold it.
+                job = dataclasses.replace(job, first_epoch=worker.epoch)
             cmd = dataclasses.replace(cmd, job=job)
             worker.on_stall = None
             worker.clear_notice()  # answered: a notice does not end the redo's wait (a later one will)
