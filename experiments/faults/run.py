@@ -842,7 +842,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(16, 4))
     loss = summary.get("loss", {})
     xs = [0.0] + [v["loss"] * 100 for v in loss.values()]
     ys = [summary["lossless"]["latency_s"] * 1e3] + [(v["latency_s"] or float("nan")) * 1e3 for v in loss.values()]
@@ -882,6 +882,24 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         b.set_xlabel("seconds after the failure")
         b.set_title(f"{f['victim']} killed: re-planned on {f['new_root']}")
         b.legend(loc="lower right")
+    failures = summary.get("failures") or {}
+    for i, (kind, v) in enumerate(failures.items()):
+        runs = [r for r in v["detail"] if r.get("step_over_lossless") is not None]
+        c.scatter(
+            [r["point"] * 100 + 2 * i for r in runs],
+            [r["step_over_lossless"] for r in runs],
+            label=f"{kind.replace('_', ' ')} ({', '.join(v['triggers'])})",
+        )
+    if failures:
+        c.axhline(GOAL_MEDIAN, ls="--", color="grey", label=f"goal: median {GOAL_MEDIAN:g}x")
+        c.axhline(GOAL_WORST, ls=":", color="red", label=f"goal: worst {GOAL_WORST:g}x")
+        c.set_xlabel("failure placed at (% of the loss-free all-reduce)")
+        c.set_ylabel("failed all-reduce / loss-free one")
+        c.set_title("each failure's step")
+        c.set_ylim(bottom=0)
+        c.legend(loc="lower right", fontsize=8)
+    else:
+        c.set_axis_off()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
