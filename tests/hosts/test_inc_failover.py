@@ -221,8 +221,9 @@ def test_a_failure_notice_ends_the_wait_at_once_and_only_a_notice_does(notified:
     if notified:
         assert all(isinstance(e, SwitchFailureSuspected) for e in errors), errors
         assert all(e.notice == "switch c1 failed" for e in errors)  # type: ignore[union-attr]
+        # what had arrived when the notice came (results still queued may be left: the redo covers them)
         done = [int(e.partial.done.sum()) for e in errors]  # type: ignore[union-attr]
-        assert all(0 < d < 40 for d in done), done
+        assert all(d < 40 for d in done), done
         # answered: the same worker streams normally again (a false alarm's same tree)
         old.drop = None
         old.token += 1  # a new install starts the cells afresh
