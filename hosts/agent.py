@@ -40,7 +40,7 @@ from hosts import clock, workload
 from hosts.coordination import CoordinatorClient, result_digest, same_size
 from hosts.methods import Method, method
 from hosts.packets import Endpoint
-from hosts.tickets import JobTicket, RingSettings, StepCommand
+from hosts.tickets import FailureNotice, JobTicket, RingSettings, StepCommand
 
 LOG = logging.getLogger(__name__)
 
@@ -100,6 +100,44 @@ class Agent:
         # The last in-network step this agent finished (its command, worker and report): a failure that the
         # other ranks detect after it finished calls it back to redo their missing chunks (rejoin)
         self._finished: dict[str, Any] | None = None
+        self.notices: list[FailureNotice] = []  # every failure notice this agent's watcher took
+        self._watcher: threading.Thread | None = None
+        self._watch_client: CoordinatorClient | None = None
+        self._stop = threading.Event()
+
+    # -- failure notices -------------------------------------------------------------------------
+    def watch_notices(self) -> None:
+        """Take the runner's failure notices on a connection of their own, in a thread: a notice for the install
+        an in-network worker of this agent runs stops that worker's wait at once (IncWorker.interrupt)."""
+        client = CoordinatorClient(self.cfg.coord, self.cfg.rank, self.cfg.workers)
+        self._watch_client = client
+
+        def run() -> None:
+            seen = 0
+            while not self._stop.is_set():
+                try:
+                    batch = client.watch(seen, wait_s=5.0)
+                except Exception:  # the coordinator is gone (the run ended): nothing more to hear
+                    if not self._stop.is_set():
+                        LOG.debug("failure notices: the coordinator connection ended", exc_info=True)
+                    return
+                for d in batch:
+                    seen = max(seen, int(d.get("seq", seen)))
+                    try:
+                        self.take_notice(FailureNotice.from_dict(d, where="a failure notice"))
+                    except Exception:
+                        LOG.exception("a failure notice could not be taken")
+
+        self._watcher = threading.Thread(target=run, name="notices", daemon=True)
+        self._watcher.start()
+
+    def take_notice(self, notice: FailureNotice) -> None:
+        """Interrupt the in-network worker of the notice's job and install (none running it: nothing to do)."""
+        self.notices.append(notice)
+        for key, worker in list(self._workers.items()):
+            if key[0] == "inc" and key[1] == notice.job_id and key[2] == notice.install:
+                LOG.warning("failure notice: %s %s failed; job %d stops waiting", notice.kind, notice.what, key[1])
+                worker.interrupt(f"{notice.kind} {notice.what} failed")
 
     # -- waiting without going deaf --------------------------------------------------------------
     def _serviced(self, fn: Callable[[], T]) -> T:
@@ -150,7 +188,7 @@ class Agent:
                 self._transport = RawSocketTransport(self.cfg.iface, self._endpoint.ip)
             # a reinstalled job (new token) starts its epochs afresh; the old worker is dropped
             for old in [k for k in self._workers if k[0] == "inc" and k[1] == job.job_id]:
-                del self._workers[old]
+                self._workers.pop(old).close()
             assert self._endpoint is not None
             self._workers[key] = IncWorker(
                 IncJob(
@@ -385,6 +423,8 @@ class Agent:
                 ) from ex
             redo = np.logical_or.reduce([unpack_mask(v["missing"], n) for v in values])
             event: dict[str, Any] = {
+                # what ended the wait: the controller's notice ("notice"), the failure timeout, or a call-back
+                "trigger": "rejoin" if called else ("notice" if ex.notice is not None else "timeout"),
                 "detected_at": mine["detected_at"],
                 "stalled_s": ex.stalled_s,
                 "decided_at": released,
@@ -403,8 +443,15 @@ class Agent:
                 ring = self._host_method(method("ring"), cmd.ring)
                 return ring.allreduce(x, call=step), ring
             job = JobTicket.from_dict(decision["job"], where="the fail-over's job")
+            if cmd.job is not None and job.install != cmd.job.install and job.first_epoch is None:
+                # The new install's epochs go on from the interrupted one's (every rank made the same calls, so
+                # they agree). Frames of the old install still in flight when the switches that are in both trees
+                # are rewritten carry older epochs, which the switches drop as stale; started afresh from 1, a
+                # late one could open a cell of the new install under an epoch the redo is yet to use, and hold it.
+                job = dataclasses.replace(job, first_epoch=worker.epoch)
             cmd = dataclasses.replace(cmd, job=job)
             worker.on_stall = None
+            worker.clear_notice()  # answered: a notice does not end the redo's wait (a later one will)
             worker = self._inc_worker(job)  # the same worker on a false alarm (same install), else a new one
             worker.realign()  # every rank from the same shadow copies (a rejoined one had advanced its own)
 
@@ -511,6 +558,9 @@ class Agent:
             done += 1
 
     def close(self) -> None:
+        self._stop.set()
+        if self._watch_client is not None:
+            self._watch_client.close()
         for w in self._workers.values():
             if hasattr(w, "close"):
                 w.close()

@@ -13,7 +13,7 @@ import ipaddress
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -852,8 +852,11 @@ class P4RuntimeServer:
         switches: Mapping[int, SoftSwitch],
         address: str = "127.0.0.1:0",
         max_workers: int | None = None,
+        extra_handlers: Sequence[grpc.GenericRpcHandler] = (),
     ) -> None:
+        """extra_handlers: more services on the same port (the port status: softswitch.p4runtime.portstatus)."""
         self.host, self._requested_port = parse_loopback_address(address)
+        self._extra_handlers = tuple(extra_handlers)
         self.servicer = P4RuntimeServicer(switches)
         # every open StreamChannel holds a worker for its lifetime: leave room for the unary RPCs
         self._max_workers = max_workers or 16 + 4 * len(switches)
@@ -875,6 +878,8 @@ class P4RuntimeServer:
             ],
         )
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.servicer, server)
+        if self._extra_handlers:
+            server.add_generic_rpc_handlers(self._extra_handlers)
         wanted = f"{self.host}:{self._requested_port}"
         try:
             port = server.add_insecure_port(wanted)
