@@ -12,7 +12,8 @@ fabric.
 
 Methods (bytes S of float32 gradient per GPU).  The emulation's methods are hosts.methods.METHODS, taken from
 there with their names, semantics and lanes (not a copy): inc-int32, inc-int16, inc-int8, ring, ring-bf16, hier,
-tree.
+tree; and its all-to-alls a2a-direct and a2a-hier, planned by simulation/alltoall.py (S is then the bytes each rank
+sends in all, S/N to each rank; they are never an all-reduce's `adaptive` choice).
 - ring: reduce-scatter + all-gather over the ranks in topology order, 2(N-1) steps of S/N, pipelined by chunk;
 - ring-bf16: the same ring moving bfloat16 (S/2 on the wire), as NCCL all-reduces bf16 gradients;
 - hier: the emulation's hierarchy (hosts/hier.py): every member sends its whole tensor to its group's leader
@@ -56,13 +57,14 @@ from simulation.placement import Job
 from simulation.trees import AggTree
 from wireformat.fixedpoint import LaneType
 
-EMULATION_METHODS = tuple(EMULATED)
+EMULATION_METHODS = tuple(name for name, m in EMULATED.items() if not m.alltoall)  # the emulation's all-reduces
+A2A_METHODS = tuple(name for name, m in EMULATED.items() if m.alltoall)  # and its all-to-alls (simulation/alltoall.py)
 # The simulation's own methods (no emulation counterpart, see above): host-based ones, and in-network with NVLink
 SIM_HOST_METHODS = ("ring-addr", "hier-rail", "rd")
 SIM_INC_METHODS = ("hier-inc",)
-HOST_METHODS = tuple(name for name, m in EMULATED.items() if not m.in_network) + SIM_HOST_METHODS
-INC_METHODS = tuple(name for name, m in EMULATED.items() if m.in_network) + SIM_INC_METHODS
-METHODS = HOST_METHODS + INC_METHODS + ("adaptive",)
+HOST_METHODS = tuple(name for name in EMULATION_METHODS if not EMULATED[name].in_network) + SIM_HOST_METHODS
+INC_METHODS = tuple(name for name in EMULATION_METHODS if EMULATED[name].in_network) + SIM_INC_METHODS
+METHODS = HOST_METHODS + INC_METHODS + ("adaptive",) + A2A_METHODS
 ALIASES = {"dbtree": "tree"}
 # every in-network method's lanes, the same both ways: the emulated ones' own, hier-inc's int32
 LANES: dict[str, LaneType] = {name: m.lanes for name, m in EMULATED.items() if m.in_network} | {"hier-inc": "int32"}
@@ -71,6 +73,10 @@ TREE_FLOWS_PER_HOST = 4  # a double-binary-tree rank sends (and receives) on up 
 
 def flow_port(flowset: str) -> int:
     """The UDP port the emulation's host method behind a flow set uses (hosts.agent): the ECMP hash's salt."""
+    from simulation.alltoall import FLOWSET_METHOD
+
+    if flowset in FLOWSET_METHOD:
+        return RING_BASE_PORT + HOST_METHOD_PORTS[(FLOWSET_METHOD[flowset], "float32")]
     family, wire = (
         ("ring", "bfloat16") if flowset == "ring-bf16" else (flowset.split("-")[0].rstrip("0123456789"), "float32")
     )
@@ -225,7 +231,20 @@ def plan_method(
     n = len(topo)
     j = job.index
     phases: list[Phase] = []
-    if method in ("ring", "ring-addr", "ring-bf16"):
+    if method in A2A_METHODS:
+        from simulation import alltoall
+
+        nv = bool((fabric.nvswitch >= 0).any())
+        phases = alltoall.phases(
+            method,
+            topo,
+            groups_of(fabric, topo),
+            nv,
+            lambda key, tag, pairs: table(key).add(j, tag, pairs),
+            Phase,
+            MethodError,
+        )
+    elif method in ("ring", "ring-addr", "ring-bf16"):
         ranks = list(job.gpus) if method == "ring-addr" else topo
         key = method  # ring and ring-bf16 use different UDP ports in the emulation: their ECMP paths may differ
         span = table(key).add(j, key, ring_pairs(ranks))
