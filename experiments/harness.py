@@ -108,7 +108,7 @@ def timeouts(config: ExperimentConfig) -> dict[str, float]:
     return out
 
 
-# an all-to-all rank shares one window among its peers (hosts.alltoall.per_peer_window); rounding up to one
+# an all-to-all rank shares one window among its peers (hosts.alltoall.split_window); rounding up to one
 # datagram per peer and hier's two phases at once can make that up to two on a link
 WINDOWS_PER_LINK = {"ring": 1, "hier": 2, "tree": 3, "a2a-direct": 2, "a2a-hier": 2}
 

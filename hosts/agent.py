@@ -184,9 +184,9 @@ class Agent:
 
     def _host_method(self, m: Method, settings: RingSettings) -> Any:
         """The ring, hier, tree or all-to-all worker of this method, on its own UDP port (base port + the method's
-        offset). An all-to-all rank sends to many peers at once: the runner's window (per peer, as a ring rank has
-        one) is shared among them (hosts.alltoall.per_peer_window)."""
-        from hosts.alltoall import AllToAllConfig, AllToAllDirect, AllToAllHier, per_peer_window
+        offset). An all-to-all rank sends to many peers at once: the runner's window (a ring rank's, to its one
+        neighbour) is what it keeps in flight in all, shared among them (hosts.alltoall.split_window)."""
+        from hosts.alltoall import AllToAllConfig, AllToAllDirect, AllToAllHier
         from hosts.hier import HierAllreduce, HierConfig
         from hosts.ring import RingAllreduce, RingConfig, topology_order
         from hosts.tree import TreeAllreduce, TreeConfig
@@ -212,13 +212,8 @@ class Agent:
                 extra.update(timeout_s=settings.timeout_s, min_timeout_s=settings.timeout_s)
             common: dict[str, Any] = dict(rank=self.cfg.rank, peers=tuple(peers), wire=m.wire, **extra)
             if m.alltoall:
-                peers_at_once = len(peers) - 1
-                if m.family == "a2a-hier":
-                    if not groups:
-                        raise StepError(f"{m.name} needs every rank's group, its edge switch (--groups)")
-                    g = list(groups).count(groups[self.cfg.rank])
-                    peers_at_once = (g - 1) + (len(set(groups)) - 1)
-                common["window"] = per_peer_window(common.get("window", AllToAllConfig.window), peers_at_once)
+                if m.family == "a2a-hier" and not groups:
+                    raise StepError(f"{m.name} needs every rank's group, its edge switch (--groups)")
                 cls = AllToAllDirect if m.family == "a2a-direct" else AllToAllHier
                 try:
                     worker: Any = cls(AllToAllConfig(groups=tuple(groups or ()), **common))

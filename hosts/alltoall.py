@@ -102,10 +102,16 @@ def check(result: np.ndarray, rank: int, n: int, size: int, seed: int = 0, itera
     return BlockCheck(n, tuple(wrong), worst)
 
 
-def per_peer_window(window: int, peers: int) -> int:
-    """The transport's window is per peer: an all-to-all rank with `peers` streams at once keeps `window`
-    datagrams in flight in all, as a ring rank does with its one neighbour (else n-1 windows queue on a link)."""
-    return max(1, window // max(1, peers))
+def split_window(window: int, elements: dict[int, int], size: int) -> list[int]:
+    """Per rank, the datagrams it may have in flight: a rank keeps `window` in flight in all, as a ring rank
+    does with its one neighbour (n-1 full windows would queue on its link), shared among its destinations in
+    proportion to the elements each gets, at least one each. Shared evenly, a2a-hier's few long streams inside
+    the group would get the in-flight share of the many short ones along the rails, and fall behind them."""
+    total = sum(elements.values())
+    out = [0] * size
+    for dst, count in elements.items():
+        out[dst] = max(1, round(window * count / total)) if total else 1
+    return out
 
 
 class AllToAll(HostCollective):
@@ -143,6 +149,7 @@ class AllToAllDirect(AllToAll):
             out[lo : lo + data.size] = data
 
         ex = Exchange(self.endpoint, call, on_data)
+        ex.windows = split_window(self.cfg.window, {d: int(bounds[d + 1] - bounds[d]) for d in range(n) if d != me}, n)
         for k in range(1, n):
             src, dst = (me - k) % n, (me + k) % n
             ex.expect(src, TAG_DIRECT, length)
@@ -188,7 +195,8 @@ def rail_layout(groups: Sequence[Hashable]) -> RailLayout:
 
 @dataclass(frozen=True)
 class AllToAllConfig(CollectiveConfig):
-    """groups[rank] = the rank's group (hier only; direct ignores it)."""
+    """groups[rank] = the rank's group (hier only; direct ignores it). `window` is the rank's in flight in all
+    (split_window shares it among its destinations), where the other host methods' is per peer."""
 
     groups: tuple[Hashable, ...] = ()
 
@@ -277,6 +285,9 @@ class AllToAllHier(AllToAll):
                 e, k = e + take, k + take
 
         ex = Exchange(self.endpoint, call, on_data)
+        share = {groups[a][i]: int(offsets[-1]) for i in range(g) if i != j}  # phase 1: G blocks each
+        share.update({groups[b][j]: buf.size for b, buf in rail_out.items()})  # phase 2: g blocks each
+        ex.windows = split_window(self.cfg.window, share, self.cfg.size)
         for i in range(1, g):  # phase 1, shifted order inside the group
             peer = groups[a][(j + i) % g]
             src = groups[a][(j - i) % g]

@@ -124,26 +124,195 @@ def link_kind(fabric: Fabric, link: int) -> str:
 
 
 def summarise_loads(fabric: Fabric, load: np.ndarray, per_gpu_bytes: float) -> dict[str, Any]:
-    """The busiest link (its bytes over S, its kind) and, per kind of link, the max and mean of the links that
-    carry anything, over S; `per_gpu_bytes` = S. The time a link needs is its bytes over its rate, so the
-    busiest link is also reported in S per link rate (`busiest_over_rate_s`: seconds per byte of S)."""
+    """Where the bytes of one collective went, in S (the bytes per GPU) at the NIC's rate: a link's load over
+    its bandwidth, times the NIC's bandwidth, over S, i.e. how many times S the link carries as if it ran at NIC
+    speed (a Dragonfly+ global link of two parallel cables counts half its bytes). `busiest_*` is the fabric's
+    busiest link; `kinds` the max and the mean (over the links that carry anything) per kind of link."""
     kinds = np.array([link_kind(fabric, i) for i in range(len(load))])
-    rate = fabric.link_bw
-    busy = load / rate
+    nic = float(fabric.link_bw[fabric.link(0, int(fabric.attach[0]))])
+    busy = load / fabric.link_bw * nic / per_gpu_bytes
     k = int(np.argmax(busy))
-    out: dict[str, Any] = {
-        "busiest_kind": str(kinds[k]),
-        "busiest_bytes_over_S": float(load[k] / per_gpu_bytes),
-        "busiest_s": float(busy[k]),
-        "kinds": {},
-    }
+    out: dict[str, Any] = {"busiest_kind": str(kinds[k]), "busiest": float(busy[k]), "kinds": {}}
     for kind in sorted(set(kinds.tolist())):
-        sel = (kinds == kind) & (load > 0)
         allk = kinds == kind
+        used = allk & (load > 0)
         out["kinds"][kind] = {
             "links": int(allk.sum()),
-            "used": int(sel.sum()),
-            "max_over_S": float(load[allk].max() / per_gpu_bytes) if allk.any() else 0.0,
-            "mean_used_over_S": float(load[sel].mean() / per_gpu_bytes) if sel.any() else 0.0,
+            "used": int(used.sum()),
+            "max": float(busy[allk].max()),
+            "mean_used": float(busy[used].mean()) if used.any() else 0.0,
         }
     return out
+
+
+# -- link loads at scale, without a flow per pair -------------------------------------------------------------
+def _nic_traffic(fabric: Fabric, ranks: Sequence[int], method: str, size: float) -> tuple[list[tuple[Any, ...]], Any]:
+    """An all-to-all's traffic as (sources, destinations, bytes each) batches of GPU pairs, one batch per source
+    GPU (n batches of up to n pairs, never n^2 at once), and its group layout (for a2a-hier)."""
+    n = len(ranks)
+    arr = np.asarray(ranks, dtype=np.int64)
+    out: list[tuple[Any, ...]] = []
+    if method == "a2a-direct":
+        for a in ranks:
+            dst = arr[arr != a]
+            out.append((np.full(len(dst), a), dst, size / n))
+        return out, None
+    from simulation.methods import groups_of
+
+    groups = groups_of(fabric, sorted(ranks, key=lambda x: int(fabric.topo_rank[x])))
+    g, big = len(groups[0]), len(groups)
+    for grp in groups:
+        ga = np.asarray(grp, dtype=np.int64)
+        for a in grp:
+            dst = ga[ga != a]
+            if len(dst):
+                out.append((np.full(len(dst), a), dst, size / g))
+    for rail in rails(groups):
+        ra = np.asarray(rail, dtype=np.int64)
+        for a in rail:
+            dst = ra[ra != a]
+            if len(dst):
+                out.append((np.full(len(dst), a), dst, size / big))
+    return out, groups
+
+
+def fluid_loads(fabric: Fabric, ranks: Sequence[int], method: str, size: float) -> np.ndarray:
+    """Bytes of data (no headers) on every directed link for one all-to-all of `size` bytes per rank, the switches
+    spreading each leaf-to-leaf demand evenly over their equal-cost next hops (what a hash does on average over
+    many flows, and D-mod-k does for uniform traffic): the flow-level model's link loads without its n(n-1) flows,
+    for tens of thousands of GPUs. GPU pairs in one server cross its NVSwitch; on a rail-only fabric a pair on two
+    rails crosses NVLink to the source server's GPU on the destination's rail first (its router's way)."""
+    f = fabric
+    load = np.zeros(len(f.link_bw))
+    leaves = np.unique(f.attach)
+    leaf_ix = np.full(f.n_nodes, -1, dtype=np.int64)
+    leaf_ix[leaves] = np.arange(len(leaves))
+    demand = np.zeros((len(leaves), len(leaves)))
+    nic_up = np.array([f.link(g, int(f.attach[g])) for g in range(f.n_gpus)])
+    nic_down = np.array([f.link(int(f.attach[g]), g) for g in range(f.n_gpus)])
+    nvs = f.nvswitch[f.server]
+    nv_up = np.array([f.link(g, int(nvs[g])) if nvs[g] >= 0 else -1 for g in range(f.n_gpus)])
+    nv_down = np.array([f.link(int(nvs[g]), g) if nvs[g] >= 0 else -1 for g in range(f.n_gpus)])
+    rail_only = f.kind == "rail-only"
+    gpu_at = getattr(f.router, "gpu_at", None)
+    batches, _groups = _nic_traffic(f, ranks, method, size)
+    for src, dst, each in batches:
+        inside = (f.server[src] == f.server[dst]) & (nvs[src] >= 0)
+        np.add.at(load, nv_up[src[inside]], each)
+        np.add.at(load, nv_down[dst[inside]], each)
+        s, d = src[~inside], dst[~inside]
+        if rail_only and gpu_at is not None:  # between rails: over NVLink to the GPU on the destination's rail
+            cross = f.local[s] != f.local[d]
+            mid = s.copy()
+            mid[cross] = gpu_at[f.server[s[cross]], f.local[d[cross]]]
+            np.add.at(load, nv_up[s[cross]], each)
+            np.add.at(load, nv_down[mid[cross]], each)
+            s = mid
+        np.add.at(load, nic_up[s], each)
+        np.add.at(load, nic_down[d], each)
+        np.add.at(demand, (leaf_ix[f.attach[s]], leaf_ix[f.attach[d]]), each)
+    # switch links, spread destination by destination over the shortest paths (layer by layer, vectorised)
+    sw = (f.link_src >= f.n_gpus) & (f.link_dst >= f.n_gpus) & (f.tiers[f.link_src] >= 0) & (f.tiers[f.link_dst] >= 0)
+    eid = np.nonzero(sw)[0]
+    es, ed = f.link_src[eid], f.link_dst[eid]
+    nbrs: dict[int, list[int]] = {}
+    for x, y in zip(es.tolist(), ed.tolist()):
+        nbrs.setdefault(y, []).append(x)  # reverse: who can send to y
+    for yi, y in enumerate(leaves.tolist()):
+        col = demand[:, yi].copy()
+        col[yi] = 0.0
+        if not col.any():
+            continue
+        dist = np.full(f.n_nodes, -1, dtype=np.int64)
+        dist[y] = 0
+        frontier = [y]
+        while frontier:
+            nxt = []
+            for z in frontier:
+                for x in nbrs.get(z, ()):
+                    if dist[x] < 0:
+                        dist[x] = dist[z] + 1
+                        nxt.append(x)
+            frontier = nxt
+        flow = np.zeros(f.n_nodes)
+        flow[leaves] = col
+        down = (dist[es] >= 0) & (dist[ed] == dist[es] - 1)
+        outdeg = np.bincount(es[down], minlength=f.n_nodes)
+        for level in range(int(dist.max()), 0, -1):
+            sel = down & (dist[es] == level)
+            if not sel.any():
+                continue
+            share = flow[es[sel]] / outdeg[es[sel]]
+            np.add.at(load, eid[sel], share)
+            flow += np.bincount(ed[sel], weights=share, minlength=f.n_nodes)
+    return load
+
+
+def top_kind(kinds: Sequence[str]) -> str:
+    """The fabric's top tier of switch links: Dragonfly+'s global links, else the highest 'tier a-b'."""
+    if "global" in kinds:
+        return "global"
+    tiers = sorted(k for k in kinds if k.startswith("tier"))
+    return tiers[-1] if tiers else "nic"
+
+
+def load_table(
+    topologies: Sequence[str],
+    gpus: Sequence[int],
+    placements: Sequence[str] = ("contiguous", "scattered"),
+    preset: str = "h100",
+    allreduce: Sequence[str] = ("ring", "hier-rail"),
+    size: int = 1 << 30,
+) -> list[dict[str, Any]]:
+    """Link loads of the all-to-alls (fluid_loads) and of all-reduces (the flow-level model: a ring's few flows
+    are where hashing matters) per topology, GPU count and placement, in S at the NIC's rate (summarise_loads).
+    `contiguous`: one job on the whole cluster; `scattered`: a job of half the cluster on servers in a random
+    order. Each row also gives the model's time of the collective (bandwidth-bound at `size`)."""
+    from simulation.engine import Engine
+    from simulation.model import Evaluation, Scenario
+
+    engine = Engine()
+    rows: list[dict[str, Any]] = []
+    for topo in topologies:
+        for n in gpus:
+            for placement in placements:
+                job = n if placement == "contiguous" else n // 2
+                sc = Scenario(
+                    topology=topo,
+                    gpus=job,
+                    cluster_gpus=n,
+                    placement=placement,
+                    preset=preset,
+                    methods=tuple(allreduce) + A2A_METHODS,
+                    sizes=(size,),
+                )
+                ev = Evaluation(sc, engine=engine)
+                # the all-to-alls' n(n-1) flows are not built: their loads come from fluid_loads
+                ev.scenario = Scenario(**{**sc.to_dict(), "methods": tuple(allreduce)})
+                ev.build()
+                ev.solve()
+                ranks = ev.jobs[0].gpus
+                loads = {m: fluid_loads(ev.fabric, ranks, m, size) for m in A2A_METHODS}
+                for plan in ev.plans:
+                    loads[plan.method] = ev.link_bytes(plan, size)
+                for method, load in loads.items():
+                    s = summarise_loads(ev.fabric, load, size)
+                    top = top_kind(list(s["kinds"]))
+                    row = {
+                        "topology": topo.partition(":")[0],
+                        "gpus": n,
+                        "job": job,
+                        "placement": placement,
+                        "method": method,
+                        "busiest_kind": s["busiest_kind"],
+                        "busiest": s["busiest"],
+                        "top": top,
+                        "top_max": s["kinds"][top]["max"] if top in s["kinds"] else 0.0,
+                        "top_mean": s["kinds"][top]["mean_used"] if top in s["kinds"] else 0.0,
+                        "top_used": f"{s['kinds'][top]['used']}/{s['kinds'][top]['links']}"
+                        if top in s["kinds"]
+                        else "",
+                        "nic_max": s["kinds"]["nic"]["max"],
+                    }
+                    rows.append(row)
+    return rows

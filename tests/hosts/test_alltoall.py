@@ -167,3 +167,11 @@ def test_one_rank_keeps_its_block() -> None:
     x = a2a.send_buffer(0, 1, 10)
     assert np.array_equal(r.alltoall(x, call=0), x)
     r.close()
+
+
+def test_a_rank_keeps_one_window_in_flight_shared_by_the_bytes_each_peer_gets() -> None:
+    # a2a-hier at 16 ranks in pairs: the group peer gets 8 blocks, each of the 7 rail peers 2
+    w = a2a.split_window(64, {1: 8000, **{d: 2000 for d in range(2, 16, 2)}}, 16)
+    assert w[1] == 23 and all(w[d] == 6 for d in range(2, 16, 2)) and w[0] == 0 and w[3] == 0
+    assert a2a.split_window(4, {d: 100 for d in range(1, 16)}, 16)[1:] == [1] * 15  # never below one
+    assert a2a.split_window(64, {1: 0, 2: 0}, 3) == [0, 1, 1]
