@@ -263,11 +263,12 @@ def load_table(
     preset: str = "h100",
     allreduce: Sequence[str] = ("ring", "hier-rail"),
     size: int = 1 << 30,
+    job_gpus: int | None = None,
 ) -> list[dict[str, Any]]:
     """Link loads of the all-to-alls (fluid_loads) and of all-reduces (the flow-level model: a ring's few flows
     are where hashing matters) per topology, GPU count and placement, in S at the NIC's rate (summarise_loads).
     `contiguous`: one job on the whole cluster; `scattered`: a job of half the cluster on servers in a random
-    order. Each row also gives the model's time of the collective (bandwidth-bound at `size`)."""
+    order; `job_gpus`, when given, is the job's size in both (e.g. two Dragonfly+ groups' worth)."""
     from simulation.engine import Engine
     from simulation.model import Evaluation, Scenario
 
@@ -276,7 +277,7 @@ def load_table(
     for topo in topologies:
         for n in gpus:
             for placement in placements:
-                job = n if placement == "contiguous" else n // 2
+                job = job_gpus or (n if placement == "contiguous" else n // 2)
                 sc = Scenario(
                     topology=topo,
                     gpus=job,

@@ -406,7 +406,7 @@ def rail_only(n_gpus: int, preset: Preset, radix: int = 64) -> Fabric:
     leaves = 1 if servers <= radix else math.ceil(servers / d)
     if leaves > radix:
         raise FabricError(
-            f"a rail-only network of radix {radix} holds {radix * d * g} GPUs (radix^2/2 a rail), not {n_gpus}"
+            f"a rail-only network of radix {radix} holds {radix * d * g} GPUs (radix^2/2 servers a rail), not {n_gpus}"
         )
     server = [i % servers for i in range(n_gpus)]
     local = [i // servers for i in range(n_gpus)]

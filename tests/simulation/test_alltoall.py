@@ -77,7 +77,7 @@ def test_rail_only_has_no_switch_between_rails_and_crosses_nvlink_instead() -> N
     mid = path[2]
     assert path[1] == f.nvswitch[0] and f.server[mid] == 0 and f.local[mid] == 3  # NVLink to rail 3, then rail 3
     assert all(f.tiers[x] >= 0 for x in path[3:-1])
-    with pytest.raises(FabricError, match="holds 256 GPUs"):
+    with pytest.raises(FabricError, match="holds 64 GPUs"):
         build("rail-only:radix=4", H100, 512)
     with pytest.raises(FabricError, match="several GPUs"):
         build("rail-only", get_preset("ndr"), 64)
