@@ -29,6 +29,7 @@ from simulation.fabric import GPU_TIER, NVSWITCH_TIER, Fabric
 A2A_METHODS = tuple(name for name, m in EMULATED.items() if m.alltoall)
 # flow set -> the emulation's method whose UDP port it uses (the ECMP hash's salt; hosts.agent.HOST_METHOD_PORTS)
 FLOWSET_METHOD = {"a2a-direct": "a2a-direct", "a2a-group": "a2a-hier", "a2a-rail": "a2a-hier"}
+MAX_FLOWS = 1_100_000  # a flow per pair: about 1,000 GPUs for a2a-direct (routing and SimGrid take minutes beyond)
 
 
 def rails(groups: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -49,6 +50,13 @@ def phases(
     """The phases of an all-to-all: `add(flowset, tag, pairs)` registers flows and returns their span,
     `phase(**fields)` makes a simulation.methods.Phase (passed in: this module sits below methods.py)."""
     n = len(ranks)
+    groups_width = max((len(x) for x in groups), default=1)
+    flows = n * (n - 1) if method == "a2a-direct" else n * (groups_width - 1 + len(groups) - 1)
+    if flows > MAX_FLOWS:
+        raise error(
+            f"{method} on {n} GPUs is {flows:,} flows, more than the phase model takes ({MAX_FLOWS:,}); "
+            "simulation.alltoall.load_table gives its link loads at that scale"
+        )
     if method == "a2a-direct":
         pairs = [(a, b) for a in ranks for b in ranks if a != b]
         stage = ("a2a-direct", add("a2a-direct", "direct", pairs), 1.0 / n, 1, False, False)

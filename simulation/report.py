@@ -43,8 +43,10 @@ STYLE = {  # method -> (colour, marker, line style)
     "inc-int8": ("tab:green", "o", "--"),
     "hier-inc": ("navy", "*", "-"),
     "adaptive": ("black", "", ":"),
+    "a2a-direct": ("tab:olive", "P", ":"),  # all-to-alls (a different collective: never an all-reduce's choice)
+    "a2a-hier": ("darkgoldenrod", "P", "--"),
 }
-TOPO_STYLE = {"clos": "-", "rail": "--", "dragonfly+": ":"}
+TOPO_STYLE = {"clos": "-", "rail": "--", "dragonfly+": ":", "rail-only": "-."}
 
 
 def environment() -> dict[str, Any]:
