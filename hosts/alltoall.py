@@ -168,12 +168,6 @@ class RailLayout:
     def width(self) -> int:
         return len(self.groups[0])
 
-    def where(self, rank: int) -> tuple[int, int]:
-        for a, members in enumerate(self.groups):
-            if rank in members:
-                return a, members.index(rank)
-        raise ValueError(f"rank {rank} is in no group")
-
 
 def rail_layout(groups: Sequence[Hashable]) -> RailLayout:
     """groups[rank] names the rank's group (its edge switch or server), in the order groups first appear."""
@@ -217,11 +211,12 @@ class AllToAllHier(AllToAll):
             raise ValueError("a2a-hier needs every rank's group (groups)")
         super().__init__(config, group, sock)
         self.layout = rail_layout(config.groups)
+        self.where = {r: (a, i) for a, members in enumerate(self.layout.groups) for i, r in enumerate(members)}
 
     def _exchange(self, x: np.ndarray, out: np.ndarray, bounds: np.ndarray, call: int) -> Exchange:
-        lay, me, per = self.layout, self.cfg.rank, self.cfg.per_packet
+        lay, me, per, where = self.layout, self.cfg.rank, self.cfg.per_packet, self.where
         groups, g = lay.groups, lay.width
-        a, j = lay.where(me)
+        a, j = where[me]
         big = len(groups)
         mine = int(bounds[me + 1] - bounds[me])
 
@@ -255,7 +250,7 @@ class AllToAllHier(AllToAll):
         def on_data(src: int, tag: int, chunk: int, data: np.ndarray) -> None:
             lo = chunk * per
             if tag == TAG_RAIL:  # from (b, j): blocks (b, 0..g-1) -> me
-                b = lay.where(src)[0]
+                b = where[src][0]
                 # stream element e is block (b, e // mine) at offset e % mine
                 e, k = lo, 0
                 while k < data.size:
@@ -265,7 +260,7 @@ class AllToAllHier(AllToAll):
                     out[s * mine + off : s * mine + off + take] = data[k : k + take]
                     e, k = e + take, k + take
                 return
-            i = lay.where(src)[1]  # from (a, i): blocks for (0, j), (1, j), ... in turn
+            i = where[src][1]  # from (a, i): blocks for (0, j), (1, j), ... in turn
             e, k = lo, 0
             while k < data.size:
                 b = int(np.searchsorted(offsets, e, side="right")) - 1
@@ -292,7 +287,7 @@ class AllToAllHier(AllToAll):
             peer = groups[a][(j + i) % g]
             src = groups[a][(j - i) % g]
             ex.expect(src, TAG_GROUP, int(offsets[-1]))
-            p = lay.where(peer)[1]
+            p = where[peer][1]
             ex.send_stream(peer, TAG_GROUP, np.concatenate([x[seg(groups[b][p])] for b in range(big)]))
         for k in range(1, big):  # phase 2: expect from every other group's rank on this rail
             ex.expect(groups[(a - k) % big][j], TAG_RAIL, g * mine)
