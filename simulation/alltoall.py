@@ -269,7 +269,7 @@ def load_table(
     gpus: Sequence[int],
     placements: Sequence[str] = ("contiguous", "scattered"),
     preset: str = "h100",
-    allreduce: Sequence[str] = ("ring", "hier-rail"),
+    allreduce: Sequence[str] = ("ring-1nic", "hier-rail"),
     size: int = 1 << 30,
     job_gpus: int | None = None,
 ) -> list[dict[str, Any]]:

@@ -200,4 +200,4 @@ def test_p4ina_shell_names_a_missing_switch(switch: Path, tmp_path: Path) -> Non
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1 and "nosuch" in proc.stderr
+    assert proc.returncode == 2 and "p4ina shell: error: no switch 'nosuch'" in proc.stderr

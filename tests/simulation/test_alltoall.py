@@ -42,15 +42,15 @@ def test_direct_is_every_pair_and_hier_the_group_then_the_rails() -> None:
 @needs_simgrid
 def test_an_all_to_all_is_never_an_all_reduce_choice_and_its_bus_bandwidth_is_nccl_tests(engine: Engine) -> None:
     out = evaluate(
-        Scenario(topology="fat-tree:4", gpus=8, methods=("ring", "a2a-direct", "adaptive"), sizes=(4096, 1 << 19)),
+        Scenario(topology="fat-tree:4", gpus=8, methods=("ring-1nic", "a2a-direct", "adaptive"), sizes=(4096, 1 << 19)),
         engine,
     )
     by = {(r.method, r.size): r for r in out.rows}
-    assert {r.choice for r in out.rows if r.method == "adaptive"} == {"ring"}
+    assert {r.choice for r in out.rows if r.method == "adaptive"} == {"ring-1nic"}
     r = by[("a2a-direct", 1 << 19)]
     assert r.busbw == pytest.approx(r.algbw * 7 / 8)
     # on a host link a direct all-to-all carries 7/8 of the buffer where the ring carries 2 x 7/8: about half the time
-    assert 0.4 < r.time_s / by[("ring", 1 << 19)].time_s < 0.6
+    assert 0.4 < r.time_s / by[("ring-1nic", 1 << 19)].time_s < 0.6
 
 
 def test_rail_only_has_no_switch_between_rails_and_crosses_nvlink_instead() -> None:
@@ -120,7 +120,7 @@ def test_dragonfly_plus_global_links_carry_an_all_to_all_at_nic_load_but_a_pair_
     """The essays' disagreement in miniature (docs/simulation.md has it at 1k-16k GPUs): radix 16 Dragonfly+ of
     16 groups of 64 GPUs. Uniform all-to-all spreads over every global link at no more than the NICs' load; a
     job whose traffic goes between two groups only has just those groups' direct links."""
-    rows = load_table(["dragonfly+:radix=16"], [1024], placements=("contiguous",), allreduce=("ring",))
+    rows = load_table(["dragonfly+:radix=16"], [1024], placements=("contiguous",), allreduce=("ring-1nic",))
     by = {r["method"]: r for r in rows}
     for m in A2A_METHODS:
         assert by[m]["top"] == "global" and by[m]["top_max"] <= by[m]["nic_max"] * 1.1
