@@ -14,6 +14,8 @@ SHORT = {
     "ring-bf16": "ring16",
     "hier": "hier",
     "tree": "tree",
+    "a2a-direct": "a2a",
+    "a2a-hier": "a2a-hier",
 }
 STYLE = {
     "inc-int32": ("tab:blue", "o", "-"),
@@ -23,6 +25,8 @@ STYLE = {
     "ring-bf16": ("tab:orange", "v", "--"),
     "hier": ("tab:purple", "P", ":"),
     "tree": ("tab:brown", "X", ":"),
+    "a2a-direct": ("tab:olive", "*", "-"),
+    "a2a-hier": ("tab:pink", "h", "--"),
 }
 
 

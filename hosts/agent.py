@@ -11,7 +11,9 @@ interleave methods in any order without starting processes in between. A step:
    the clock every process shares (hosts.clock), is the all-reduce's start;
 4. it all-reduces; the end is when its float32 result is complete;
 5. it checks the result (every rank sends a digest; the checker rank also
-   compares with numpy's float64 sum of every input) and reports.
+   compares with numpy's float64 sum of every input) and reports. An
+   all-to-all (hosts.alltoall) has a result of its own on every rank: each
+   rank checks every block it received against the block its source sent.
 
 While it waits for a command or a barrier it keeps answering its host
 methods' sockets (a neighbour may still need an acknowledgement).
@@ -36,7 +38,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hosts import clock, workload
+from hosts import alltoall, clock, workload
 from hosts.coordination import CoordinatorClient, result_digest, same_size
 from hosts.methods import Method, method
 from hosts.packets import Endpoint
@@ -54,6 +56,8 @@ HOST_METHOD_PORTS = {
     ("tree", "float32"): 3,
     ("hier", "bfloat16"): 4,
     ("tree", "bfloat16"): 5,
+    ("a2a-direct", "float32"): 6,
+    ("a2a-hier", "float32"): 7,
 }
 
 
@@ -217,7 +221,10 @@ class Agent:
         return worker
 
     def _host_method(self, m: Method, settings: RingSettings) -> Any:
-        """The ring, hier or tree worker of this method, on its own UDP port (base port + the method's offset)."""
+        """The ring, hier, tree or all-to-all worker of this method, on its own UDP port (base port + the method's
+        offset). An all-to-all rank sends to many peers at once: the runner's window (a ring rank's, to its one
+        neighbour) is what it keeps in flight in all, shared among them (hosts.alltoall.split_window)."""
+        from hosts.alltoall import AllToAllConfig, AllToAllDirect, AllToAllHier
         from hosts.hier import HierAllreduce, HierConfig
         from hosts.ring import RingAllreduce, RingConfig, topology_order
         from hosts.tree import TreeAllreduce, TreeConfig
@@ -242,8 +249,16 @@ class Agent:
             if settings.timeout_s is not None:
                 extra.update(timeout_s=settings.timeout_s, min_timeout_s=settings.timeout_s)
             common: dict[str, Any] = dict(rank=self.cfg.rank, peers=tuple(peers), wire=m.wire, **extra)
-            if m.family == "ring":
-                worker: Any = RingAllreduce(RingConfig(order=order, **common))
+            if m.alltoall:
+                if m.family == "a2a-hier" and not groups:
+                    raise StepError(f"{m.name} needs every rank's group, its edge switch (--groups)")
+                cls = AllToAllDirect if m.family == "a2a-direct" else AllToAllHier
+                try:
+                    worker: Any = cls(AllToAllConfig(groups=tuple(groups or ()), **common))
+                except ValueError as ex:
+                    raise StepError(f"{m.name}: {ex}") from ex
+            elif m.family == "ring":
+                worker = RingAllreduce(RingConfig(order=order, **common))
             elif m.family == "tree":
                 worker = TreeAllreduce(TreeConfig(order=order, **common))
             else:
@@ -258,10 +273,15 @@ class Agent:
         step, m = cmd.step, method(cmd.method)
         size, iteration, kind, seed = cmd.size, cmd.iteration, cmd.input, cmd.seed
         worker = self._worker(m, cmd.job, cmd.ring)
-        x = workload.make_input(kind, size, self.cfg.rank, seed, iteration)
+        if m.alltoall:  # its own input: blocks that say where they come from and go (hosts.alltoall.block)
+            x = alltoall.send_buffer(self.cfg.rank, self.cfg.workers, size, seed, iteration)
+        else:
+            x = workload.make_input(kind, size, self.cfg.rank, seed, iteration)
         _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
         failovers: list[dict[str, Any]] = []
-        if m.in_network:
+        if m.alltoall:
+            result = worker.alltoall(x, call=step)
+        elif m.in_network:
             result, worker = self._inc_allreduce(worker, x, cmd, step, failovers)
         else:
             result = worker.allreduce(x, call=step)
@@ -286,7 +306,9 @@ class Agent:
         if hasattr(worker, "false_alarms"):
             worker.on_stall = None
             report["false_alarms"] = worker.false_alarms
-        if cmd.checker == self.cfg.rank:
+        if m.alltoall:  # every rank checks every block it received (no rank holds the others' results)
+            report.update(self._check_blocks(m, result, size, seed, iteration))
+        elif cmd.checker == self.cfg.rank:
             used = method("ring") if report.get("fallback") == "ring" else m
             report.update(self._check(used, result, kind, size, seed, iteration, worker))
         kept = m.in_network and report.get("fallback") is None and getattr(worker, "last_partial", None) is not None
@@ -454,6 +476,26 @@ class Agent:
             worker.clear_notice()  # answered: a notice does not end the redo's wait (a later one will)
             worker = self._inc_worker(job)  # the same worker on a false alarm (same install), else a new one
             worker.realign()  # every rank from the same shadow copies (a rejoined one had advanced its own)
+
+    def _check_blocks(self, m: Method, result: np.ndarray, size: int, seed: int, iteration: int) -> dict[str, Any]:
+        """Every block against the one its source sent (not timed); a wrong one fails the step, naming it."""
+        t0 = clock.now()
+        got = alltoall.check(result, self.cfg.rank, self.cfg.workers, size, seed, iteration)
+        if not got.ok:
+            raise StepError(
+                f"{m.name}: rank {self.cfg.rank} received wrong blocks from ranks {list(got.wrong)} "
+                f"(of {got.blocks}; largest difference {got.max_abs_error:.3g})"
+            )
+        return {
+            "max_abs_error": 0.0,
+            "rel_l2_error": 0.0,
+            "snr_db": float("inf"),
+            "max_error_ratio": 0.0,
+            "error_bound": 0.0,
+            "rel_l2_target": m.rel_l2_target,
+            "blocks_checked": got.blocks,
+            "check_s": clock.now() - t0,
+        }
 
     def _check(
         self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int, worker: Any
