@@ -21,10 +21,8 @@ from typing import NamedTuple
 
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import code_pb2, status_pb2
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from p4proto import code_pb2, p4info_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
 from softswitch import errors
 from softswitch.p4runtime.p4info_index import (
     P4InfoIndex,

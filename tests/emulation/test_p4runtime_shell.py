@@ -20,9 +20,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.leafspine import leaf_spine
+from p4proto import p4runtime_pb2, p4runtime_pb2_grpc
 from tests.common import BACKENDS, REPO
 from tests.softswitch import fake_switch
 
