@@ -4,7 +4,10 @@ Cases, each in a child process of its own (so each starts cold, as a command doe
 - `serialize`: a WriteRequest of 20,000 LPM entries built, serialized and parsed (CPU seconds);
 - `inproc` k=4, k=8: embedded switches in the controller's own process (as a test runs them): pipeline push,
   routes, one all-host job, a fail-over of the job's root (re-plan and install);
-- `served` k=4: one embedded switch process per switch (`python -m softswitch`, as Mininet runs them), same steps.
+- `served` k=4: one embedded switch process per switch (`python -m softswitch`, as Mininet runs them), same steps;
+- `switchload`: what one switch process spends loading p4ina.json: reading the JSON into the program model, the
+  compile to IR and C source (Python), the rest of the load; once with the C library in the cache (as every
+  switch process but the first finds it) and once with an empty cache, where the difference is the C compile.
 
 Each step is split into its parts: the switches' CPU (the servers' handler threads in process; the switch
 processes' CPU from /proc when served), the serialization of the step's own messages (serialize and parse of
@@ -13,7 +16,8 @@ every request the controller sent, timed again after the step), and the rest (gR
 The baseline: with P4INA_BENCH_BASELINE set to another interpreter (one with protobuf 3.20.3 and p4runtime 1.4.1,
 as p4ina had before), every case runs there too, alternating with this one, on this checkout's code: p4proto's
 `finsy.proto` is then a stand-in that maps the same names onto the `p4` and `google.rpc` packages. The figures
-`p4runtime.ratio.*` are baseline / this, from the same run.
+`p4runtime.ratio.*` are baseline / this, from the same run. The machine may be shared: every case runs ROUNDS
+times, the sides alternating, and each figure is the median of its rounds.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +42,8 @@ LOG = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE_ENV = "P4INA_BENCH_BASELINE"
-CASES = (("serialize", 0), ("inproc", 4), ("inproc", 8), ("served", 4))
+CASES = (("serialize", 0), ("switchload", 0), ("inproc", 4), ("inproc", 8), ("served", 4))
+ROUNDS = 3
 SERIALIZE_ENTRIES = 20_000
 START_TIMEOUT = 120.0
 CASE_TIMEOUT = 1800.0
@@ -215,6 +221,46 @@ def case_serialize() -> dict[str, float]:
     return {"build_cpu_s": t1 - t0, "serialize_cpu_s": t2 - t1, "parse_cpu_s": t3 - t2, "total_cpu_s": t3 - t0}
 
 
+def _load_once() -> dict[str, float]:
+    from softswitch.compiler import codegen, program
+    from softswitch.runtime.switch import SoftSwitch
+
+    raw = (REPO / "p4" / "build" / "p4ina.json").read_bytes()
+    t0 = time.process_time()
+    model = program.load(raw)
+    t1 = time.process_time()
+    codegen.compile_program(model)
+    t2, c2 = time.process_time(), os.times()
+    SoftSwitch(device_id=1, name="bench").load_program(raw)  # all of it again, as a switch process does
+    t3, c3 = time.process_time(), os.times()
+    children = (c3.children_user + c3.children_system) - (c2.children_user + c2.children_system)
+    return {
+        "json_to_model_cpu_s": t1 - t0,
+        "compile_cpu_s": t2 - t1,
+        "load_cpu_s": t3 - t2,
+        "c_compiler_cpu_s": children,
+    }
+
+
+def case_switchload() -> dict[str, float]:
+    """One switch's load in this fresh process, the C library cached; then in a child with an empty C cache."""
+    warm = _load_once()
+    with tempfile.TemporaryDirectory(prefix="p4ina-bench-cache-") as cache:
+        done = subprocess.run(
+            [sys.executable, "-c", "import json, bench.bench_p4runtime as b; print(json.dumps(b._load_once()))"],
+            cwd=REPO,
+            env={**os.environ, "P4INA_SOFTSWITCH_CACHE": cache},
+            capture_output=True,
+            text=True,
+            timeout=CASE_TIMEOUT,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"the cold load failed:\n{done.stderr[-3000:]}")
+    cold = json.loads(done.stdout.strip().splitlines()[-1])
+    # the C compiler runs in children of that process (their CPU, once waited for)
+    return {**warm, "cold_load_cpu_s": cold["load_cpu_s"], "c_compile_cpu_s": cold["c_compiler_cpu_s"]}
+
+
 def case_inproc(k: int) -> dict[str, float]:
     from controller.fattree import fat_tree
     from emulation.localnet import embedded_switches
@@ -275,9 +321,13 @@ def case_served(k: int) -> dict[str, float]:
 def measure(case: str, k: int) -> dict[str, float]:
     from p4proto import backend
 
-    out = {"serialize": lambda: case_serialize(), "inproc": lambda: case_inproc(k), "served": lambda: case_served(k)}[
-        case
-    ]()
+    cases = {
+        "serialize": case_serialize,
+        "switchload": case_switchload,
+        "inproc": lambda: case_inproc(k),
+        "served": lambda: case_served(k),
+    }
+    out = cases[case]()
     out["upb"] = 1.0 if backend() == "upb" else 0.0
     return out
 
@@ -301,7 +351,11 @@ def _child(python: str, case: str, k: int, shim: Path | None) -> dict[str, float
 
 
 def _name(case: str, k: int) -> str:
-    return case if case == "serialize" else f"{case}.k{k}"
+    return f"{case}.k{k}" if k else case
+
+
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
 def run() -> Figures:
@@ -311,20 +365,23 @@ def run() -> Figures:
         sides["baseline"] = baseline
     else:
         LOG.warning("%s not set: no baseline side, no ratios", BASELINE_ENV)
-    results: dict[str, dict[str, dict[str, float]]] = {side: {} for side in sides}
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {side: {} for side in sides}
     with tempfile.TemporaryDirectory(prefix="p4ina-bench-shim-") as tmp:
         shim = Path(tmp)
         (shim / "finsy" / "proto").mkdir(parents=True)
         (shim / "finsy" / "__init__.py").write_text("")
         (shim / "finsy" / "proto" / "__init__.py").write_text(_BASELINE_SHIM)
         for case, k in CASES:
-            for side, python in sides.items():  # alternating: the same minute of the machine for both
-                LOG.info("p4runtime: %s on %s (%s)", _name(case, k), side, python)
-                results[side][_name(case, k)] = _child(python, case, k, shim if side == "baseline" else None)
+            for r in range(ROUNDS):
+                for side, python in sides.items():  # alternating: the same minutes of the machine for both
+                    LOG.info("p4runtime: %s on %s, round %d/%d (%s)", _name(case, k), side, r + 1, ROUNDS, python)
+                    got = _child(python, case, k, shim if side == "baseline" else None)
+                    runs[side].setdefault(_name(case, k), []).append(got)
+    results = {side: {name: _median(rs) for name, rs in cases.items()} for side, cases in runs.items()}
     figs: Figures = {}
     for side, cases in results.items():
         for case_name, m in cases.items():
-            note = f"{side}: {'upb' if m.pop('upb') else 'pure-Python'} protobuf"
+            note = f"{side}: {'upb' if m.pop('upb') else 'pure-Python'} protobuf, median of {ROUNDS}"
             for key, value in m.items():
                 unit = "" if key == "switches" else "s"
                 figs[f"p4runtime.{side}.{case_name}.{key}"] = Figure(value, unit, note)
