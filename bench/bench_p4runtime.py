@@ -6,8 +6,8 @@ Cases, each in a child process of its own (so each starts cold, as a command doe
   routes, one all-host job, a fail-over of the job's root (re-plan and install);
 - `served` k=4: one embedded switch process per switch (`python -m softswitch`, as Mininet runs them), same steps;
 - `switchload`: what one switch process spends loading p4ina.json: reading the JSON into the program model, the
-  compile to IR and C source (Python), the rest of the load; once with the C library in the cache (as every
-  switch process but the first finds it) and once with an empty cache, where the difference is the C compile.
+  compile to IR and C source (Python), the whole load with the C library in the cache (as every switch process but
+  the first finds it), and, in a child with an empty cache, the C compiler's own CPU.
 
 Each step is split into its parts: the switches' CPU (the servers' handler threads in process; the switch
 processes' CPU from /proc when served), the serialization of the step's own messages (serialize and parse of
