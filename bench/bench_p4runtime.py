@@ -11,7 +11,8 @@ Cases, each in a child process of its own (so each starts cold, as a command doe
 
 Each step is split into its parts: the switches' CPU (the servers' handler threads in process; the switch
 processes' CPU from /proc when served), the serialization of the step's own messages (serialize and parse of
-every request the controller sent, timed again after the step), and the rest (gRPC, the controller's own work).
+every request the controller sent, timed again after the step), the time in Python's cyclic collector in the
+controller's process (with the switches in it, theirs too), and the rest (gRPC, the controller's own work).
 
 The baseline: with P4INA_BENCH_BASELINE set to another interpreter (one with protobuf 3.20.3 and p4runtime 1.4.1,
 as p4ina had before), every case runs there too, alternating with this one, on this checkout's code: p4proto's
@@ -23,6 +24,7 @@ times, the sides alternating, and each figure is the median of its rounds.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -156,6 +158,24 @@ def _instrumented(rec: _Recorder, servers: bool) -> Iterator[None]:
             setattr(owner, name, original)
 
 
+class _GcClock:
+    """Seconds this process spends in Python's cyclic collector (gc.callbacks), taken per step."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.total += time.perf_counter() - self._start
+
+    def take(self) -> float:
+        t, self.total = self.total, 0.0
+        return t
+
+
 def _proc_cpu(pids: list[int]) -> float:
     """utime + stime of these processes, seconds (/proc/PID/stat fields 14 and 15)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -172,7 +192,11 @@ def _steps(topo: Any, tmp: Path, rec: _Recorder, switch_cpu: Callable[[], float]
     from controller.state import State
 
     out: dict[str, float] = {}
-    with Controller(topo, state=State(tmp / "state.json"), timeout=120.0) as ctl:
+    gc_clock = _GcClock()
+    gc.callbacks.append(gc_clock)
+    with contextlib.ExitStack() as stack:
+        stack.callback(gc.callbacks.remove, gc_clock)
+        ctl = stack.enter_context(Controller(topo, state=State(tmp / "state.json"), timeout=120.0))
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("push", ctl.push_pipeline),
             ("routes", ctl.install_routes),
@@ -183,6 +207,7 @@ def _steps(topo: Any, tmp: Path, rec: _Recorder, switch_cpu: Callable[[], float]
         for name, step in steps:
             rec.serialization()  # drop what an earlier step left
             switch_cpu()
+            gc_clock.take()
             c0, t0 = time.process_time(), time.perf_counter()
             step()
             out[f"{name}_s"] = time.perf_counter() - t0
@@ -190,6 +215,7 @@ def _steps(topo: Any, tmp: Path, rec: _Recorder, switch_cpu: Callable[[], float]
             out[f"{name}_switch_cpu_s"] = switch_cpu()
             out[f"{name}_serialization_cpu_s"] = rec.serialization()
             out[f"{name}_c_load_s"] = rec.take_c_load()
+            out[f"{name}_gc_s"] = gc_clock.take()  # this process's collector (the switches' too, in process)
         for phase in ("plan", "read_back", "write"):
             out[f"failover_{phase}_s"] = phases.get(phase, 0.0)
         out["switches"] = len(topo.switches)
