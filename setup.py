@@ -38,6 +38,8 @@ setup(
         # C that is compiled on the machine at run time: the switch's engine and port loop, the agents' stream loop
         "softswitch.runtime": ["c/*.c", "c/*.h"],
         "hosts": ["c/*.c", "c/*.h"],
+        # published nccl-tests figures the NCCL model is validated against (simulation/nccl_anchors.py)
+        "simulation": ["data/*.json"],
         PROGRAM: ["p4ina.json", "p4ina.p4info.txtpb", "manifest.json"],
     },
 )

@@ -57,7 +57,7 @@ def run() -> Figures:
                             server.address,
                             "--peers",
                             peers,
-                            "--size",
+                            "--elements",
                             str(size),
                             "--iterations",
                             str(ITERATIONS),

@@ -46,15 +46,26 @@ SHELL_ELECTION_ID = 1 << 64
 
 
 class UsageError(Exception):
-    pass
+    """The command line asks for what cannot be (no topology, no such switch, a state of another fabric): one
+    line and exit status 2, as argparse's own refusals."""
+
+
+class NetworkDownError(Exception):
+    """The served network the state names is gone: exit status 1, at once, rather than a wait per switch."""
+
+
+class ShellEnvironmentError(Exception):
+    """p4runtime-shell's own environment is not there (`make setup` makes it): exit status 1, as for a missing
+    tool rather than a bad command line."""
+
+
+NO_TOPOLOGY = "no topology: pass --topology PATH|fat-tree:K|leaf-spine:LxSxH (later runs remember it in the state file)"
 
 
 def _topology_spec(args: argparse.Namespace, state: State) -> str:
     spec = args.topology or state.topology
     if not spec:
-        raise UsageError(
-            "no topology: pass --topology PATH|fat-tree:K|leaf-spine:LxSxH (later runs remember it in the state file)"
-        )
+        raise UsageError(NO_TOPOLOGY)
     if args.topology and Path(args.topology).exists():
         spec = str(Path(args.topology).resolve())
     return spec
@@ -69,8 +80,8 @@ def _served_network(args: argparse.Namespace, state: State) -> None:
         state.network_gone(datetime.now().isoformat(timespec="seconds"), killed=True)
     assert state.served is not None
     if args.fn not in OFFLINE:
-        raise UsageError(state.served.down())
-    print(f"p4ina: note: {state.served.down()}", file=sys.stderr)
+        raise NetworkDownError(state.served.down())
+    print(f"{_prog(args)}: note: {state.served.down()}", file=sys.stderr)
 
 
 def _check_state_fits(topo: Topology, state: State, path: Path) -> None:
@@ -328,7 +339,7 @@ def shell_python() -> Path:
     given = os.environ.get(SHELL_PYTHON_ENV)
     python = Path(given) if given else Path(sys.prefix + "-shell") / "bin" / "python"
     if not python.is_file():
-        raise UsageError(
+        raise ShellEnvironmentError(
             f"p4runtime-shell's environment is missing (no {python}): `make setup` makes it, or set "
             f"{SHELL_PYTHON_ENV} to a Python that has p4runtime-shell 0.0.6"
         )
@@ -344,7 +355,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
     """
     state = State.load(args.state) if args.state.exists() else None
     if state is not None and state.served is not None and not state.served.alive:
-        raise UsageError(state.served.down())
+        raise NetworkDownError(state.served.down())
     spec = args.topology or (state.topology if state else None)
     if not spec:
         raise UsageError("no topology: pass --topology (the JSON `p4ina serve` writes) or run a p4ina command first")
@@ -422,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
         parent: argparse._SubParsersAction, name: str, fn: Callable[..., int], help_: str
     ) -> argparse.ArgumentParser:
         p = parent.add_parser(name, parents=[common], help=help_, description=help_)
-        p.set_defaults(fn=fn)
+        p.set_defaults(fn=fn, parser=p)
         return p
 
     topo = sub.add_parser("topo", help="the topology").add_subparsers(dest="cmd", required=True)
@@ -483,8 +494,16 @@ def build_parser() -> argparse.ArgumentParser:
 OFFLINE = {cmd_topo_show, cmd_routes_show, cmd_job_list, cmd_job_show}
 
 
+def _prog(args: argparse.Namespace) -> str:
+    """The command as typed ('p4ina job install'), which starts every line it prints on stderr."""
+    return " ".join(["p4ina", args.group, *([args.cmd] if getattr(args, "cmd", None) else [])])
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:  # named by the verb's own parser, whose --help lists the options
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    prog = _prog(args)
     if args.state is None:
         args.state = default_state()
     logging.basicConfig(
@@ -493,15 +512,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.fn is cmd_shell:
         try:
             return cmd_shell(args)
-        except TopologyError as ex:  # a bad topology: the exit status of argparse's refusals
-            print(f"p4ina: error: {ex}", file=sys.stderr)
+        except (TopologyError, UsageError) as ex:  # bad input: the exit status of argparse's refusals
+            print(f"{prog}: error: {ex}", file=sys.stderr)
             return 2
-        except (UsageError, StateError) as ex:
-            print(f"p4ina: error: {ex}", file=sys.stderr)
+        except (NetworkDownError, ShellEnvironmentError, StateError) as ex:
+            print(f"{prog}: error: {ex}", file=sys.stderr)
             return 1
     try:
         if args.topology:
             load_topology(args.topology)  # a bad topology is refused before the state file is made or locked
+        elif not args.state.exists():
+            raise UsageError(NO_TOPOLOGY)  # nor is a state file made for a command that cannot run
         with locked(args.state) as state:
             _served_network(args, state)
             spec = _topology_spec(args, state)
@@ -517,11 +538,11 @@ def main(argv: list[str] | None = None) -> int:
                 timeout=args.timeout,
             ) as ctl:
                 return args.fn(args, ctl)
-    except TopologyError as ex:  # a bad topology: the exit status of argparse's refusals
-        print(f"p4ina: error: {ex}", file=sys.stderr)
+    except (TopologyError, UsageError) as ex:  # bad input: the exit status of argparse's refusals
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
     except (
-        UsageError,
+        NetworkDownError,
         PlanError,
         InstallError,
         FabricError,
@@ -529,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         P4InfoError,
         StateError,
     ) as ex:
-        print(f"p4ina: error: {ex}", file=sys.stderr)
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         LOG.debug("details", exc_info=True)
         return 1
     except KeyboardInterrupt:

@@ -21,17 +21,52 @@ import sys
 from typing import Any, TypedDict
 
 from hosts.coordination import CoordinatorClient
+from hosts.sizes import SizeError, elements_of, parse_elements
 from wireformat import fixedpoint as fxp
 from wireformat.fixedpoint import LANE_TYPES
 
 LOG = logging.getLogger("hosts")
 
 
+def _unit_size(text: str) -> int:
+    """--size as every p4ina command reads it (hosts.sizes): float32 elements from a size with its unit."""
+    try:
+        return elements_of(text)
+    except SizeError as ex:
+        raise argparse.ArgumentTypeError(str(ex)) from ex
+
+
+def _bare_elements(text: str) -> int:
+    try:
+        return parse_elements(text)
+    except SizeError as ex:
+        raise argparse.ArgumentTypeError(str(ex)) from ex
+
+
+def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What the command line alone shows to be wrong, refused before a socket is opened (exit 2)."""
+    if args.workers < 1:
+        ap.error(f"--workers {args.workers}: a job has at least one worker")
+    if not 0 <= args.rank < args.workers:
+        ap.error(f"--rank {args.rank}: ranks of {args.workers} workers are 0..{args.workers - 1}")
+    if args.cmd != "agent" and args.workers > 1 and not args.coord:
+        ap.error(f"--coord is required with {args.workers} workers (the workers must agree and start together)")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--workers", type=int, required=True, help="number of workers in the job")
     p.add_argument("--coord", help="coordinator address, unix:/path or tcp:127.0.0.1:PORT (needed for > 1 worker)")
-    p.add_argument("--size", type=int, default=4096, help="tensor elements (float32)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument(
+        "--size",
+        type=_unit_size,
+        default=4096,
+        help="the tensor's size with its unit, bytes or float32 elements: 64KiB, 16Ki-elem (default 4Ki-elem)",
+    )
+    size.add_argument(
+        "--elements", dest="size", type=_bare_elements, help="the size as a bare float32 count: 4096, 16K"
+    )
     p.add_argument("--iterations", type=int, default=1)
     p.add_argument("--input", default="normal", help="input kind (hosts.workload.KINDS)")
     p.add_argument("--seed", type=int, default=0)
@@ -89,6 +124,8 @@ def build_parser(prog: str = "p4ina host") -> argparse.ArgumentParser:
     coord.add_argument("--wait", type=float, default=600.0, help="seconds to wait for all reports")
     coord.add_argument("--json", action="store_true")
     coord.add_argument("-v", "--verbose", action="store_true")
+    for verb in (agent, inc, ring, coord):
+        verb.set_defaults(parser=verb)  # a refusal after parsing is the verb's own, named as typed
     return ap
 
 
@@ -134,7 +171,6 @@ def _timeouts(args: argparse.Namespace) -> Timeouts:
 
 
 def _group(args: argparse.Namespace) -> CoordinatorClient | None:
-
     if args.coord:
         return CoordinatorClient(args.coord, args.rank, args.workers)
     if args.workers > 1:
@@ -282,6 +318,8 @@ def _fail_report(group: Any, args: argparse.Namespace, ex: Exception) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "p4ina host") -> int:
     args = build_parser(prog).parse_args(argv)
+    if args.cmd != "coordinator":
+        _check(args.parser, args)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         stream=sys.stderr,

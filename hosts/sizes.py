@@ -1,4 +1,4 @@
-"""All-reduce sizes on the command line: one rule for `p4ina emulate`, `faults` and `simulate`.
+"""All-reduce sizes on the command line: one rule for `p4ina emulate`, `faults`, `allreduce`, `host` and `simulate`.
 
 A tensor is float32, so a size is either bytes or float32 elements (1 element = 4 bytes), and the
 text says which:

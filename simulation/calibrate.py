@@ -43,7 +43,7 @@ from typing import Any
 
 from controller.topology import Topology, TopologyError
 from simulation.engine import Engine
-from simulation.methods import EMULATION_METHODS
+from simulation.methods import EMULATED, canonical
 from simulation.model import Evaluation, Scenario
 from simulation.params import EMULATION, Preset, mbit
 from wireformat import AGG
@@ -51,8 +51,8 @@ from wireformat.format import ETH_LEN, IPV4_LEN, UDP_LEN
 
 LOG = logging.getLogger(__name__)
 
-# Emulation method -> simulation method: one to one (hosts/methods.py's names are the simulation's).
-METHOD_MAP = {m: m for m in EMULATION_METHODS}
+# Emulation method -> simulation method: one to one (the single-NIC ring and tree under the names that say so).
+METHOD_MAP = {m: canonical(m) for m in EMULATED}
 LANE_CANDIDATES = (16, 32, 64, 128, 256, 512, 1024)
 FIT = {  # parameter: (low, high, start)
     "step_overhead": (0.0, 5e-3, 0.2e-3),

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from hosts.sizes import ELEMENT_BYTES, SizeError, human_bytes, parse_bytes, parse_elements
-from simulation import sweep
+from simulation import sweep, topologies
 from simulation.calibrate import CalibrationError, check, fit
 from simulation.engine import EngineError
 from simulation.fabric import FabricError
-from simulation.methods import METHODS, MethodError
+from simulation.methods import METHODS, MethodError, canonical_method
 from simulation.model import Outcome, Scenario, ScenarioError
 from simulation.params import PRESETS, ParamError, get_preset
 from simulation.placement import POLICIES, PlacementError
@@ -48,6 +48,22 @@ ERRORS = (
     CalibrationError,
     EngineError,
 )
+
+
+def parse_topologies(text: str) -> tuple[str, ...]:
+    """'clos:radix=64,tiers=3,rail' -> ('clos:radix=64,tiers=3', 'rail'): a builder's key=value options are
+    comma-separated too, so an item that is only key=value belongs to the topology before it."""
+    specs: list[str] = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if "=" in item and ":" not in item and not item.endswith(".json"):
+            if not specs:
+                raise argparse.ArgumentTypeError(f"{text!r}: {item!r} is an option of no topology (e.g. clos:{item})")
+            specs[-1] += ("," if ":" in specs[-1] else ":") + item
+        else:
+            specs.append(item)
+    return tuple(specs)
 
 
 def _list(conv: Any) -> Any:
@@ -93,7 +109,7 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--topology",
-        type=_list(str),
+        type=parse_topologies,
         help="topologies, comma-separated: the controller's fat-tree:K, leaf-spine:LxSxH or a JSON (the "
         "emulation's); clos[:radix=R,tiers=T,oversub=O] (a fat-tree sized to the GPUs; 'fattree' is deprecated), "
         "rail[:...], dragonfly+[:radix=R]",
@@ -120,7 +136,7 @@ def build_parser(prog: str = "p4ina simulate") -> argparse.ArgumentParser:
     ap.add_argument(
         "--methods",
         type=_list(str),
-        default=("ring", "hier-rail", "tree", "inc-int32", "hier-inc", "adaptive"),
+        default=("nccl", "hier-rail", "inc-int32", "inc-int8", "hier-inc", "adaptive"),
         help=f"methods, comma-separated, from {', '.join(METHODS)}",
     )
     ap.add_argument(
@@ -188,7 +204,15 @@ def _sizes(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 def _spellings(args: argparse.Namespace) -> None:
-    """Every --topology in its one spelling; one deprecation line for each old one (e.g. fattree -> clos)."""
+    """Every --topology and --methods in its one spelling; one deprecation line for each old one (e.g. fattree ->
+    clos, ring -> ring-1nic)."""
+    methods = []
+    for m in args.methods:
+        new, deprecated = canonical_method(m)
+        if deprecated:
+            print(f"p4ina simulate: warning: {deprecated}", file=sys.stderr)
+        methods.append(new)
+    args.methods = tuple(methods)
     if args.topology is None:
         return
     canon = []
@@ -273,7 +297,10 @@ def check_inputs(args: argparse.Namespace) -> None:
                 f"--gpus {max(args.gpus)}: {spec} has {len(topo.hosts)} hosts; ask for at most {len(topo.hosts)}"
             )
     for s in [] if args.validate_only else _scenarios(args):
-        get_preset(s.preset).with_(**dict(s.overrides))
+        preset = get_preset(s.preset).with_(**dict(s.overrides))
+        n = s.cluster_gpus or (s.gpus * s.jobs if s.gpus else None)
+        if n is not None and args.topology is not None:
+            topologies.check(s.topology, preset, n)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -290,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_validate:
         from simulation.validation import run_all
 
-        LOG.info("validating (emulation, closed forms, SHARP anchor, phase vs full simulation)")
+        LOG.info("validating (emulation, closed forms, SHARP anchor, phase vs full simulation, NCCL's published busbw)")
         validation, calib = run_all(args.emulation_results, large=args.topology is None and args.sweep != "quick")
         if calib is not None:
             calibration = calib.to_dict()
@@ -349,7 +376,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{pct(v.get('emulation_held_out_max_rel_error'))}), closed forms "
                 f"{pct(v.get('closed_form_max_rel_error'))} (2%), "
                 f"SHARP anchor {pct(v.get('sharp_anchor_rel_error'))} (25%), "
-                f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%)"
+                f"phase vs full {pct(v.get('phase_vs_full_max_rel_error'))} (5%), "
+                f"NCCL's published busbw {pct(v.get('nccl_busbw_max_rel_error'))} (15%)"
             )
         na = summary["findings"].get("not_applicable", {})
         if na:

@@ -61,13 +61,13 @@ def checks(preset: Preset = NDR, engine: Engine | None = None) -> list[Check]:
     # ring on one switch: every edge crosses one switch
     n, size = 32, 1 << 24
     alpha = p.step_overhead + _edge_latency(p, 1)
-    t = _model(Scenario(topology="clos:radix=64", gpus=n, methods=("ring",), sizes=(size,)), p, engine)
+    t = _model(Scenario(topology="clos:radix=64", gpus=n, methods=("ring-1nic",), sizes=(size,)), p, engine)
     out.append(Check(f"ring, {n} GPUs on one switch, {size >> 20} MiB", t, 2 * (n - 1) * (alpha + size / (n * b_eff))))
     # ring on a 3-tier fat-tree (radix 8, 128 GPUs: 4 per leaf, 16 per pod): edges inside a leaf, a pod, across pods
     n = 128
     edges = [1] * (n - n // 4) + [3] * (n // 4 - n // 16) + [5] * (n // 16)
     alpha = p.step_overhead + sum(_edge_latency(p, s) for s in edges) / n
-    t = _model(Scenario(topology="clos:radix=8", gpus=n, methods=("ring",), sizes=(size,)), p, engine)
+    t = _model(Scenario(topology="clos:radix=8", gpus=n, methods=("ring-1nic",), sizes=(size,)), p, engine)
     out.append(
         Check(f"ring, {n} GPUs on a 3-tier fat-tree, {size >> 20} MiB", t, 2 * (n - 1) * (alpha + size / (n * b_eff)))
     )
@@ -75,7 +75,7 @@ def checks(preset: Preset = NDR, engine: Engine | None = None) -> list[Check]:
     n = 32
     k = int(math.log2(n))
     alpha = p.step_overhead + _edge_latency(p, 1)
-    t = _model(Scenario(topology="clos:radix=64", gpus=n, methods=("tree",), sizes=(size,)), p, engine)
+    t = _model(Scenario(topology="clos:radix=64", gpus=n, methods=("tree-1nic",), sizes=(size,)), p, engine)
     out.append(
         Check(
             f"double binary tree, {n} GPUs, {size >> 20} MiB",

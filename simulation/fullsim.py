@@ -68,7 +68,7 @@ def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
     job = ev.jobs[0]
     topo = job.topology_order(ev.fabric)
     n = len(topo)
-    if method == "ring":
+    if method == "ring-1nic":
         plat = _Platform(ev, p.step_overhead)
         for i in range(n):
             plat.route(topo[i], topo[(i + 1) % n])
@@ -76,7 +76,7 @@ def build_spec(ev: Evaluation, method: str, size: int) -> dict[str, Any]:
         if p.pipeline_chunk < seg:
             raise ValueError("the full ring simulation moves whole segments: give the preset pipeline_chunk >= S/N")
         return plat.spec({"name": "ring", "order": topo, "steps": 2 * (n - 1), "bytes": p.wire_bytes(seg)})
-    if method == "tree":
+    if method == "tree-1nic":
         plat = _Platform(ev, p.step_overhead)
         t1, t2 = double_binary_tree(n)
         for t in (t1, t2):

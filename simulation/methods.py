@@ -11,15 +11,18 @@ per-byte costs.  Nothing here depends on the topology: a method runs on any
 fabric.
 
 Methods (bytes S of float32 gradient per GPU).  The emulation's methods are hosts.methods.METHODS, taken from
-there with their names, semantics and lanes (not a copy): inc-int32, inc-int16, inc-int8, ring, ring-bf16, hier,
-tree.
-- ring: reduce-scatter + all-gather over the ranks in topology order, 2(N-1) steps of S/N, pipelined by chunk;
-- ring-bf16: the same ring moving bfloat16 (S/2 on the wire), as NCCL all-reduces bf16 gradients;
+there with their semantics and lanes (not a copy): inc-int32, inc-int16, inc-int8, hier under their names, and
+the emulation's ring, ring-bf16 and tree as ring-1nic, ring-1nic-bf16 and tree-1nic (EMULATION_NAMES): one ring or
+tree threaded through every GPU, which on a multi-GPU server drives one NIC at a time (exact on the emulation,
+one NIC a host; NCCL on DGX-class servers is nccl-ring / nccl-tree below).  The old names are still read, with a
+deprecation line (canonical_method).
+- ring-1nic: reduce-scatter + all-gather over the ranks in topology order, 2(N-1) steps of S/N, pipelined by chunk;
+- ring-1nic-bf16: the same ring moving bfloat16 (S/2 on the wire), as NCCL all-reduces bf16 gradients;
 - hier: the emulation's hierarchy (hosts/hier.py): every member sends its whole tensor to its group's leader
   (the group is the server, over NVLink, or else the edge switch), the leaders run the ring, each leader
   sends the result back to its members; the three stages are pipelined chunk by chunk, so they overlap (the
   tensor in pieces, each member at most a window of chunks ahead of its results: no link waits on another);
-- tree: NCCL's double binary tree as hosts/tree.py builds it (the second tree the first shifted by one
+- tree-1nic: NCCL's double binary tree as hosts/tree.py builds it (the second tree the first shifted by one
   position), each tree carrying S/2, reduce and broadcast pipelined in chunks;
 - inc-int32 / inc-int16 / inc-int8: in-network aggregation on the planner's tree with wire format v2.1
   (params.IncFrames): hosts send int32/int16/int8 lanes, the switches sum in int32, every level shifts its
@@ -34,8 +37,11 @@ Simulation-only methods (no emulation counterpart):
 - rd: recursive doubling (MPI's small-message all-reduce), log2 N exchanges of S (power-of-two jobs);
 - hier-inc: NVLink reduce-scatter, one in-network tree (int32 lanes) per GPU index carrying S/g, NVLink
   all-gather (SHARP with NVLink);
+- nccl-ring, nccl-tree, nccl: NCCL as it runs on multi-GPU, multi-NIC servers (a ring or double binary tree
+  per channel, one channel per NIC, NVLink inside the server, its protocols; nccl = its tuner's choice):
+  simulation/nccl.py, in closed form on the preset's links (no phases: nothing for SimGrid to share);
 - adaptive: per message size, the fastest of the methods the model evaluated (an offload tuner).
-"dbtree", this layer's earlier name for `tree`, is still accepted.
+"dbtree" (this layer's earlier name for the tree), "ring", "ring-bf16" and "tree" are still accepted.
 """
 
 from __future__ import annotations
@@ -56,14 +62,19 @@ from simulation.placement import Job
 from simulation.trees import AggTree
 from wireformat.fixedpoint import LaneType
 
-EMULATION_METHODS = tuple(EMULATED)
+# the emulation's method -> its name here (the single-NIC variants say so; the others keep the emulation's name)
+EMULATION_NAMES = {"ring": "ring-1nic", "ring-bf16": "ring-1nic-bf16", "tree": "tree-1nic"}
+EMULATION_METHODS = tuple(EMULATION_NAMES.get(m, m) for m in EMULATED)
 # The simulation's own methods (no emulation counterpart, see above): host-based ones, and in-network with NVLink
 SIM_HOST_METHODS = ("ring-addr", "hier-rail", "rd")
 SIM_INC_METHODS = ("hier-inc",)
-HOST_METHODS = tuple(name for name, m in EMULATED.items() if not m.in_network) + SIM_HOST_METHODS
+NCCL_METHODS = ("nccl-ring", "nccl-tree", "nccl")  # simulation/nccl.py: closed form, no phases
+HOST_METHODS = (
+    tuple(EMULATION_NAMES.get(name, name) for name, m in EMULATED.items() if not m.in_network) + SIM_HOST_METHODS
+)
 INC_METHODS = tuple(name for name, m in EMULATED.items() if m.in_network) + SIM_INC_METHODS
-METHODS = HOST_METHODS + INC_METHODS + ("adaptive",)
-ALIASES = {"dbtree": "tree"}
+METHODS = HOST_METHODS + INC_METHODS + NCCL_METHODS + ("adaptive",)
+ALIASES = {"dbtree": "tree-1nic"} | EMULATION_NAMES  # old names, still read (with a deprecation line in the CLI)
 # every in-network method's lanes, the same both ways: the emulated ones' own, hier-inc's int32
 LANES: dict[str, LaneType] = {name: m.lanes for name, m in EMULATED.items() if m.in_network} | {"hier-inc": "int32"}
 TREE_FLOWS_PER_HOST = 4  # a double-binary-tree rank sends (and receives) on up to 4 tree edges at once
@@ -72,15 +83,26 @@ TREE_FLOWS_PER_HOST = 4  # a double-binary-tree rank sends (and receives) on up 
 def flow_port(flowset: str) -> int:
     """The UDP port the emulation's host method behind a flow set uses (hosts.agent): the ECMP hash's salt."""
     family, wire = (
-        ("ring", "bfloat16") if flowset == "ring-bf16" else (flowset.split("-")[0].rstrip("0123456789"), "float32")
+        ("ring", "bfloat16") if flowset == "ring-1nic-bf16" else (flowset.split("-")[0].rstrip("0123456789"), "float32")
     )
     offset = HOST_METHOD_PORTS.get((family if family in ("ring", "hier", "tree") else "ring", wire), 0)
     return RING_BASE_PORT + offset
 
 
 def canonical(method: str) -> str:
-    """The method's name in this layer ('dbtree' -> 'tree')."""
+    """The method's name in this layer ('ring' -> 'ring-1nic', 'dbtree' -> 'tree-1nic')."""
     return ALIASES.get(method, method)
+
+
+def canonical_method(method: str) -> tuple[str, str | None]:
+    """A method in its one spelling, and the deprecation line for an old one (None when it was canonical)."""
+    new = canonical(method)
+    if new == method:
+        return new, None
+    return new, (
+        f"method {method!r} is now {new!r}: one ring or tree through every GPU drives one NIC of a server at a "
+        "time; NCCL as it runs on multi-NIC servers is nccl-ring, nccl-tree and nccl"
+    )
 
 
 class MethodError(ValueError):
@@ -225,11 +247,11 @@ def plan_method(
     n = len(topo)
     j = job.index
     phases: list[Phase] = []
-    if method in ("ring", "ring-addr", "ring-bf16"):
+    if method in ("ring-1nic", "ring-addr", "ring-1nic-bf16"):
         ranks = list(job.gpus) if method == "ring-addr" else topo
         key = method  # ring and ring-bf16 use different UDP ports in the emulation: their ECMP paths may differ
         span = table(key).add(j, key, ring_pairs(ranks))
-        share = 1.0 / n / (2 if method == "ring-bf16" else 1)
+        share = 1.0 / n / (2 if method == "ring-1nic-bf16" else 1)
         phases = [Phase("ring", key, span, n - 1, share, reduce=True), Phase("ring", key, span, n - 1, share)]
     elif method == "hier":
         groups = groups_of(fabric, topo)
@@ -281,7 +303,7 @@ def plan_method(
             phases.append(Phase("ring", "hier-rail", span, m - 1, 1.0 / (g * m), segments=seg))
         if g > 1:
             phases.append(Phase("ring", "hier-intra", span_in, g - 1, 1.0 / g, nvlink=nv, segments=seg_in))
-    elif method == "tree":
+    elif method == "tree-1nic":
         t1, t2 = double_binary_tree(n)
         pairs = []
         by_level: dict[int, list[tuple[int, int]]] = {}

@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from simulation import topologies
+from simulation import nccl, topologies
 from simulation.engine import Engine, FlowSet
 from simulation.fabric import Fabric, FabricError
 from simulation.methods import (
     LANES,
     METHODS,
+    NCCL_METHODS,
     Edges,
     FlowTable,
     MethodError,
@@ -52,7 +53,7 @@ LOG = logging.getLogger(__name__)
 
 # Methods that differ only in what they put on the wire: when two of them take the same time (within
 # EQUAL_TIMES), something other than the bytes set it, and the report says what (Evaluation.equal_times).
-WIRE_VARIANTS = (("inc-int32", "inc-int16", "inc-int8"), ("ring", "ring-bf16"))
+WIRE_VARIANTS = (("inc-int32", "inc-int16", "inc-int8"), ("ring-1nic", "ring-1nic-bf16"))
 EQUAL_TIMES = 0.01
 ELEMENT = 4  # bytes of one float32: an all-reduce whose time is all fixed costs
 
@@ -72,7 +73,7 @@ class Scenario:
     fail: tuple[str, ...] = ()  # "switch:NAME", "link:A-B", "tree-root", "tree-link"
     preset: str = "emulation"
     overrides: tuple[tuple[str, float], ...] = ()  # preset parameters replaced, e.g. (("switch_latency", 1.3e-6),)
-    methods: tuple[str, ...] = ("ring", "tree", "inc-int32")
+    methods: tuple[str, ...] = ("ring-1nic", "tree-1nic", "inc-int32")
     sizes: tuple[int, ...] = (4096, 65536, 1 << 20)  # bytes of float32 gradient per GPU
     seed: int = 0
     label: str = ""
@@ -223,6 +224,7 @@ class Evaluation:
         self.flowsets: dict[str, FlowSet] = {}
         self._edges: dict[tuple[str, tuple[int, int]], Edges] = {}
         self._measures: dict[tuple[str, tuple[int, int], tuple[int, int] | None], TreeMeasure] = {}
+        self.nccl_server: nccl.Server | None = None
 
     def _plan_trees(self) -> None:
         s, p = self.scenario, self.preset
@@ -241,6 +243,12 @@ class Evaluation:
     def build(self) -> None:
         self._plan_trees()
         for method in self.scenario.methods:
+            if method in NCCL_METHODS:
+                try:
+                    self.nccl_server = nccl.Server.of_preset(self.preset)
+                except nccl.NcclError as ex:
+                    self.skipped[method] = str(ex)
+                continue
             if method == "adaptive":
                 continue
             try:
@@ -440,12 +448,29 @@ class Evaluation:
                 key = (plan.job.index, size)
                 if plan.method != "ring-addr" and (key not in best or t < best[key][0]):
                     best[key] = (t, plan.method)
+        for method in (m for m in s.methods if m in NCCL_METHODS and m not in self.skipped):
+            for job in self.jobs:
+                for size in s.sizes:
+                    r = self.nccl_time(method, job, size)
+                    row = self._row(method, job.index, job.size, size, r.time_s, fails)
+                    row.choice = r.choice
+                    out.append(row)
+                    key = (job.index, size)
+                    if key not in best or r.time_s < best[key][0]:
+                        best[key] = (r.time_s, method)
         if "adaptive" in s.methods:
             for (job, size), (t, choice) in sorted(best.items()):
                 row = self._row("adaptive", job, self.jobs[job].size, size, t, fails)
                 row.choice = choice
                 out.append(row)
         return out
+
+    def nccl_time(self, method: str, job: Job, size: int) -> nccl.CollectiveTime:
+        """NCCL's all-reduce of `size` bytes for a job: its servers and GPUs a server, the preset's links."""
+        assert self.nccl_server is not None
+        groups = groups_of(self.fabric, job.topology_order(self.fabric))
+        g = max(len(x) for x in groups)
+        return nccl.nccl_collective("all-reduce", self.nccl_server, len(groups), size, method, g)
 
     def equal_times(self, rows: Sequence[Row]) -> list[dict[str, Any]]:
         """Methods that put different bytes on the wire (inc-int32/16/8; ring and ring-bf16) but take the same time

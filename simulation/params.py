@@ -177,6 +177,9 @@ class Preset:
     speculate: bool = True
     switch_slots: int = NUM_SLOTS  # slots per switch, shared by the jobs on it
     routing: str = "dmodk"  # "dmodk" (destination-based, InfiniBand ftree-like) or "ecmp" (hash of the flow)
+    # NCCL's per-architecture constants (simulation/nccl.py): "hopper", "ampere", "volta"; "" = no GPUs (no nccl-*)
+    gpu_arch: str = ""
+    nccl_cpu: str = "intel"  # the servers' CPU vendor: NCCL's network post overhead (tuning.cc getNetOverhead)
 
     def __post_init__(self) -> None:
         for name in _PRESET_FIELDS:
@@ -359,6 +362,7 @@ H100 = Preset(
     inc_slots=512,
     switch_slots=4096,
     routing="dmodk",
+    gpu_arch="hopper",  # DGX H100: Intel Xeon CPUs (nccl_cpu's default)
 )
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (EMULATION, NDR, H100)}

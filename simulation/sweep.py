@@ -28,11 +28,14 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SCALE_GPUS = (16, 64, 256, 1024, 4096, 16384, 65536, 100_000)
 SCALE_SIZES = (64 * KIB, MIB, 16 * MIB, 256 * MIB, GIB)
 SCALE_METHODS = (
-    "ring",
-    "ring-bf16",
+    "ring-1nic",
+    "ring-1nic-bf16",
     "hier",
     "hier-rail",
-    "tree",
+    "tree-1nic",
+    "nccl-ring",
+    "nccl-tree",
+    "nccl",
     "inc-int32",
     "inc-int16",
     "inc-int8",
@@ -40,7 +43,7 @@ SCALE_METHODS = (
     "adaptive",
 )
 SCALE_TOPOLOGIES = ("clos:radix=128", "rail:radix=128", "dragonfly+:radix=128")
-PLACEMENT_METHODS = ("ring", "ring-addr", "hier-rail", "tree", "inc-int32", "hier-inc")
+PLACEMENT_METHODS = ("ring-1nic", "ring-addr", "hier-rail", "tree-1nic", "inc-int32", "hier-inc")
 
 
 def scaling(
@@ -93,7 +96,7 @@ def failures(preset: str = "h100") -> list[Scenario]:
                 topology="fat-tree:4",
                 gpus=16,
                 preset="emulation",
-                methods=("ring", "inc-int32"),
+                methods=("ring-1nic", "inc-int32"),
                 sizes=(4 * KIB, 256 * KIB),
                 fail=fail,
                 label="failure",
@@ -105,7 +108,7 @@ def failures(preset: str = "h100") -> list[Scenario]:
                 topology="rail:radix=64",
                 gpus=4096,
                 preset=preset,
-                methods=("ring", "hier-rail", "inc-int32", "hier-inc"),
+                methods=("ring-1nic", "hier-rail", "inc-int32", "hier-inc"),
                 sizes=(MIB, 256 * MIB),
                 fail=fail,
                 label="failure",

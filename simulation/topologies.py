@@ -188,6 +188,35 @@ def _params_text(params: Mapping[str, Any]) -> str:
 
 
 # -- folded Clos (fat-tree), optionally rail-optimised ----------------------------------------------------
+def _clos_shape(n_gpus: int, g: int, radix: int, tiers: int, oversub: float, rail: bool) -> tuple[int, int, int]:
+    """(GPU ports per leaf, leaves, pods) of fat_tree3's fabric, or the FabricError that says why it cannot be;
+    cheap, so that a command line is checked before anything runs."""
+    if radix < 4 or radix % 2:
+        raise FabricError(f"fat-tree radix must be an even number >= 4, got {radix}")
+    if tiers not in (2, 3):
+        raise FabricError(f"fat-tree tiers must be 2 or 3, got {tiers}")
+    if not oversub >= 1.0:
+        raise FabricError(f"oversubscription must be >= 1 (1 = non-blocking), got {oversub}")
+    if n_gpus < 1:
+        raise FabricError(f"a fabric needs at least one GPU, not {n_gpus}")
+    d = radix // 2  # GPUs per leaf
+    if n_gpus % g:
+        raise FabricError(f"{n_gpus} GPUs is not a whole number of {g}-GPU servers")
+    if rail and g == 1:
+        raise FabricError("a rail-optimised fat-tree needs servers with several GPUs (preset gpus_per_server > 1)")
+    if not rail and d % g:
+        raise FabricError(f"a leaf has {d} GPU ports, not a whole number of {g}-GPU servers")
+    n_leaves = math.ceil(n_gpus // g / d) * g if rail else math.ceil(n_gpus / d)
+    if rail and d % g:
+        raise FabricError(f"radix {radix}: a pod's {d} leaves are not whole scalable units of {g} rails")
+    pods = math.ceil(n_leaves / d) if tiers == 3 else 1
+    if tiers == 2 and n_leaves > radix:
+        raise FabricError(f"a 2-tier fat-tree of radix {radix} holds {radix * d} GPUs, not {n_gpus}")
+    if pods > radix:
+        raise FabricError(f"a 3-tier fat-tree of radix {radix} holds {radix * d * d} GPUs (radix^3/4), not {n_gpus}")
+    return d, n_leaves, pods
+
+
 def fat_tree3(
     n_gpus: int, preset: Preset, radix: int = 64, tiers: int = 3, oversub: float = 1.0, rail: bool = False
 ) -> Fabric:
@@ -202,20 +231,9 @@ def fat_tree3(
     GPU i sits on rail leaf i of the server's scalable unit (that many leaves), as in NVIDIA's rail-optimised
     clusters; otherwise a server's GPUs share one leaf.
     """
-    if radix < 4 or radix % 2:
-        raise FabricError(f"fat-tree radix must be an even number >= 4, got {radix}")
-    if tiers not in (2, 3):
-        raise FabricError(f"fat-tree tiers must be 2 or 3, got {tiers}")
-    if not oversub >= 1.0:
-        raise FabricError(f"oversubscription must be >= 1 (1 = non-blocking), got {oversub}")
     g = preset.gpus_per_server
-    d = radix // 2  # GPUs per leaf
-    if n_gpus % g:
-        raise FabricError(f"{n_gpus} GPUs is not a whole number of {g}-GPU servers")
-    if rail and g == 1:
-        raise FabricError("a rail-optimised fat-tree needs servers with several GPUs (preset gpus_per_server > 1)")
-    if not rail and d % g:
-        raise FabricError(f"a leaf has {d} GPU ports, not a whole number of {g}-GPU servers")
+    d, n_leaves, pods = _clos_shape(n_gpus, g, radix, tiers, oversub, rail)
+    leaves_per_pod = d
     # GPUs in leaf order: (leaf, position); server and GPU-in-server of each
     server: list[int] = []
     local: list[int] = []
@@ -234,15 +252,7 @@ def fat_tree3(
             leaf_of.append(i // d)
             server.append(i // g)
             local.append(i % g)
-    n_leaves = leaf_of[-1] + 1
-    leaves_per_pod = d
-    if rail and leaves_per_pod % g:
-        raise FabricError(f"radix {radix}: a pod's {leaves_per_pod} leaves are not whole scalable units of {g} rails")
-    pods = math.ceil(n_leaves / leaves_per_pod) if tiers == 3 else 1
-    if tiers == 2 and n_leaves > radix:
-        raise FabricError(f"a 2-tier fat-tree of radix {radix} holds {radix * d} GPUs, not {n_gpus}")
-    if pods > radix:
-        raise FabricError(f"a 3-tier fat-tree of radix {radix} holds {radix * d * d} GPUs (radix^3/4), not {n_gpus}")
+    assert leaf_of[-1] + 1 == n_leaves
     # o:1 at the leaves: radix/2 GPU ports and radix/(2o) full-rate up-links (the other ports stay dark)
     uplinks = max(1, round(d / oversub))
     spines_per_pod = uplinks
@@ -285,6 +295,26 @@ def fat_tree3(
     return fabric
 
 
+def _dragonfly_groups(n_gpus: int, g: int, radix: int) -> int:
+    """The groups of dragonfly_plus's fabric, or the FabricError that says why it cannot be (cheap)."""
+    if radix < 4 or radix % 2:
+        raise FabricError(f"Dragonfly+ radix must be an even number >= 4, got {radix}")
+    if n_gpus < 1:
+        raise FabricError(f"a fabric needs at least one GPU, not {n_gpus}")
+    h = radix // 2
+    if n_gpus % g or h % g:
+        raise FabricError(f"{n_gpus} GPUs in {g}-GPU servers do not fill {h}-port leaves evenly")
+    group_size = h * h
+    groups = math.ceil(n_gpus / group_size)
+    ports = (radix - h) * (radix - h)
+    if groups - 1 > ports:
+        raise FabricError(
+            f"Dragonfly+ of radix {radix} joins at most {ports + 1} groups ({(ports + 1) * group_size} GPUs), "
+            f"not {groups}"
+        )
+    return groups
+
+
 # -- Dragonfly+ ------------------------------------------------------------------------------------------------
 def dragonfly_plus(n_gpus: int, preset: Preset, radix: int = 64) -> Fabric:
     """Dragonfly+ (Shpiner et al.): groups of radix/2 leaves and radix/2 spines (complete bipartite), spines
@@ -294,23 +324,13 @@ def dragonfly_plus(n_gpus: int, preset: Preset, radix: int = 64) -> Fabric:
     gets the same number of parallel global links (the group's global ports divided evenly), spread over the
     spines, so a group has as much global bandwidth as its GPUs have NIC bandwidth.
     """
-    if radix < 4 or radix % 2:
-        raise FabricError(f"Dragonfly+ radix must be an even number >= 4, got {radix}")
     g = preset.gpus_per_server
     h = radix // 2
-    if n_gpus % g or h % g:
-        raise FabricError(f"{n_gpus} GPUs in {g}-GPU servers do not fill {h}-port leaves evenly")
+    groups = _dragonfly_groups(n_gpus, g, radix)
     spines_per_group = radix - h
     leaves_per_group = h
     global_ports = radix - leaves_per_group
-    group_size = leaves_per_group * h
-    groups = math.ceil(n_gpus / group_size)
     ports = spines_per_group * global_ports
-    if groups - 1 > ports:
-        raise FabricError(
-            f"Dragonfly+ of radix {radix} joins at most {ports + 1} groups ({(ports + 1) * group_size} GPUs), "
-            f"not {groups}"
-        )
     n_leaves = math.ceil(n_gpus / h)
     b = FabricBuilder(n_gpus)
     leaf = [b.switch(0, f"g{i // leaves_per_group}.l{i % leaves_per_group}") for i in range(n_leaves)]
@@ -435,11 +455,25 @@ def build(spec: str, preset: Preset, n_gpus: int | None = None) -> Fabric:
     radix = int(opts.get("radix", 64))
     if kind == "dragonfly+":
         return dragonfly_plus(n_gpus, preset, radix=radix)
-    return fat_tree3(
-        n_gpus,
-        preset,
-        radix=radix,
-        tiers=int(opts.get("tiers", 3)),
-        oversub=float(opts.get("oversub", 1.0)),
-        rail=kind == "rail",
-    )
+    return fat_tree3(n_gpus, preset, radix=radix, **_clos_options(kind, opts))
+
+
+def _clos_options(kind: str, opts: Mapping[str, float]) -> dict[str, Any]:
+    return {"tiers": int(opts.get("tiers", 3)), "oversub": float(opts.get("oversub", 1.0)), "rail": kind == "rail"}
+
+
+def check(spec: str, preset: Preset, n_gpus: int) -> None:
+    """Raise the FabricError that build(spec, preset, n_gpus) would, without building the fabric: a command line
+    that asks a builder for GPUs it cannot hold is refused before anything runs."""
+    topo = controller_topology(spec)
+    if topo is not None:
+        if n_gpus > len(topo.hosts):
+            raise FabricError(f"{spec} has {len(topo.hosts)} hosts, {n_gpus} asked for")
+        return
+    kind, opts = parse_scale_spec(spec)
+    radix = int(opts.get("radix", 64))
+    if kind == "dragonfly+":
+        _dragonfly_groups(n_gpus, preset.gpus_per_server, radix)
+    else:
+        o = _clos_options(kind, opts)
+        _clos_shape(n_gpus, preset.gpus_per_server, radix, o["tiers"], o["oversub"], o["rail"])

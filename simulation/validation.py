@@ -3,7 +3,8 @@
 1. emulation: fit the per-packet costs to an emulation results folder, the error table's largest error;
 2. closed forms: ring, double binary tree and in-network on non-blocking fabrics (simulation/closedform.py);
 3. published figure: NVIDIA's SHARP result for 128 hosts on the NDR preset as stored (simulation/anchors.py);
-4. phase composition against actor-per-rank SimGrid runs of the same algorithms (simulation/fullsim.py).
+4. phase composition against actor-per-rank SimGrid runs of the same algorithms (simulation/fullsim.py);
+5. published nccl-tests bus bandwidths against the NCCL model (simulation/nccl_anchors.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from simulation.closedform import checks
 from simulation.engine import Engine
 from simulation.fullsim import compare
 from simulation.model import Scenario
+from simulation.nccl_anchors import check as nccl_check
 from simulation.params import NDR, Preset
 
 LOG = logging.getLogger(__name__)
@@ -49,28 +51,28 @@ def full_cases(large: bool = False) -> list[tuple[str, Scenario, str, int, Prese
         (
             f"ring, {n} GPUs, fat-tree 2:1, scattered",
             Scenario(topology=f"clos:radix={r},oversub=2", gpus=n, placement="scattered"),
-            "ring",
+            "ring-1nic",
             MIB,
             lock,
         ),
         (
             f"ring, {n} GPUs, Dragonfly+, scattered",
             Scenario(topology=f"dragonfly+:radix={r}", gpus=n, placement="scattered"),
-            "ring",
+            "ring-1nic",
             MIB,
             lock,
         ),
         (
             f"tree, {n} GPUs, fat-tree, 32 chunks",
             Scenario(topology=f"clos:radix={r}", gpus=n),
-            "tree",
+            "tree-1nic",
             8 * MIB,
             tree,
         ),
         (
             f"tree, {n} GPUs, fat-tree 2:1, scattered, 64 chunks",
             Scenario(topology=f"clos:radix={r},oversub=2", gpus=n, placement="scattered"),
-            "tree",
+            "tree-1nic",
             16 * MIB,
             tree,
         ),
@@ -132,11 +134,13 @@ def run_all(
     anchor = sharp_anchor(fit=False, engine=engine)
     fitted = sharp_anchor(fit=True, engine=engine)
     full = phase_vs_full(large)
+    nccl = nccl_check()
     details.update(
         closed_forms=[c.to_dict() for c in cf],
         sharp_anchor=anchor.to_dict(),
         sharp_anchor_refitted=fitted.to_dict(),
         phase_vs_full=full,
+        nccl_busbw=nccl,
     )
     validation = {
         "emulation_max_rel_error": calib.max_rel_error if calib else None,
@@ -146,6 +150,7 @@ def run_all(
         "sharp_anchor_rel_error": anchor.max_rel_error,
         "sharp_anchor_parameters": anchor.fitted,
         "phase_vs_full_max_rel_error": max(abs(x["rel_error"]) for x in full),
+        "nccl_busbw_max_rel_error": nccl["nccl_busbw_max_rel_error"],
         "details": details,
     }
     return validation, calib

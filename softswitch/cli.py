@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from dataclasses import dataclass
@@ -244,12 +245,12 @@ def _dest(opt: str) -> str:
     return opt.lstrip("-").replace("-", "_")
 
 
-def parse_options(argv: list[str]) -> Options:
+def parse_options(argv: list[str], prog: str = "p4ina-switch") -> Options:
     """Parse simple_switch_grpc-style arguments; BMv2's target options may follow a `--`."""
     if "--" in argv:
         cut = argv.index("--")
         argv = argv[:cut] + argv[cut + 1 :]
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     if args.json is not None and args.no_p4:
         raise UsageError("give either a JSON file or --no-p4, not both")
     if args.json is None and not args.no_p4:
@@ -342,7 +343,19 @@ def _write_ready_file(path: Path, running: RunningSwitch, device_id: int) -> Non
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 
-def main(argv: list[str] | None = None) -> int:
+def _missing_interfaces(ports: dict[int, str]) -> list[str]:
+    """-i PORT@IFACE whose interface is not in this network namespace: refused before the gRPC port is taken."""
+    missing = []
+    for port, iface in sorted(ports.items()):
+        try:
+            socket.if_nametoindex(iface)
+        except OSError:
+            missing.append(f"-i {port}@{iface}")
+    return missing
+
+
+def main(argv: list[str] | None = None, prog: str = "p4ina-switch") -> int:
+    """simple_switch_grpc's command line; every refusal is one line `PROG: error: ...`, exit status 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     level = "info"
     for i, a in enumerate(argv):  # configure logging before parsing so parse warnings show
@@ -353,9 +366,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.addLevelName(TRACE, "TRACE")
     logging.basicConfig(level=LOG_LEVELS[level], format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        opts = parse_options(argv)
+        opts = parse_options(argv, prog)
+        missing = _missing_interfaces(opts.ports)
+        if missing:
+            raise UsageError(
+                f"{', '.join(missing)}: no such interface in this network namespace (`ip link` lists them)"
+            )
     except (UsageError, PortSpecError, DelaySpecError, NonLoopbackAddressError) as ex:
-        print(f"error: {ex}", file=sys.stderr)
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 2
 
     program = None
@@ -363,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             program = opts.json_path.read_bytes()
         except OSError as ex:
-            print(f"error: cannot read {opts.json_path}: {ex.strerror}", file=sys.stderr)
+            print(f"{prog}: error: cannot read {opts.json_path}: {ex.strerror}", file=sys.stderr)
             return 2
 
     stop = threading.Event()
@@ -378,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             handler = logging.FileHandler(opts.log_file)
         except OSError as ex:
-            print(f"error: cannot open the log file {opts.log_file}: {ex.strerror}", file=sys.stderr)
+            print(f"{prog}: error: cannot open the log file {opts.log_file}: {ex.strerror}", file=sys.stderr)
             return 2
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root = logging.getLogger()
@@ -397,14 +415,14 @@ def main(argv: list[str] | None = None) -> int:
             delays=opts.delays,
         )
     except InterfaceError as ex:
-        print(f"error: {ex.strerror}", file=sys.stderr)
+        print(f"{prog}: error: {ex.strerror}", file=sys.stderr)
         return 1
     except OSError as ex:
-        print(f"error: {ex}", file=sys.stderr)
+        print(f"{prog}: error: {ex}", file=sys.stderr)
         return 1
     except (SoftSwitchError, ValueError) as ex:  # the interpreter refused the JSON
-        print(f"error: {opts.json_path}: {ex}", file=sys.stderr)
-        return 1
+        print(f"{prog}: error: {opts.json_path}: {ex}", file=sys.stderr)
+        return 2
     # this process lives for its program: once one is loaded, the collector stops walking it (heap.py)
     running.switch.on_program_change.append(heap.settle)
     if running.switch.program_loaded:
@@ -414,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 _write_ready_file(opts.ready_file, running, opts.device_id)
             except OSError as ex:
-                print(f"error: cannot write the ready file {opts.ready_file}: {ex.strerror}", file=sys.stderr)
+                print(f"{prog}: error: cannot write the ready file {opts.ready_file}: {ex.strerror}", file=sys.stderr)
                 return 1
         LOG.info(
             "device %d ready: P4Runtime on %s (%s engine%s)",

@@ -182,6 +182,7 @@ from controller import api
 from experiments.config import ExperimentConfig
 from experiments.harness import environment
 from bench.results import RESULTS
+from simulation.nccl_anchors import check as nccl_check
 env = environment(ExperimentConfig())
 print(json.dumps({
     "where": where,
@@ -190,6 +191,7 @@ print(json.dumps({
     "p4info_sha256": hashlib.sha256(api.DEFAULT_P4INFO.read_bytes()).hexdigest(),
     "environment": {k: env[k] for k in ("git_commit", "git_dirty", "program", "packages")},
     "bench_results": str(RESULTS),
+    "nccl_busbw_max_rel_error": nccl_check()["nccl_busbw_max_rel_error"],
 }))
 """
     )
@@ -207,6 +209,8 @@ print(json.dumps({
     assert env["packages"]["p4ina"] == version
     # benchmarks write under the current directory when there is no checkout
     assert out["bench_results"] == str(Path("results") / "bench.json")
+    # the published nccl-tests figures the simulator validates NCCL's model against ship with it
+    assert 0 <= out["nccl_busbw_max_rel_error"] <= 0.15
 
 
 TOPOLOGY = """

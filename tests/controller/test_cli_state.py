@@ -80,11 +80,18 @@ def test_routes_show_from_the_state(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert data["switches"]["l1"][2] == {"prefix": "10.0.1.0/24", "ports": [3], "via": ["s1"]}
 
 
-def test_errors_are_one_line_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """What fails is one line, exit 1; a bad topology exits 2, as argparse's refusals do."""
+def test_errors_are_one_line_naming_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every error is one line starting with the command as typed. Bad input (no topology, a bad one, an option
+    the verb lacks) exits 2, as argparse's refusals do; what fails on a valid command line exits 1."""
     st = ["--state", str(tmp_path / "s.json")]
     code, _, err = run(capsys, "job", "list", *st)
-    assert code == 1 and err.startswith("p4ina: error: no topology: pass --topology")
+    assert code == 2 and err.startswith("p4ina job list: error: no topology: pass --topology")
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, "counters", "--switch", "e1", *st)
+    assert (
+        exited.value.code == 2
+        and "p4ina counters: error: unrecognized arguments: --switch e1" in capsys.readouterr().err
+    )
     code, _, err = run(capsys, "topo", "show", "--topology", "fat-tree:5", *st)
     assert code == 2 and "even" in err
     code, _, err = run(capsys, "topo", "show", "--topology", str(tmp_path / "missing.json"), *st)
@@ -168,7 +175,7 @@ def test_state_of_another_fabric_is_refused(tmp_path: Path, capsys: pytest.Captu
     state.jobs[1] = plan_job(fat_tree(4), JobSpec.make(1, ["h1", "h16"]))
     state.save()
     code, _, err = run(capsys, "job", "list", "--topology", "fat-tree:2", "--state", str(path))
-    assert code == 1 and "job 1 on" in err and "lacks" in err
+    assert code == 2 and "job 1 on" in err and "lacks" in err
 
 
 # A state file as the controller wrote it before the lane types had one name (version 1): job 1 with int32 lanes
@@ -324,7 +331,8 @@ def test_a_served_network_that_is_gone_is_named_at_once(
     code, out, err = run(capsys, "routes", "install")
     assert code == 1 and time.monotonic() - t0 < 3 and out == ""
     assert re.fullmatch(
-        r"p4ina: error: the network `p4ina serve --topology fat-tree:2` started 2026-01-01T10:00:00 is down \(its "
+        r"p4ina routes install: error: the network `p4ina serve --topology fat-tree:2` started "
+        r"2026-01-01T10:00:00 is down \(its "
         rf"process {os.getpid()} is gone, found [0-9T:-]+\): start it again with `sudo p4ina serve --topology "
         r"fat-tree:2`, or pass --state for other switches",
         err.strip(),
@@ -334,7 +342,10 @@ def test_a_served_network_that_is_gone_is_named_at_once(
     assert after.served is not None and after.served.stopped is not None  # marked, once
     code, out, err = run(capsys, "job", "list")
     assert code == 0 and out.strip() == "no jobs installed"
-    assert err.startswith("p4ina: note: the network `p4ina serve --topology fat-tree:2`") and "is gone, found" in err
+    assert (
+        err.startswith("p4ina job list: note: the network `p4ina serve --topology fat-tree:2`")
+        and "is gone, found" in err
+    )
     code, out, err = run(capsys, "shell", "e1")
     assert code == 1 and "is down" in err and len(err.strip().splitlines()) == 1
     # a network still up: no note, nothing forgotten

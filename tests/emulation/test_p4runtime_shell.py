@@ -201,7 +201,7 @@ def test_p4ina_shell_names_a_missing_switch(switch: Path, tmp_path: Path) -> Non
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1 and "nosuch" in proc.stderr
+    assert proc.returncode == 2 and "p4ina shell: error: no switch 'nosuch'" in proc.stderr
 
 
 def test_p4ina_shell_without_its_environment_says_how_to_make_it(tmp_path: Path) -> None:

@@ -95,7 +95,7 @@ def run_workers(
                     str(slot_count),
                     "--coord",
                     server.address,
-                    "--size",
+                    "--elements",
                     str(size),
                     "--iterations",
                     str(iterations),

@@ -3,10 +3,11 @@
 The catalogue of issue 33 (a topology file with a JSON syntax error, a tier that is a word, a top-level
 list, a self-loop, a leaf without uplinks, a bad MAC, a binary file; leaf-spine:0x2x2, --k 3; BMv2 asked
 for where it is not installed; sizes and host counts that cannot be) is fed to the verbs that build or drive
-a fabric, as a user runs them (`python -m p4ina VERB ...`, in an empty folder). Each must print one line,
-no traceback, exit 2, and leave nothing behind: no files in the folder (no results or state), no p4ina
-interfaces or run records (the leak_check fixture). None of these starts Mininet: that is the point, and
-why they are fast. The loader's own catalogue is tests/controller/test_topology_validation.py.
+a fabric, as a user runs them (`python -m p4ina VERB ...`, in an empty folder), to the process-level verbs
+(`switch`, `host`) and to the tools (`bench`, `clean`). Each must print one line, no traceback, exit 2, and
+leave nothing behind: no files in the folder (no results or state), no p4ina interfaces or run records (the
+leak_check fixture). None of these starts Mininet: that is the point, and why they are fast. The loader's
+own catalogue is tests/controller/test_topology_validation.py.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ FILES = {
     **{f"{change}.json": _topology(change) for change in ("tier", "list", "self-loop", "no-uplink", "mac")},
 }
 
+HOST = ["--rank", "0", "--workers", "2", "--iface", "lo", "--job-id", "1", "--slot-count", "8"]
+
 # (argv, what the one line must say); FILE stands for a file of FILES in the folder the command runs in
 CASES = [
     (["emulate", "--topology", "syntax.json"], "syntax.json: line 2, column 17: not valid JSON"),
@@ -66,6 +69,17 @@ CASES = [
     (["topo", "show", "--topology", "tier.json"], 'switches[1].tier is "zero", a string'),
     (["job", "install", "--job", "7", "--hosts", "h1,h3", "--topology", "no-uplink.json"], "l2 (tier 0) has no uplink"),
     (["job", "install", "--job", "7", "--hosts", "h1,h3", "--topology", "mac.json"], "hosts[1].mac"),
+    (["job", "list"], "no topology: pass --topology"),
+    (["counters", "--switch", "e1"], "p4ina counters: error: unrecognized arguments: --switch e1"),
+    (["allreduce", "--size", "3"], "size '3' has no unit"),
+    (["simulate", "--topology", "clos:radix=16", "--gpus", "2048", "--no-validate"], "holds 1024 GPUs"),
+    (["switch", "--no-p4", "-i", "1@p4inanosuch0"], "-i 1@p4inanosuch0: no such interface"),
+    (["switch", "tier.json"], "tier.json: BMv2 JSON has no parser"),
+    (["host", "inc", *HOST, "--size", "3"], "size '3' has no unit"),
+    (["host", "ring", "--rank", "2", "--workers", "2", "--peers", "10.0.0.1,10.0.0.2"], "--rank 2: ranks of 2"),
+    (["host", "inc", *HOST], "--coord is required with 2 workers"),
+    (["bench", "nosuch"], "unknown benchmark(s) ['nosuch']"),
+    (["clean", "--tag", "x"], "unrecognized arguments: --tag x"),
 ]
 
 

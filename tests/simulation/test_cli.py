@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -13,7 +14,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from simulation.cli import main
+from simulation.cli import main, parse_topologies
 from simulation.model import Outcome, Row, Scenario
 from simulation.report import summary
 from tests.simulation.conftest import needs_simgrid
@@ -37,7 +38,7 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
             "--sizes",
             "4KiB,1MiB",
             "--methods",
-            "ring,tree,inc-int8,adaptive",
+            "ring-1nic,tree-1nic,inc-int8,adaptive",
             "--no-validate",
             "--no-progress",
             "--out",
@@ -51,7 +52,7 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
     rows = list(csv.DictReader((folder / "raw.csv").open()))
     assert len(rows) == 2 * 2 * 2 * 4  # topologies x GPU counts x sizes x methods
     adaptive = [r for r in rows if r["method"] == "adaptive"]
-    assert all(r["choice"] in ("ring", "tree", "inc-int8") for r in adaptive)
+    assert all(r["choice"] in ("ring-1nic", "tree-1nic", "inc-int8") for r in adaptive)
     s = json.loads((folder / "summary.json").read_text())
     assert s["max_gpus"] == 16 and s["validation"] == {}
     out = capsys.readouterr().out
@@ -78,7 +79,7 @@ def test_a_custom_grid_writes_config_raw_and_summary(tmp_path: Path, capsys: pyt
 def test_sizes_say_their_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """Bytes (64KiB) or float32 elements (16Ki-elem, or --elements 16K); a bare 4K (bytes here, elements in
     emulate) is refused in one line, as are sizes for a sweep that has its own."""
-    base = ["--topology", "clos:radix=16", "--gpus", "16", "--methods", "ring", "--no-validate", "--no-progress"]
+    base = ["--topology", "clos:radix=16", "--gpus", "16", "--methods", "ring-1nic", "--no-validate", "--no-progress"]
     assert main([*base, "--sizes", "4K", "--out", str(tmp_path / "a")]) == 2  # bad input: exit 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "p4ina simulate: error: size '4K' has no unit (bytes or float32 elements?): write 4KiB or 4Ki-elem"
@@ -96,7 +97,7 @@ def test_sizes_say_their_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_one_spelling_per_builder(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """clos: the Clos sized to the GPUs; fat-tree:K the controller's k-ary fat-tree. The old 'fattree' still works,
     with one deprecation line; the controller's name with the Clos's options is refused, naming both."""
-    base = ["--gpus", "16", "--methods", "ring", "--sizes", "64KiB", "--no-validate", "--no-progress"]
+    base = ["--gpus", "16", "--methods", "ring-1nic", "--sizes", "64KiB", "--no-validate", "--no-progress"]
     assert main(["--topology", "fattree:radix=16", *base, "--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
@@ -110,6 +111,15 @@ def test_one_spelling_per_builder(tmp_path: Path, capsys: pytest.CaptureFixture[
         "fat-tree:K is the controller's topology (the emulation's); for a fat-tree sized to the GPUs write "
         "clos:radix=64" in capsys.readouterr().err
     )
+    # the single-NIC ring's old name: still run, under its new one, with one deprecation line
+    old = ["--topology", "clos:radix=16", "--gpus", "16", "--methods", "ring", "--sizes", "64KiB", "--no-validate"]
+    assert main([*old, "--no-progress", "--out", str(tmp_path / "c")]) == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "p4ina simulate: warning: method 'ring' is now 'ring-1nic': one ring or tree through every GPU drives one "
+        "NIC of a server at a time; NCCL as it runs on multi-NIC servers is nccl-ring, nccl-tree and nccl"
+    ]
+    (row,) = csv.DictReader((_folder(tmp_path / "c") / "raw.csv").open())
+    assert row["method"] == "ring-1nic"
 
 
 @needs_simgrid
@@ -131,7 +141,9 @@ def test_methods_with_different_bytes_but_equal_times_come_with_the_reason(tmp_p
 
 
 def test_summary_carries_the_validation_figures_and_the_largest_job():
-    row = Row("scaling", "rail:radix=128", "rail", 100_000, 1, 0, "contiguous", 0.0, "", "ring", 1 << 20, 0.5, 2e6, 4e6)
+    row = Row(
+        "scaling", "rail:radix=128", "rail", 100_000, 1, 0, "contiguous", 0.0, "", "ring-1nic", 1 << 20, 0.5, 2e6, 4e6
+    )
     outcome = Outcome(Scenario(), [row], {"gpus": 100_000})
     v = {
         "emulation_max_rel_error": 0.09,
@@ -178,9 +190,11 @@ def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(
         (["--topology", "torus:4", "--gpus", "64"], "unknown topology", 2),
         (["--topology", "fat-tree:3"], "fat-tree:3", 2),
         (["--topology", "fat-tree:4", "--gpus", "32"], "--gpus 32: fat-tree:4 has 16 hosts", 2),
-        (["--topology", "clos:radix=16", "--gpus", "2048"], "holds 1024 GPUs", 1),
+        (["--topology", "clos:radix=16", "--gpus", "2048"], "holds 1024 GPUs", 2),
+        (["--topology", "clos:radix=16,tiers=2", "--gpus", "256"], "2-tier fat-tree of radix 16 holds 128 GPUs", 2),
+        (["--topology", "dragonfly+:radix=16", "--gpus", "8192"], "joins at most 65 groups (4160 GPUs)", 2),
         (["--topology", "fat-tree:4", "--methods", "ring,telepathy"], "telepathy", 2),
-        (["--topology", "rail:radix=16", "--gpus", "60"], "8-GPU servers", 1),
+        (["--topology", "rail:radix=16", "--gpus", "60"], "8-GPU servers", 2),
         (["--topology", "fat-tree:4", "--preset", "nonesuch"], "unknown preset", 2),
         (["--topology", "fat-tree:4", "--background", "1.5"], "background load", 2),
         (["--check", "tests/simulation/data/emulation-k4-held-out"], "give --calibrate too", 2),
@@ -189,7 +203,8 @@ def test_preset_parameters_can_be_replaced_and_unknown_ones_are_refused(
 def test_invalid_configurations_are_refused_naming_the_problem(
     tmp_path: Path, args: list[str], message: str, status: int, capsys: pytest.CaptureFixture[str]
 ):
-    """Bad input is refused before anything runs or is written (exit 2); what only the run finds out exits 1."""
+    """Bad input is refused before anything runs or is written (exit 2), a GPU count a builder cannot hold
+    included."""
     assert main([*args, "--no-validate", "--no-progress", "--out", str(tmp_path)]) == status
     assert message in capsys.readouterr().err
     if status == 2:
@@ -287,7 +302,7 @@ def test_the_simulation_plots_label_log_axes_in_plain_numbers():
     rows = [
         Row("scaling", "clos:radix=16", "clos", n, 1, 0, "contiguous", 0.0, "", m, 1 << 20, t * n, 1.0, 1.0)
         for n in (16, 64, 256, 1024)
-        for m, t in (("ring", 1e-5), ("inc-int32", 3e-8))
+        for m, t in (("ring-1nic", 1e-5), ("inc-int32", 3e-8))
     ]
     fig = report.plot_scaling(rows)
     fig.canvas.draw()
@@ -312,3 +327,17 @@ def test_the_notebook_reproduces_the_figures_headless(tmp_path: Path):
     assert len(images) >= 4
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "scattered / contiguous" in text and "inc-int32" in text
+
+
+def test_a_builders_options_stay_with_their_topology() -> None:
+    """--topology is comma-separated and so are a builder's key=value options: each option joins the topology
+    before it, a controller topology or a JSON never takes one."""
+    assert parse_topologies("clos:radix=16,tiers=2,oversub=2,rail,dragonfly+:radix=8") == (
+        "clos:radix=16,tiers=2,oversub=2",
+        "rail",
+        "dragonfly+:radix=8",
+    )
+    assert parse_topologies("fat-tree:4,clos,tiers=2") == ("fat-tree:4", "clos:tiers=2")
+    assert parse_topologies("my.json, leaf-spine:2x2x2") == ("my.json", "leaf-spine:2x2x2")
+    with pytest.raises(argparse.ArgumentTypeError, match="'tiers=2' is an option of no topology"):
+        parse_topologies("tiers=2,clos:radix=16")
