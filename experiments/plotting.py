@@ -34,7 +34,8 @@ def pyplot() -> Any:
     """matplotlib.pyplot on the Agg back end (no display here), unless a notebook already chose its own."""
     import matplotlib
 
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+    # a notebook's inline back end: "inline" as IPython 9 names it, the module path as IPython 7 did
+    if matplotlib.get_backend().lower() not in ("agg", "inline", "module://matplotlib_inline.backend_inline"):
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
