@@ -228,7 +228,8 @@ class GlooTimer:
     """The exact reference's state: PyTorch's own allreduce_hook (divide by the world size, then Gloo's float32
     sum), waited for in the hook so that its time is measured as the p4ina hook's is."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: dist.ProcessGroup) -> None:
+        self.group = group
         self.calls: list[CallRecord] = []
 
     def take_calls(self) -> list[CallRecord]:
@@ -239,7 +240,7 @@ class GlooTimer:
 def gloo_hook(state: GlooTimer, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """PyTorch's float32 all-reduce of the bucket through the DDP model's process group, timed (the reference)."""
     t0 = clock.now()
-    result = default_hooks.allreduce_hook(None, bucket).wait()
+    result = default_hooks.allreduce_hook(state.group, bucket).wait()
     buffer = bucket.buffer()
     state.calls.append(CallRecord(int(buffer.numel()), str(buffer.dtype).removeprefix("torch."), t0, clock.now()))
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()

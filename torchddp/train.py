@@ -175,7 +175,7 @@ class Rank:
         ddp = DistributedDataParallel(model, bucket_cap_mb=spec.bucket_cap_mb)
         state: HookState | GlooTimer
         if spec.method == GLOO:
-            state = GlooTimer()
+            state = GlooTimer(ddp.process_group)
             ddp.register_comm_hook(state, gloo_hook)
             self._serving = None
         else:
@@ -192,6 +192,10 @@ class Rank:
         if rank == CHECKER and 0 in eval_at:
             evals.append({"step": 0, **models.evaluate(spec.model, model)})
         self.barrier(f"run-{index}-start")  # the runner sets the run's link loss here, reads the counters
+        if hasattr(state, "worker") and hasattr(state.worker, "realign"):
+            # every rank at the same barrier, every call finished: the in-network worker forgets the exponents
+            # it would guess from (the previous run's), so that a run's bits do not depend on the runs before it
+            state.worker.realign()
         for step in range(1, spec.steps + 1):
             released = self.barrier(f"run-{index}-{step}")
             x, y = models.batch(spec.model, spec.seed, step, rank, n)
@@ -242,9 +246,7 @@ def main_rank(plan_path: Path, rank: int, iface: str | None, threads: int = 1) -
         os.environ["GLOO_SOCKET_IFNAME"] = iface  # Gloo's traffic on the host's link into the fabric
     r = Rank(plan, rank, iface)
     try:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://{plan.master}", rank=rank, world_size=plan.workers
-        )
+        dist.init_process_group("gloo", init_method=f"tcp://{plan.master}", rank=rank, world_size=plan.workers)
         try:
             for i, spec in enumerate(plan.runs):
                 LOG.info("run %s (%d/%d)", spec.run, i + 1, len(plan.runs))
@@ -260,7 +262,7 @@ def main_rank(plan_path: Path, rank: int, iface: str | None, threads: int = 1) -
         LOG.exception("rank %d failed", rank)
         try:
             r.client.report({"rank": rank, "error": f"{type(ex).__name__}: {ex}"})
-        except Exception:  # noqa: BLE001 - the coordinator may be gone; the log has the error
+        except Exception:  # the coordinator may be gone; the log has the error
             LOG.debug("could not report the error", exc_info=True)
         return 1
     finally:
