@@ -111,7 +111,7 @@ class TinyLM(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = idx.shape[1]
         h = self.tok(idx) + self.pos[:t]
-        h = self.blocks(h, mask=self.mask[:t, :t], is_causal=True)
+        h = self.blocks(h, mask=self.mask[:t, :t].to(h.dtype), is_causal=True)
         return self.norm(h) @ self.tok.weight.T
 
 
@@ -205,16 +205,17 @@ def evaluate(cfg: ModelConfig, model: nn.Module) -> dict[str, float]:
     """Held-out loss and accuracy (cnn: the digits' test split; lm: 64 fixed windows of the validation text)."""
     model.eval()
     try:
+        dtype = next(model.parameters()).dtype
         if cfg.name == "cnn":
             d = digits_data()
-            out = model(d.x_test)
+            out = model(d.x_test.to(dtype)).float()
             loss = float(F.cross_entropy(out, d.y_test))
             right, total = correct(out, d.y_test)
         else:
             _, val = text_bytes()
             starts = np.linspace(0, len(val) - cfg.context - 1, 64).astype(np.int64)
             seq = torch.from_numpy(np.stack([val[s : s + cfg.context + 1] for s in starts]).astype(np.int64))
-            out = model(seq[:, :-1])
+            out = model(seq[:, :-1]).float()
             loss = float(loss_fn(cfg, out, seq[:, 1:]))
             right, total = correct(out, seq[:, 1:])
     finally:

@@ -43,6 +43,7 @@ LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 GLOO = "gloo"  # the exact reference: PyTorch's float32 all-reduce through the Gloo group
 CHECKER = 0  # the rank that evaluates
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class PlanError(ValueError):
@@ -63,11 +64,14 @@ class RunSpec:
     fault: str | None = None  # torchddp.hook.FAULTS: the broken hook (a control)
     fault_rank: int = 0
     bucket_cap_mb: float = 25.0  # DDP's bucket size (its first bucket is capped at 1 MB by DDP itself)
+    dtype: str = "float32"  # the model's parameters, so DDP's buckets: float32, bfloat16 or float16
     loss_pct: float = 0.0  # random loss on every link during the run (the runner sets it)
 
     def __post_init__(self) -> None:
         if self.method != GLOO and self.method not in METHODS:
             raise PlanError(f"run {self.run}: unknown method {self.method!r}; choose from {GLOO}, {', '.join(METHODS)}")
+        if self.dtype not in DTYPES:
+            raise PlanError(f"run {self.run}: dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
         if self.steps < 1 or self.eval_every < 1 or self.bucket_cap_mb <= 0:
             raise PlanError(f"run {self.run}: steps, eval_every and bucket_cap_mb must be positive")
 
@@ -171,7 +175,8 @@ class Rank:
 
     def run(self, index: int, spec: RunSpec) -> dict[str, Any]:
         n, rank = self.plan.workers, self.rank
-        model = models.build(spec.model, spec.seed)
+        dtype = DTYPES[spec.dtype]
+        model = models.build(spec.model, spec.seed).to(dtype)
         ddp = DistributedDataParallel(model, bucket_cap_mb=spec.bucket_cap_mb)
         state: HookState | GlooTimer
         if spec.method == GLOO:
@@ -199,6 +204,7 @@ class Rank:
         for step in range(1, spec.steps + 1):
             released = self.barrier(f"run-{index}-{step}")
             x, y = models.batch(spec.model, spec.seed, step, rank, n)
+            x = x.to(dtype) if x.is_floating_point() else x
             out = ddp(x)
             loss = models.loss_fn(spec.model, out, y)
             opt.zero_grad(set_to_none=True)
