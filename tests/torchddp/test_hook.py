@@ -146,6 +146,7 @@ def test_error_feedback_carries_the_rounding_into_the_next_step(
     xs = inputs(size, torch.float32, seed=5)
     want = exact_mean(xs)
     errors = {}
+    rounding = 0.0  # the contributions' error without error feedback (the first pass)
     for ef in (False, True):
         if method.startswith("inc"):
             states = inc_states(method, error_feedback=ef)
