@@ -254,6 +254,8 @@ def main_rank(plan_path: Path, rank: int, iface: str | None, threads: int = 1) -
     try:
         dist.init_process_group("gloo", init_method=f"tcp://{plan.master}", rank=rank, world_size=plan.workers)
         try:
+            # Gloo connects its pairs on first use: once here, so that no run's first step pays for it
+            dist.all_reduce(torch.zeros(1))
             for i, spec in enumerate(plan.runs):
                 LOG.info("run %s (%d/%d)", spec.run, i + 1, len(plan.runs))
                 r.run(i, spec)

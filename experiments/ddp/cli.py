@@ -52,7 +52,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="methods to run again with error feedback (default inc-int8)",
     )
     ap.add_argument("--loss", type=float, default=1.0, help="random loss per link of the lossy runs, percent (0: none)")
-    ap.add_argument("--loss-steps", type=int, default=20, help="steps of each lossy run (default 20)")
+    ap.add_argument("--loss-steps", type=int, default=15, help="steps of each lossy run (default 15)")
     ap.add_argument("--eval-every", type=int, default=10, help="evaluate every this many steps (default 10)")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (default 25, DDP's own)")
     ap.add_argument("--no-controls", action="store_true", help="skip the broken-hook controls")

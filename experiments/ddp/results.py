@@ -52,7 +52,7 @@ DEFAULT_HOSTS = (4, 8)
 DEFAULT_TOPOLOGY = "fat-tree:4"
 DEFAULT_BW_MBPS = 10.0
 ALL = ("inc-int32", "inc-int16", "inc-int8", "ring", "ring-bf16", "hier", "tree")
-DEFAULT_STEPS = {"cnn": 150, "lm": 150}
+DEFAULT_STEPS = {"cnn": 150, "lm": 120}
 SEEDS = 4  # extra exact runs
 TOLERANCE_SIGMAS = 2.0
 ACCURACY_FLOOR_PP = ACCURACY_TOLERANCE_PP
@@ -73,7 +73,7 @@ class DdpConfig:
     seeds: int = SEEDS
     ef_methods: tuple[str, ...] = ("inc-int8",)
     loss_pct: float = 1.0  # 0: no lossy runs
-    loss_steps: int = 20
+    loss_steps: int = 15
     controls: bool = True
     bucket_cap_mb: float = 25.0
     timeout_s: float = 1800.0  # one host count's runs; longer and the ranks are stopped
@@ -387,10 +387,15 @@ def summarize(result: DdpResult) -> dict[str, Any]:
                     "diverged_at": first_bad,
                     "wire_bytes_per_step": row.wire_bytes / max(1, times["steps"]),
                     "wire_link": row.wire_link,
+                    # the busiest link's bytes at the link rate, per step: the all-reduce's bound (experiments.bounds)
+                    "t_wire_per_step_s": row.t_wire_s / max(1, times["steps"]),
                     "error": row.error,
                     **times,
                 }
                 s["delta"] = s["final"] - exact
+                s["allreduce_over_wire"] = (
+                    s["mean_allreduce_s"] / s["t_wire_per_step_s"] if s["t_wire_per_step_s"] > 0 else float("nan")
+                )
                 if row.error:
                     problems.append(f"{n} hosts, {row.run}: {row.error}")
                 if variant.endswith("@loss"):
@@ -441,7 +446,7 @@ def table(summary: Mapping[str, Any]) -> str:
             )
             lines.append(
                 f"{'method':16} {'final':>8} {'delta':>8} {'ok':>3} {'same':>4} {'steps/s':>8} {'step ms':>8} "
-                f"{'AR ms':>8} {'AR %':>5} {'link B/step':>11} | {'1% loss: steps/s':>16} {'AR %':>5} {'resent':>6}"
+                f"{'AR ms':>8} {'AR %':>5} {'link B/step':>11} {'AR/wire':>7} | {'1% loss: steps/s':>16} {'AR %':>5} {'resent':>6}"
             )
             for variant, s in m["methods"].items():
                 lossy = m["lossy"].get(variant) or (m["lossy"].get(EXACT) if variant == EXACT else None)
@@ -454,7 +459,8 @@ def table(summary: Mapping[str, Any]) -> str:
                     f"{variant:16} {s['final']:8.4f} {s['delta']:+8.4f} {'y' if s['within_tolerance'] else 'N':>3} "
                     f"{'y' if s['identical_every_step'] else 'N':>4} {s['steps_per_s']:8.2f} "
                     f"{1e3 * s['mean_step_s']:8.1f} {1e3 * s['mean_allreduce_s']:8.1f} "
-                    f"{100 * s['allreduce_share']:5.0f} {s['wire_bytes_per_step']:11.0f} | {tail}"
+                    f"{100 * s['allreduce_share']:5.0f} {s['wire_bytes_per_step']:11.0f} "
+                    f"{s['allreduce_over_wire']:7.2f} | {tail}"
                 )
             for c in ("control_scale", "control_local"):
                 if c in m:
