@@ -446,7 +446,8 @@ def table(summary: Mapping[str, Any]) -> str:
             )
             lines.append(
                 f"{'method':16} {'final':>8} {'delta':>8} {'ok':>3} {'same':>4} {'steps/s':>8} {'step ms':>8} "
-                f"{'AR ms':>8} {'AR %':>5} {'link B/step':>11} {'AR/wire':>7} | {'1% loss: steps/s':>16} {'AR %':>5} {'resent':>6}"
+                f"{'AR ms':>8} {'AR %':>5} {'link B/step':>11} {'AR/wire':>7} | "
+                f"{'1% loss: steps/s':>16} {'AR %':>5} {'resent':>6}"
             )
             for variant, s in m["methods"].items():
                 lossy = m["lossy"].get(variant) or (m["lossy"].get(EXACT) if variant == EXACT else None)
