@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             steps=steps,
             eval_every=args.eval_every,
             seeds=args.seeds,
-            ef_methods=args.ef,
+            ef_methods=args.ef if args.ef is not None else tuple(m for m in ("inc-int8",) if m in args.methods),
             loss_pct=args.loss,
             loss_steps=args.loss_steps,
             controls=not args.no_controls,
