@@ -141,6 +141,7 @@ def test_each_check_fails_when_its_condition_is_broken(kw: dict[str, Any], says:
 
 
 @pytest.mark.mininet
+@pytest.mark.slow
 def test_ddp_ranks_train_through_the_embedded_switches_and_match_gloo(tmp_path: Path, leak_check: None) -> None:
     """Two PyTorch processes, one in each emulated host's namespace, train the CNN with DDP through the hook: the
     in-network int32 job and the host ring, beside PyTorch's own Gloo all-reduce over the same links."""
@@ -178,6 +179,7 @@ def test_ddp_ranks_train_through_the_embedded_switches_and_match_gloo(tmp_path: 
 
 
 @pytest.mark.mininet
+@pytest.mark.slow
 def test_pytorch_notebook_trains_a_short_run(tmp_path: Path, leak_check: None) -> None:
     short = {"host_counts": [2], "steps": {"cnn": 8}, "results_root": str(tmp_path)}
     nb = run_notebook("05_pytorch.ipynb", {"P4INA_NOTEBOOK_CONFIG": json.dumps(short)}, timeout=900)
