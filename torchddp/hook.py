@@ -51,7 +51,7 @@ LOG = logging.getLogger(__name__)
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BROKEN_SCALE = 2.0**-7  # the broken hook's wrong scale (a fixed-point exponent 7 off), as hosts.training's control
-FAULTS = ("scale", "keep-local")
+FAULTS = ("scale", "offset", "keep-local")
 
 
 class HookError(ValueError):
@@ -85,7 +85,8 @@ class HookState:
 
     worker: an IncWorker (in-network methods) or a HostCollective (ring, ring-bf16, hier, tree) of this rank,
     e.g. hosts.agent.Agent.worker(method, job). fault (tests and the experiment's control only): "scale"
-    returns the average times BROKEN_SCALE on every rank; "keep-local" makes rank `fault_rank` all-reduce as
+    returns the average times BROKEN_SCALE on every rank; "offset" returns it one element off (a lane offset
+    off by one: each gradient lands on its neighbour's parameter); "keep-local" makes rank `fault_rank` all-reduce as
     usual but keep its own gradient (its bucket's result dropped).
     """
 
@@ -165,6 +166,8 @@ class HookState:
         avg = np.divide(summed, np.float32(self.world_size), dtype=np.float32)
         if self.fault == "scale":
             avg *= np.float32(BROKEN_SCALE)
+        elif self.fault == "offset":
+            avg = np.roll(avg, 1)
         out = torch.from_numpy(avg.reshape(flat.shape)).to(dtype=flat.dtype, device=flat.device)
         stats = getattr(self.worker, "last_stats", None)
         self.calls.append(

@@ -8,13 +8,14 @@ process per host. Per host count and model it plans:
 - the exact reference: PyTorch's own float32 all-reduce through Gloo ("gloo"), same seed and data order, and
   `seeds` more exact runs with other seeds (the seed spread: how much the seed alone moves the final metric);
 - every method; the methods of `ef_methods` again with error feedback;
-- the controls: the hook with a wrong scale (must miss the tolerance) and a hook that drops one rank's
-  result (that rank keeps its own gradient: the ranks' parameters must differ);
+- the controls: the hook with a wrong scale, and one whose result is one element off (each must miss the
+  tolerance where REQUIRED_CONTROLS says so), and a hook that drops one rank's result (that rank keeps its
+  own gradient: the ranks' parameters must differ);
 - with `loss_pct` > 0, every method and the reference again for `loss_steps` steps with that random loss on
   every link (reliable transports: the same bits as without loss, only slower; checked).
 
 The checks that can fail (`summarize`): every rank's parameters bit-identical after every step of every run
-but the dropping control; every method's final metric within the tolerance of the exact run's; both controls
+but the dropping control; every method's final metric within the tolerance of the exact run's; the controls
 caught; the lossy runs bit-identical to the lossless ones. The tolerance comes from the seed spread:
 TOLERANCE_SIGMAS standard deviations of the exact run's final metric over its seeds (a difference the seed
 alone makes about one run in twenty), and for the CNN's accuracy not below ACCURACY_FLOOR_PP (the test split's
@@ -58,6 +59,12 @@ TOLERANCE_SIGMAS = 2.0
 ACCURACY_FLOOR_PP = ACCURACY_TOLERANCE_PP
 METRIC = {"cnn": ("test_acc", "test accuracy", +1), "lm": ("test_loss", "validation loss (nats/byte)", -1)}
 EXACT, SEED, CONTROL_SCALE, CONTROL_LOCAL = "exact", "seed", "control-scale", "control-local"
+CONTROL_OFFSET = "control-offset"
+# The metric controls (broken hooks whose final metric must miss the tolerance), by model. A mis-scaled sum must
+# miss it under SGD (the CNN: the step shrinks 128 times); AdamW divides each gradient by its own running RMS,
+# so a constant scale cancels (up to its epsilon) and the LM trains as well with it: there it is reported, not
+# required. The offset hook (each gradient on its neighbour's parameter) breaks training under either.
+REQUIRED_CONTROLS = {"cnn": (CONTROL_SCALE, CONTROL_OFFSET), "lm": (CONTROL_OFFSET,)}
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,7 @@ class DdpConfig:
             if self.controls:
                 inc = next((m for m in self.fabric.methods if METHODS[m].in_network), self.fabric.methods[0])
                 out.append(spec(CONTROL_SCALE, inc, fault="scale"))
+                out.append(spec(CONTROL_OFFSET, inc, fault="offset"))
                 out.append(spec(CONTROL_LOCAL, inc, fault="keep-local", fault_rank=1, steps=min(steps, 3)))
             if self.loss_pct:
                 for m in (GLOO, *self.fabric.methods):
@@ -414,11 +422,13 @@ def summarize(result: DdpResult) -> dict[str, Any]:
                         problems.append(f"{n} hosts, {row.run}: a rank that dropped its result was not caught")
                     continue
                 s["within_tolerance"] = math.isfinite(s["delta"]) and abs(s["delta"]) <= tol
-                if variant == CONTROL_SCALE:
+                if variant in (CONTROL_SCALE, CONTROL_OFFSET):
                     s["caught"] = not s["within_tolerance"]
-                    m_entry["control_scale"] = s
-                    if not s["caught"]:
-                        problems.append(f"{n} hosts, {row.run}: the mis-scaled hook stayed within the tolerance")
+                    s["required"] = variant in REQUIRED_CONTROLS[name]
+                    m_entry[variant.replace("-", "_")] = s
+                    if s["required"] and not s["caught"]:
+                        what = "mis-scaled" if variant == CONTROL_SCALE else "offset"
+                        problems.append(f"{n} hosts, {row.run}: the {what} hook stayed within the tolerance")
                     continue
                 if not same:
                     problems.append(f"{n} hosts, {row.run}: ranks' parameters differ after step {first_bad}")
@@ -463,9 +473,10 @@ def table(summary: Mapping[str, Any]) -> str:
                     f"{100 * s['allreduce_share']:5.0f} {s['wire_bytes_per_step']:11.0f} "
                     f"{s['allreduce_over_wire']:7.2f} | {tail}"
                 )
-            for c in ("control_scale", "control_local"):
+            for c in ("control_scale", "control_offset", "control_local"):
                 if c in m:
-                    lines.append(f"{c:16} final {m[c]['final']:.4f}, caught: {m[c]['caught']}")
+                    need = "" if m[c].get("required", True) else " (not required: AdamW cancels a scale)"
+                    lines.append(f"{c:16} final {m[c]['final']:.4f}, caught: {m[c]['caught']}{need}")
     lines.append("\nok" if summary["ok"] else "\nPROBLEMS:\n" + "\n".join(summary["problems"]))
     return "\n".join(lines)
 

@@ -38,7 +38,7 @@ def fake(
 ) -> DdpResult:
     """Rows for every run of the small plan: identical digests (per run, step) unless told, made-up times."""
     cfg = DdpConfig.from_dict(SMALL)
-    finals = {**FINALS, "control-scale": 0.2, **(finals or {})}
+    finals = {**FINALS, "control-scale": 0.2, "control-offset": 0.1, **(finals or {})}
     res = DdpResult(cfg)
     for spec in cfg.runs():
         variant = spec.run.split("/", 1)[1]
@@ -76,6 +76,7 @@ def test_the_plan_has_the_reference_seeds_methods_controls_and_lossy_runs() -> N
         "cnn/inc-int8+ef",
         "cnn/ring",
         "cnn/control-scale",
+        "cnn/control-offset",
         "cnn/control-local",
         "cnn/exact@loss",
         "cnn/inc-int8@loss",
@@ -110,7 +111,7 @@ def test_a_consistent_run_is_ok_and_survives_the_folder(tmp_path: Path) -> None:
     assert summary["ok"], summary["problems"]
     m = summary["hosts"][str(N)]["cnn"]
     assert set(m["methods"]) == {"exact", "inc-int8", "inc-int8+ef", "ring"}
-    assert m["control_scale"]["caught"] and m["control_local"]["caught"]
+    assert m["control_scale"]["caught"] and m["control_offset"]["caught"] and m["control_local"]["caught"]
     assert all(s["same_bits_as_lossless"] for s in m["lossy"].values())
     s = m["methods"]["ring"]
     # every step: released at t, last rank done 53 ms later, the slowest hook 23 ms of it
@@ -130,6 +131,7 @@ def test_a_consistent_run_is_ok_and_survives_the_folder(tmp_path: Path) -> None:
         ({"off": ("ring", 3)}, "ring: ranks' parameters differ after step 3"),
         ({"finals": {"inc-int8": 0.85}}, "inc-int8: final test_acc 0.8500 is -0.0500 from the exact run's 0.9000"),
         ({"finals": {"control-scale": 0.9}}, "the mis-scaled hook stayed within the tolerance"),
+        ({"finals": {"control-offset": 0.9}}, "the offset hook stayed within the tolerance"),
         ({"control_local_caught": False}, "a rank that dropped its result was not caught"),
         ({"lossy_differs": True}, "ring@loss: with loss, the parameters differ from the run without"),
     ],
@@ -173,7 +175,7 @@ def test_ddp_ranks_train_through_the_embedded_switches_and_match_gloo(tmp_path: 
     exact = [r.loss for r in res.steps if r.run == "cnn/exact" and r.rank == 0]
     inc = [r.loss for r in res.steps if r.run == "cnn/inc-int32" and r.rank == 0]
     assert inc == pytest.approx(exact, rel=1e-4)
-    assert m["control_scale"]["caught"] and m["control_local"]["caught"]
+    assert m["control_scale"]["caught"] and m["control_offset"]["caught"] and m["control_local"]["caught"]
     assert all(s["same_bits_as_lossless"] for s in m["lossy"].values())
     assert any(r.wire_link and r.wire_bytes > 0 for r in res.runs if r.method == "inc-int32")
 

@@ -114,7 +114,9 @@ def test_every_rank_gets_the_same_average_in_the_buckets_dtype(method: str, dtyp
         assert err <= target, f"{method} {dtype} size {size}: rel. L2 error {err:.2e} > {target:.2e}"
 
 
-def test_host_ring_average_matches_and_a_wrong_scale_is_visible(ring_states: Callable[..., list[HookState]]) -> None:
+def test_host_ring_average_matches_and_broken_hooks_show(
+    ring_states: Callable[..., list[HookState]],
+) -> None:
     xs = inputs(700, torch.float32, seed=3)
     good = reduce_all(ring_states("ring"), xs)
     want = exact_mean(xs)
@@ -122,6 +124,8 @@ def test_host_ring_average_matches_and_a_wrong_scale_is_visible(ring_states: Cal
     bad = reduce_all(ring_states("ring", fault="scale"), xs)
     assert np.allclose(bad[0].numpy(), want * BROKEN_SCALE, rtol=1e-5, atol=1e-8)
     assert not np.allclose(bad[0].numpy(), want, rtol=1e-2)
+    off = reduce_all(ring_states("ring", fault="offset"), xs)
+    assert np.allclose(off[0].numpy(), np.roll(want, 1), rtol=1e-5, atol=1e-6)
 
 
 def test_a_rank_that_keeps_its_own_gradient_differs_from_the_others(
