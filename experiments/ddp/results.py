@@ -320,8 +320,10 @@ def step_times(steps: Sequence[StepRow]) -> dict[str, float]:
     for r in steps:
         by_step[r.step].append(r)
     wall = ar = 0.0
+    walls = []
     for rows in by_step.values():
         w = max(r.t_end for r in rows) - rows[0].t_release
+        walls.append(w)
         wall += w
         ar += min(w, max(r.allreduce_s for r in rows))
     k = max(1, len(by_step))
@@ -329,6 +331,8 @@ def step_times(steps: Sequence[StepRow]) -> dict[str, float]:
         "steps": len(by_step),
         "wall_s": wall,
         "mean_step_s": wall / k,
+        # a process's first DDP step can take seconds (the Gloo reference's, as its first run): the median shows it
+        "median_step_s": statistics.median(walls) if walls else float("nan"),
         "mean_allreduce_s": ar / k,
         "mean_compute_s": (wall - ar) / k,
         "allreduce_share": ar / wall if wall > 0 else float("nan"),
