@@ -85,7 +85,7 @@ class DdpRunner(Runner):
         self.runs = self.ddp.runs()
         ip0 = self.model.host(hosts[0]).ip
         sock = self.sock_dir / f"ddp-n{n}.sock"
-        server = CoordinatorServer(f"unix:{sock}", n, timeout_s=self.ddp.timeout_s, on_release=self._on_release)
+        server = CoordinatorServer(f"unix:{sock}", n, timeout_s=self.ddp.barrier_timeout_s, on_release=self._on_release)
         server.start()
         plan = Plan(
             workers=n,
@@ -108,7 +108,7 @@ class DdpRunner(Runner):
                 cmd = [sys.executable, "-m", "torchddp", "rank", "--plan", str(plan_path), "--rank", str(rank)]
                 cmd += ["--iface", self.net.host_iface(h)]
                 self._agents.append((h, self.net.popen(h, cmd, log=self.log_dir / f"ddp-n{n}-{h}.log")))
-            deadline = clock.now() + self.ddp.timeout_s
+            deadline = clock.now() + self.ddp.timeout_s()
             while clock.now() < deadline:
                 reports = dict(server.reports)
                 if any("error" in r for r in reports.values()) or len(reports) == n:
