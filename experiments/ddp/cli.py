@@ -48,8 +48,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument(
         "--ef",
         type=method_list,
-        default=("inc-int8",),
-        help="methods to run again with error feedback (default inc-int8)",
+        default=None,
+        help="methods run again with error feedback (default inc-int8, if among --methods)",
     )
     ap.add_argument("--loss", type=float, default=1.0, help="random loss per link of the lossy runs, percent (0: none)")
     ap.add_argument("--loss-steps", type=int, default=15, help="steps of each lossy run (default 15)")
