@@ -38,7 +38,7 @@ system-deps:
 $(STAMP): pyproject.toml setup.py | system-deps
 	@test -x $(PY) || $(SYSTEM_PY) -m venv --system-site-packages $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip 'setuptools>=77' >/dev/null
-	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test,torch]'
 	@touch $@
 
 $(SHELL_STAMP): scripts/shell-requirements.txt | system-deps

@@ -22,7 +22,7 @@ TOP_LEVEL = (
     "experiments",
     "simulation",
 )
-TOP_LEVEL += ("bench", "p4ina")
+TOP_LEVEL += ("bench", "p4ina", "torchddp")
 PROGRAM = "controller.program"  # the compiled P4 program, from p4/build (not a Python package: data only)
 
 setup(

@@ -172,6 +172,12 @@ class Agent:
         return box["value"]
 
     # -- workers ---------------------------------------------------------------------------------
+    def worker(self, m: Method, job: JobTicket | None, ring: RingSettings | None = None) -> Any:
+        """The worker this agent runs method m with (kept across calls): an IncWorker for the job's in-network
+        method, a ring, hier or tree on its own UDP port. What a training loop outside the agent's steps all-reduces
+        through (torchddp's communication hook)."""
+        return self._worker(m, job, ring if ring is not None else RingSettings())
+
     def _worker(self, m: Method, job: JobTicket | None, ring: RingSettings) -> Any:
         if m.in_network:
             if job is None:

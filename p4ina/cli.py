@@ -43,6 +43,11 @@ VERBS: dict[str, Verb] = {
         "data-parallel training through the fabric, every method against an exact run",
         "experiments",
     ),
+    "ddp": Verb(
+        "experiments.ddp.cli",
+        "PyTorch DDP training of real models through the fabric (the p4ina hook), every method against Gloo",
+        "experiments",
+    ),
     "faults": Verb(
         "experiments.faults.cli",
         "switch and link failures, loss, duplication, isolation, bit flips (make emulate-faults)",

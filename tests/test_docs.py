@@ -37,6 +37,7 @@ PACKAGES = (
     "bench",
     "p4ina",
     "tests",
+    "torchddp",
 )
 CHECKED_ROOTS = {*PACKAGES, "p4", "docs", "notebooks", "scripts", ".ci"}
 

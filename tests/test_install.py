@@ -37,7 +37,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("p4proto", "wireformat", "native", "controller", "hosts", "softswitch", "emulation", "experiments")
-PACKAGES += ("simulation", "bench", "p4ina")
+PACKAGES += ("simulation", "bench", "p4ina", "torchddp")
 SETUPTOOLS_MIN = 77  # pyproject.toml's build requirement (`license` as an SPDX expression)
 # not part of what is built: the repository's own data, the venv, build output and caches (the tests are skipped
 # too: they are not installed, and leaving them out keeps the copy small)

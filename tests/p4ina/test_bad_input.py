@@ -61,6 +61,10 @@ CASES = [
     (["emulate", "--switch", "bmv2"], "simple_switch_grpc is not on PATH: build BMv2 (docs/toolchain.md)"),
     (["train", "--topology", "tier.json"], 'switches[1].tier is "zero", a string'),
     (["faults", "--topology", "list.json"], "the top level is a list"),
+    (["ddp", "--methods", "ring", "--ef", "ring"], "error feedback for ['ring']: only narrow methods"),
+    (["ddp", "--methods", "ring", "--topology", "list.json"], "the top level is a list"),  # no int8: no error feedback
+    (["ddp", "--models", "mlp"], "unknown model 'mlp': choose from cnn, lm"),
+    (["ddp", "--hosts", "3"], "global batch 64 does not split evenly over 3 hosts"),
     (["faults", "--victim", "x9"], "--victim x9: not a switch of fat-tree:4"),
     (["serve", "--topology", "self-loop.json"], "links[1].b: the link joins switch l1 to itself"),
     (["serve", "--switch", "bmv2"], "simple_switch_grpc is not on PATH: build BMv2 (docs/toolchain.md)"),
