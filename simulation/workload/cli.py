@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -53,8 +54,15 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     gpu = get_gpu(args.gpu)
     methods = tuple(x.strip() for x in args.dp_methods.split(",") if x.strip()) if args.dp_methods else ()
     methods = methods or (layout.dp_method,)
-    from simulation.methods import METHODS
+    from simulation.methods import METHODS, canonical_method
 
+    canon = []
+    for m in methods:
+        new, deprecated = canonical_method(m)
+        if deprecated:
+            print(f"p4ina simulate: warning: --dp-methods: {deprecated}", file=sys.stderr)
+        canon.append(new)
+    methods = tuple(canon)
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise CollectiveError(f"--dp-methods {', '.join(bad)}: choose from {', '.join(METHODS)}")
@@ -107,8 +115,8 @@ def run(args: argparse.Namespace, checked: dict[str, Any]) -> int:
             + " ".join(f"{r.breakdown.get(k, 0.0):>17.4f}" for k in keys)
         )
     print(
-        "(seconds; exposed communication per collective, the bubble's idle slots; all-to-all and reduce-scatter/"
-        f"all-gather costs are bandwidth-bound placeholders, see docs/workload.md) [{time.perf_counter() - t0:.1f} s]"
+        "(seconds; exposed communication per collective, the bubble's idle slots; the all-to-all's cost is a "
+        f"bandwidth-bound placeholder, see docs/workload.md) [{time.perf_counter() - t0:.1f} s]"
     )
     return 0
 

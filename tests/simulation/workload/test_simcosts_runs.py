@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from simulation import nccl
 from simulation.engine import Engine
 from simulation.model import Scenario, evaluate
 from simulation.params import H100
@@ -18,36 +19,53 @@ pytestmark = needs_simgrid
 
 def test_one_group_costs_what_the_simulator_says_for_that_job(engine: Engine) -> None:
     """A data-parallel 'group' that is the whole job: the all-reduce is the simulator's own row."""
+    methods = ("ring-1nic", "tree-1nic", "inc-int32", "nccl", "nccl-tree")
     costs = SimCollectives("rail:radix=16", H100, 64, engine=engine)
-    costs.prepare("dp", [tuple(range(64))], ("ring", "tree", "inc-int32"))
+    costs.prepare("dp", [tuple(range(64))], methods)
     rows = evaluate(
-        Scenario(
-            topology="rail:radix=16", gpus=64, preset="h100", methods=("ring", "tree", "inc-int32"), sizes=(1 << 20,)
-        ),
-        engine,
+        Scenario(topology="rail:radix=16", gpus=64, preset="h100", methods=methods, sizes=(1 << 20,)), engine
     ).rows
+    assert {r.method for r in rows} == set(methods)
     for r in rows:
         assert costs.allreduce(r.method, (1 << 20) / 4, "dp") == pytest.approx(r.time_s, rel=1e-9)
-    # derived collectives (placeholders): ring reduce-scatter half the ring, in-network the all-reduce's time
-    ring = costs.allreduce("ring", 1e6, "dp")
-    assert costs.reduce_scatter("ring", 1e6, "dp") == pytest.approx(ring / 2)
-    assert costs.reduce_scatter("tree", 1e6, "dp") == pytest.approx(ring / 2)  # NCCL has no tree reduce-scatter
-    assert costs.reduce_scatter("inc-int32", 1e6, "dp") == costs.allreduce("inc-int32", 1e6, "dp")
-    assert costs.allreduce("adaptive", 1e6, "dp") == min(
-        costs.allreduce(m, 1e6, "dp") for m in ("ring", "tree", "inc-int32")
-    )
+    # derived collectives: ring reduce-scatter half the ring, in-network the all-reduce's time (a flat tree)
+    ring = costs.allreduce("ring-1nic", 1e6, "dp")
+    assert costs.reduce_scatter("ring-1nic", 1e6, "dp") == pytest.approx(ring / 2)
+    assert costs.reduce_scatter("tree-1nic", 1e6, "dp") == pytest.approx(ring / 2)  # NCCL has no tree reduce-scatter
+    assert costs.reduce_scatter("inc-int32", 1e6, "dp") == pytest.approx(costs.allreduce("inc-int32", 1e6, "dp"))
+    assert costs.allreduce("adaptive", 1e6, "dp") == min(costs.allreduce(m, 1e6, "dp") for m in methods)
     with pytest.raises(CollectiveError, match="not prepared"):
-        costs.allreduce("ring", 1e6, "edp")
+        costs.allreduce("ring-1nic", 1e6, "edp")
+
+
+@pytest.mark.parametrize("elements", [1e5, 16e6])
+def test_nccl_methods_run_nccls_own_reduce_scatter_and_all_gather(engine: Engine, elements: float) -> None:
+    """nccl, nccl-ring: NCCL's reduce-scatter/all-gather for the group's shape (8 servers of 8 GPUs), not half an
+    all-reduce; nccl-tree's are the ring's (NCCL has none); -bf16 reduces 2-byte elements; old names still read."""
+    costs = SimCollectives("rail:radix=16", H100, 64, engine=engine)
+    costs.prepare("dp", [tuple(range(64))], ("nccl", "nccl-ring", "nccl-tree", "ring"))
+    server = nccl.Server.of_preset(H100)
+    for m in ("nccl", "nccl-ring"):
+        rs = nccl.nccl_collective("reduce-scatter", server, 8, int(elements * 4), m, 8).time_s
+        ag = nccl.nccl_collective("all-gather", server, 8, int(elements * 2), m, 8).time_s
+        assert costs.reduce_scatter(m, elements, "dp") == pytest.approx(rs, rel=1e-9)
+        assert costs.all_gather(m, elements * 2, "dp") == pytest.approx(ag, rel=1e-9)
+    assert costs.reduce_scatter("nccl", elements, "dp") != pytest.approx(costs.allreduce("nccl", elements, "dp") / 2)
+    assert costs.reduce_scatter("nccl-tree", elements, "dp") == costs.reduce_scatter("nccl-ring", elements, "dp")
+    assert costs.allreduce("nccl-bf16", elements, "dp") == costs.allreduce("nccl", elements / 2, "dp")
+    assert costs.allreduce("ring", elements, "dp") == costs.allreduce("ring-1nic", elements, "dp")
+    with pytest.raises(CollectiveError, match="not prepared"):
+        costs.allreduce("inc-int8", elements, "dp")
 
 
 def test_groups_sharing_links_are_slower_than_one_alone(engine: Engine) -> None:
     """Eight rail groups at once (scattered servers) against the same group alone: contention shows."""
     lo = Layout(tp=8, dp=16)
     alone = SimCollectives("clos:radix=16,oversub=2", H100, 128, "scattered", seed=1, engine=engine)
-    alone.prepare("dp", lo.groups("dp")[:1], ("ring",))
+    alone.prepare("dp", lo.groups("dp")[:1], ("ring-1nic",))
     together = SimCollectives("clos:radix=16,oversub=2", H100, 128, "scattered", seed=1, engine=engine)
-    together.prepare("dp", lo.groups("dp"), ("ring",))
-    assert together.allreduce("ring", 64e6, "dp") > 1.2 * alone.allreduce("ring", 64e6, "dp")
+    together.prepare("dp", lo.groups("dp"), ("ring-1nic",))
+    assert together.allreduce("ring-1nic", 64e6, "dp") > 1.2 * alone.allreduce("ring-1nic", 64e6, "dp")
 
 
 def test_pipeline_send_is_latency_plus_bytes_at_the_nic(engine: Engine) -> None:
