@@ -8,6 +8,9 @@ P4INA       := $(VENV)/bin/p4ina
 # Debian's python3: the venv sees its site-packages, where apt's Mininet lives.
 SYSTEM_PY   ?= /usr/bin/python3
 STAMP       := $(VENV)/.p4ina-installed
+# p4runtime-shell's environment (it pins protobuf < 3.21, p4ina runs protobuf 6): `p4ina shell` finds it by this name
+SHELL_VENV  := $(VENV)-shell
+SHELL_STAMP := $(SHELL_VENV)/.p4ina-installed
 PYTEST_ARGS ?=
 EMULATE_ARGS ?=
 SIMULATE_ARGS ?=
@@ -38,7 +41,12 @@ $(STAMP): pyproject.toml setup.py | system-deps
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@
 
-venv: $(STAMP)
+$(SHELL_STAMP): scripts/shell-requirements.txt | system-deps
+	@test -x $(SHELL_VENV)/bin/python || $(SYSTEM_PY) -m venv $(SHELL_VENV)
+	@$(SHELL_VENV)/bin/python -m pip install -q --disable-pip-version-check -r scripts/shell-requirements.txt
+	@touch $@
+
+venv: $(STAMP) $(SHELL_STAMP)
 
 # Each tool's configuration is in pyproject.toml (mypy checks the packages its `files` lists). All four run
 # even when one fails, so one run shows every problem.
@@ -82,4 +90,4 @@ clean-net: setup
 	$(P4INA) clean
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache .mypy_cache .import_linter_cache
+	rm -rf $(VENV) $(SHELL_VENV) .pytest_cache .hypothesis .ruff_cache .mypy_cache .import_linter_cache

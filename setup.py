@@ -11,7 +11,17 @@ p4runtime bindings own the Python namespace `p4`), so the list is built here.
 
 from setuptools import find_namespace_packages, setup
 
-TOP_LEVEL = ("wireformat", "native", "controller", "hosts", "softswitch", "emulation", "experiments", "simulation")
+TOP_LEVEL = (
+    "p4proto",
+    "wireformat",
+    "native",
+    "controller",
+    "hosts",
+    "softswitch",
+    "emulation",
+    "experiments",
+    "simulation",
+)
 TOP_LEVEL += ("bench", "p4ina")
 PROGRAM = "controller.program"  # the compiled P4 program, from p4/build (not a Python package: data only)
 

@@ -21,7 +21,7 @@ from controller.fabric import Fabric
 from controller.p4info import P4Schema
 from controller.planner import DEFAULT_SLOTS, JobPlan, JobSpec
 from controller.state import State, StateError
-from controller.topology import Topology, TopologyError
+from controller.topology import Topology, TopologyError, link_key
 
 LOG = logging.getLogger(__name__)
 
@@ -190,6 +190,17 @@ class Controller:
             self._save()
             if timings is not None:
                 timings["save"] = time.monotonic() - t0
+
+    def revive(self, switches: Iterable[str] = (), links: Iterable[tuple[str, str]] = ()) -> None:
+        """Mark failed switches (restarted) and links (back up) live again; a restarted switch's session is opened
+        anew. Then restore_pipelines() and install_routes() bring them back into use; jobs stay where they are."""
+        names = set(switches)
+        self.state.failed -= names
+        self.state.failed_links -= {link_key(*ln) for ln in links}
+        for name in names:
+            self.fabric.forget(name)
+        self.fabric.drop_memo(names)
+        self._save()
 
     def remove_job(self, job_id: int) -> JobPlan:
         self._need_schema()

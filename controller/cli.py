@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -49,6 +52,11 @@ class UsageError(Exception):
 
 class NetworkDownError(Exception):
     """The served network the state names is gone: exit status 1, at once, rather than a wait per switch."""
+
+
+class ShellEnvironmentError(Exception):
+    """p4runtime-shell's own environment is not there (`make setup` makes it): exit status 1, as for a missing
+    tool rather than a bad command line."""
 
 
 NO_TOPOLOGY = "no topology: pass --topology PATH|fat-tree:K|leaf-spine:LxSxH (later runs remember it in the state file)"
@@ -320,67 +328,30 @@ def cmd_reconcile(args: argparse.Namespace, ctl: Controller) -> int:
 
 # -- parser ---------------------------------------------------------------------------
 # -- p4ina shell: p4runtime-shell on one switch ------------------------------------------------
-def _fix_p4runtime_shell() -> None:
-    """Make p4runtime-shell 0.0.6 survive a batch that fails only in part.
-
-    Its P4RuntimeErrorIterator skips the OK details of a failed Write without advancing, so it
-    loops forever on the first OK one (PI, and the embedded switch, report every update, OK ones
-    included). Advancing past them is what the loop means to do.
-    """
-    from google.rpc import code_pb2
-    from p4.v1 import p4runtime_pb2
-    from p4runtime_sh import p4runtime as sh_p4runtime
-
-    def __next__(self: Any) -> tuple[int, Any]:  # noqa: N807 - the iterator protocol
-        while self.idx < len(self.errors):
-            p4_error = p4runtime_pb2.Error()
-            if not self.errors[self.idx].Unpack(p4_error):
-                raise sh_p4runtime.P4RuntimeErrorFormatException("Cannot convert Any message to p4.Error")
-            self.idx += 1
-            if p4_error.canonical_code != code_pb2.OK:
-                return self.idx - 1, p4_error
-        raise StopIteration
-
-    sh_p4runtime.P4RuntimeErrorIterator.__next__ = __next__
+# p4runtime-shell pins protobuf < 3.21: it lives in its own environment, beside p4ina's (`make setup` makes it,
+# named after p4ina's own with "-shell"), and runs from there as a child process (controller/shell_runner.py)
+SHELL_PYTHON_ENV = "P4INA_SHELL_PYTHON"
+SHELL_RUNNER = Path(__file__).with_name("shell_runner.py")
 
 
-def shell_namespace(sh: Any) -> dict[str, Any]:
-    """The names a script sees: the interactive shell's (p4runtime_sh.shell.main's user_ns) and the module's.
-
-    The interactive shell builds its namespace inside main(); a script must see the same names
-    (`table_entry[...]`, `counter_entry[...]`, `multicast_group_entry`, `packet_out`, ...), so they are
-    rebuilt here from the same classes, after setup() has loaded the switch's P4Info.
-    """
-    ns: dict[str, Any] = {name: getattr(sh, name) for name in dir(sh) if not name.startswith("_")}
-    ns["p4info"] = sh.context.p4info
-    for obj_type in sh.P4Type:
-        ns[obj_type.p4info_name] = sh.P4Objects(obj_type)
-    entity = sh.P4RuntimeEntity
-    for name, p4type, cls in (
-        ("table_entry", sh.P4Type.table, sh.TableEntry),
-        ("counter_entry", sh.P4Type.counter, sh.CounterEntry),
-        ("direct_counter_entry", sh.P4Type.direct_counter, sh.DirectCounterEntry),
-        ("meter_entry", sh.P4Type.meter, sh.MeterEntry),
-        ("direct_meter_entry", sh.P4Type.direct_meter, sh.DirectMeterEntry),
-        ("action_profile_member", sh.P4Type.action_profile, sh.ActionProfileMember),
-        ("action_profile_group", sh.P4Type.action_profile, sh.ActionProfileGroup),
-        ("digest_entry", sh.P4Type.digest, sh.DigestEntry),
-    ):
-        ns[name] = sh.P4RuntimeEntityBuilder(p4type, getattr(entity, name), cls)
-    ns["multicast_group_entry"] = sh.MulticastGroupEntry
-    ns["clone_session_entry"] = sh.CloneSessionEntry
-    ns["packet_in"] = sh.PacketIn()
-    ns["packet_out"] = sh.PacketOut
-    ns["idle_timeout_notification"] = sh.IdleTimeoutNotification()
-    ns["digest_list"] = sh.DigestList()
-    return ns
+def shell_python() -> Path:
+    """The Python of p4runtime-shell's environment: $P4INA_SHELL_PYTHON, else the venv beside p4ina's own."""
+    given = os.environ.get(SHELL_PYTHON_ENV)
+    python = Path(given) if given else Path(sys.prefix + "-shell") / "bin" / "python"
+    if not python.is_file():
+        raise ShellEnvironmentError(
+            f"p4runtime-shell's environment is missing (no {python}): `make setup` makes it, or set "
+            f"{SHELL_PYTHON_ENV} to a Python that has p4runtime-shell 0.0.6"
+        )
+    return python
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
     """p4runtime-shell on one switch of a running emulation, with the P4Info the switch runs.
 
-    Runs in this process (the IPython shell takes the terminal), outside the state file's lock, so
-    other p4ina commands keep working; with a script, runs it in the shell's namespace and exits.
+    Runs p4runtime-shell in its own environment, as a child process that takes the terminal, outside the state
+    file's lock, so other p4ina commands keep working; with a script, runs it in the shell's names and exits
+    with the script's status.
     """
     state = State.load(args.state) if args.state.exists() else None
     if state is not None and state.served is not None and not state.served.alive:
@@ -399,34 +370,20 @@ def cmd_shell(args: argparse.Namespace) -> int:
         raise UsageError(
             f"switch {sw.name!r} has no gRPC address: use the topology JSON of a running emulation (p4ina serve)"
         )
-    _fix_p4runtime_shell()
-    from p4runtime_sh import shell as sh
-
+    if args.script is not None and not args.script.is_file():
+        raise UsageError(f"no script {args.script}: give the path of a Python file to run in the shell")
     eid = SHELL_ELECTION_ID if args.election_id is None else args.election_id
-    election = (eid >> 64, eid & ((1 << 64) - 1))
-    argv = [
-        "p4runtime-sh",
-        "--grpc-addr",
-        sw.grpc_addr,
-        "--device-id",
-        str(sw.device_id),
-        "--election-id",
-        f"{election[0]},{election[1]}",
-    ]
-    if args.script is None:
-        saved, sys.argv = sys.argv, argv
-        try:
-            sh.main()  # fetches the P4Info from the switch (GetForwardingPipelineConfig)
-        finally:
-            sys.argv = saved
-        return 0
-    code = compile(args.script.read_text(), str(args.script), "exec")
-    sh.setup(sw.device_id, sw.grpc_addr, election, verbose=False)
+    cmd = [str(shell_python()), "-I", str(SHELL_RUNNER), "--grpc-addr", sw.grpc_addr]
+    cmd += ["--device-id", str(sw.device_id), "--election-id", str(eid)]
+    if args.script is not None:
+        cmd += ["--script", str(args.script.resolve())]
+    # the child owns the terminal: Ctrl-C is the IPython shell's to handle, not a reason for p4ina to leave it.
+    # A handler, not SIG_IGN: an ignored signal would stay ignored in the child across exec.
+    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: None)
     try:
-        exec(code, shell_namespace(sh))  # noqa: S102 - the user's own script, as the interactive shell would run it
+        return subprocess.run(cmd, check=False).returncode
     finally:
-        sh.teardown()
-    return 0
+        signal.signal(signal.SIGINT, previous)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -558,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         except (TopologyError, UsageError) as ex:  # bad input: the exit status of argparse's refusals
             print(f"{prog}: error: {ex}", file=sys.stderr)
             return 2
-        except (NetworkDownError, StateError) as ex:
+        except (NetworkDownError, ShellEnvironmentError, StateError) as ex:
             print(f"{prog}: error: {ex}", file=sys.stderr)
             return 1
     try:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
-from google.rpc import code_pb2, status_pb2
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from p4proto import code_pb2, p4info_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
 
 LOG = logging.getLogger(__name__)
 
@@ -140,6 +139,10 @@ class SwitchClient:
         # from then on this session is no longer the switch's only writer (controller.fabric's memo is dropped)
         self.primary_lost = False
         self._primary = False
+        # called (switch name, why) from the stream's reader thread when the stream breaks while this session is
+        # open: the switch process is gone (controller.monitor turns it into a failure notice)
+        self.on_stream_lost: Callable[[str, str], None] | None = None
+        self._closing = False
 
     # -- session ------------------------------------------------------------------------
     def connect(self) -> SwitchClient:
@@ -199,6 +202,7 @@ class SwitchClient:
                 return self
 
     def _read_stream(self) -> None:
+        why = "the switch closed the stream"
         try:
             assert self._stream is not None
             for msg in self._stream:
@@ -207,10 +211,17 @@ class SwitchClient:
                     LOG.warning("%s: no longer primary (%s)", self.name, msg.arbitration.status.message)
                 self._responses.put(msg)
         except grpc.RpcError as ex:
+            if self._closing:
+                return
             if ex.code() != grpc.StatusCode.CANCELLED:
                 self._responses.put(ex)
+            why = _rpc_text(ex)
+        lost = self.on_stream_lost
+        if lost is not None and self._primary and not self._closing:
+            lost(self.name, why)
 
     def close(self) -> None:
+        self._closing = True
         self._requests.put(None)
         if self._stream is not None:
             self._stream.cancel()

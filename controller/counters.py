@@ -6,12 +6,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from p4.v1 import p4runtime_pb2
-
 from controller import names as N
 from controller.fabric import Fabric
 from controller.p4info import P4Schema
 from controller.planner import JobPlan
+from p4proto import p4runtime_pb2
 
 LOG = logging.getLogger(__name__)
 

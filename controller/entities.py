@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from p4.v1 import p4runtime_pb2
-
 from controller.p4info import ActionInfo, P4InfoError, P4Schema, decode_int, encode_int
+from p4proto import p4runtime_pb2
 
 
 @dataclass(frozen=True, order=True)

@@ -13,9 +13,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2
-
 from controller import names as N
 from controller.client import ReadError, SwitchClient, SwitchError, WriteError, update
 from controller.entities import Entity, MulticastGroup, TableEntry, decode_entity
@@ -36,6 +33,7 @@ from controller.registers import read_register_all, read_register_cells
 from controller.routing import all_route_entries
 from controller.state import State
 from controller.topology import Topology, link_key
+from p4proto import p4info_pb2, p4runtime_pb2
 
 LOG = logging.getLogger(__name__)
 

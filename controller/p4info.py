@@ -13,7 +13,8 @@ from pathlib import Path
 
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
-from p4.config.v1 import p4info_pb2
+
+from p4proto import p4info_pb2
 
 LOG = logging.getLogger(__name__)
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from p4.v1 import p4runtime_pb2
-
 from controller.client import SwitchClient
 from controller.p4info import P4Schema, decode_int, encode_int
+from p4proto import p4runtime_pb2
 
 
 def read_register(client: SwitchClient, schema: P4Schema, name: str, index: int) -> int:

@@ -385,6 +385,23 @@ class EmulatedNetwork:
                 return sw.proc.pid
         raise NetworkError(f"no running switch named {name!r}")
 
+    def restart_switch(self, name: str) -> None:
+        """Start a killed switch again on the same P4Runtime address, with empty tables and no program (a
+        repaired switch: the controller pushes the pipeline and its entries again). Embedded switches only."""
+        sw = next((s for s in self.switches if s.name == name), None)
+        if sw is None:
+            raise NetworkError(f"no switch named {name!r}")
+        if sw.backend != "embedded":
+            raise NetworkError(f"{name}: only an embedded switch restarts on its own address")
+        if sw.proc is not None and sw.proc.poll() is None:
+            raise NetworkError(f"{name} is still running (kill_switch first)")
+        sw.start([])
+        if self.record is not None and sw.proc is not None:  # `p4ina clean` stops it too
+            self.record.add(cleanup.Proc(sw.proc.pid, cleanup.start_time(sw.proc.pid) or 0, f"switch {sw.name}"))
+            self.record.save()
+        wait_ready([sw], self.config.ready_timeout_s)
+        LOG.info("switch %s restarted on %s", name, sw.grpc_addr)
+
     def _record_nodes(self) -> None:
         assert self.record is not None and self.net is not None
         for node in self.net.hosts + self.net.switches:

@@ -247,7 +247,7 @@ class EmbeddedSwitch(P4Switch):
             *_port_args(self),
             *_delay_args(self),
             "--grpc-server-addr",
-            "127.0.0.1:0",
+            f"127.0.0.1:{self.grpc_port or 0}",  # a restart keeps the address the controller knows
             "--ready-file",
             str(self.ready_file),
             "--log-level",

@@ -14,7 +14,10 @@
   pipelined ring passes its last chunk through 2(n-1) neighbour hops; hier
   passes a chunk from a member to its leader, through the leaders' ring (up to
   2(L-1) hops for L leaders) and down to a member again; a pipelined tree
-  passes a chunk up from its deepest leaf and back down to it. Each link on
+  passes a chunk up from its deepest leaf and back down to it; a direct
+  all-to-all passes each chunk once, between its farthest pair of ranks, and a
+  hierarchical one from a rank to its group's rank on the destination's rail
+  and on along the rail. Each link on
   the way costs its propagation delay (--delay): in this emulator a shaped link
   (HTB on a veth) releases a lone frame at once when its bucket has credit, so
   serialization shows in throughput (T_wire), not in a chain of single frames,
@@ -38,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from controller.planner import JobPlan
 from controller.routing import switch_distances
 from controller.topology import Topology
+from hosts.alltoall import rail_layout
 from hosts.hier import hier_layout
 from hosts.methods import Method
 from hosts.ring import DATA_HDR, FRAME_OVERHEAD, WIRE_BYTES, elements_per_packet
@@ -196,6 +200,21 @@ def path_bound(
             return 0.0
         depths = [tree_links(t, links) for t in double_binary_tree(n)]
         return tree_path(method, elements=elements, depths=depths, delay_s=delay_s)
+    if method.family == "a2a-direct":
+        return max((links(a, b) for a in range(n) for b in range(n) if a != b), default=0) * delay_s
+    if method.family == "a2a-hier":
+        # ring_order keeps the groups' ranks together; the rails are positions within a group
+        lay = rail_layout([topo.host(h).switch for h in ring_order])
+        groups = lay.groups  # positions in ring_order
+        longest = 0
+        for grp in groups:
+            for i in grp:
+                for j in grp:
+                    for other in groups:
+                        hop1 = links(i, j) if i != j else 0
+                        dst = other[grp.index(j)]
+                        longest = max(longest, hop1 + (links(j, dst) if dst != j else 0))
+        return longest * delay_s
     raise ValueError(f"{method.name}: no path bound for host methods of family {method.family!r}")
 
 
@@ -257,6 +276,12 @@ def tensor_copies(method: Method, hosts: int, group_size: int = 1) -> float:
         g = min(max(1, group_size), hosts)
         leaders = -(-hosts // g)
         return (g - 1) + (2 * (leaders - 1) / leaders if leaders > 1 else 0.0)
+    if method.family == "a2a-direct":
+        return (hosts - 1) / hosts
+    if method.family == "a2a-hier":  # (g-1)/g of the buffer inside the group, then (G-1)/G along the rail
+        g = min(max(1, group_size), hosts)
+        groups = hosts // g
+        return (g - 1) / g + (groups - 1) / groups
     raise ValueError(f"{method.name}: unknown host method family {method.family!r}")
 
 

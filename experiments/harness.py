@@ -108,7 +108,9 @@ def timeouts(config: ExperimentConfig) -> dict[str, float]:
     return out
 
 
-WINDOWS_PER_LINK = {"ring": 1, "hier": 2, "tree": 3}
+# an all-to-all rank shares one window among its peers (hosts.alltoall.split_window); rounding up to one
+# datagram per peer and hier's two phases at once can make that up to two on a link
+WINDOWS_PER_LINK = {"ring": 1, "hier": 2, "tree": 3, "a2a-direct": 2, "a2a-hier": 2}
 
 
 def job_ticket(

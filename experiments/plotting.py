@@ -14,6 +14,8 @@ SHORT = {
     "ring-bf16": "ring16",
     "hier": "hier",
     "tree": "tree",
+    "a2a-direct": "a2a",
+    "a2a-hier": "a2a-hier",
 }
 STYLE = {
     "inc-int32": ("tab:blue", "o", "-"),
@@ -23,6 +25,8 @@ STYLE = {
     "ring-bf16": ("tab:orange", "v", "--"),
     "hier": ("tab:purple", "P", ":"),
     "tree": ("tab:brown", "X", ":"),
+    "a2a-direct": ("tab:olive", "*", "-"),
+    "a2a-hier": ("tab:pink", "h", "--"),
 }
 
 
@@ -30,7 +34,8 @@ def pyplot() -> Any:
     """matplotlib.pyplot on the Agg back end (no display here), unless a notebook already chose its own."""
     import matplotlib
 
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+    # a notebook's inline back end: "inline" as IPython 9 names it, the module path as IPython 7 did
+    if matplotlib.get_backend().lower() not in ("agg", "inline", "module://matplotlib_inline.backend_inline"):
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

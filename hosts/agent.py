@@ -11,7 +11,9 @@ interleave methods in any order without starting processes in between. A step:
    the clock every process shares (hosts.clock), is the all-reduce's start;
 4. it all-reduces; the end is when its float32 result is complete;
 5. it checks the result (every rank sends a digest; the checker rank also
-   compares with numpy's float64 sum of every input) and reports.
+   compares with numpy's float64 sum of every input) and reports. An
+   all-to-all (hosts.alltoall) has a result of its own on every rank: each
+   rank checks every block it received against the block its source sent.
 
 While it waits for a command or a barrier it keeps answering its host
 methods' sockets (a neighbour may still need an acknowledgement).
@@ -36,11 +38,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hosts import clock, workload
+from hosts import alltoall, clock, workload
 from hosts.coordination import CoordinatorClient, result_digest, same_size
 from hosts.methods import Method, method
 from hosts.packets import Endpoint
-from hosts.tickets import JobTicket, RingSettings, StepCommand
+from hosts.tickets import FailureNotice, JobTicket, RingSettings, StepCommand
 
 LOG = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ HOST_METHOD_PORTS = {
     ("tree", "float32"): 3,
     ("hier", "bfloat16"): 4,
     ("tree", "bfloat16"): 5,
+    ("a2a-direct", "float32"): 6,
+    ("a2a-hier", "float32"): 7,
 }
 
 
@@ -100,6 +104,44 @@ class Agent:
         # The last in-network step this agent finished (its command, worker and report): a failure that the
         # other ranks detect after it finished calls it back to redo their missing chunks (rejoin)
         self._finished: dict[str, Any] | None = None
+        self.notices: list[FailureNotice] = []  # every failure notice this agent's watcher took
+        self._watcher: threading.Thread | None = None
+        self._watch_client: CoordinatorClient | None = None
+        self._stop = threading.Event()
+
+    # -- failure notices -------------------------------------------------------------------------
+    def watch_notices(self) -> None:
+        """Take the runner's failure notices on a connection of their own, in a thread: a notice for the install
+        an in-network worker of this agent runs stops that worker's wait at once (IncWorker.interrupt)."""
+        client = CoordinatorClient(self.cfg.coord, self.cfg.rank, self.cfg.workers)
+        self._watch_client = client
+
+        def run() -> None:
+            seen = 0
+            while not self._stop.is_set():
+                try:
+                    batch = client.watch(seen, wait_s=5.0)
+                except Exception:  # the coordinator is gone (the run ended): nothing more to hear
+                    if not self._stop.is_set():
+                        LOG.debug("failure notices: the coordinator connection ended", exc_info=True)
+                    return
+                for d in batch:
+                    seen = max(seen, int(d.get("seq", seen)))
+                    try:
+                        self.take_notice(FailureNotice.from_dict(d, where="a failure notice"))
+                    except Exception:
+                        LOG.exception("a failure notice could not be taken")
+
+        self._watcher = threading.Thread(target=run, name="notices", daemon=True)
+        self._watcher.start()
+
+    def take_notice(self, notice: FailureNotice) -> None:
+        """Interrupt the in-network worker of the notice's job and install (none running it: nothing to do)."""
+        self.notices.append(notice)
+        for key, worker in list(self._workers.items()):
+            if key[0] == "inc" and key[1] == notice.job_id and key[2] == notice.install:
+                LOG.warning("failure notice: %s %s failed; job %d stops waiting", notice.kind, notice.what, key[1])
+                worker.interrupt(f"{notice.kind} {notice.what} failed")
 
     # -- waiting without going deaf --------------------------------------------------------------
     def _serviced(self, fn: Callable[[], T]) -> T:
@@ -150,7 +192,7 @@ class Agent:
                 self._transport = RawSocketTransport(self.cfg.iface, self._endpoint.ip)
             # a reinstalled job (new token) starts its epochs afresh; the old worker is dropped
             for old in [k for k in self._workers if k[0] == "inc" and k[1] == job.job_id]:
-                del self._workers[old]
+                self._workers.pop(old).close()
             assert self._endpoint is not None
             self._workers[key] = IncWorker(
                 IncJob(
@@ -179,7 +221,10 @@ class Agent:
         return worker
 
     def _host_method(self, m: Method, settings: RingSettings) -> Any:
-        """The ring, hier or tree worker of this method, on its own UDP port (base port + the method's offset)."""
+        """The ring, hier, tree or all-to-all worker of this method, on its own UDP port (base port + the method's
+        offset). An all-to-all rank sends to many peers at once: the runner's window (a ring rank's, to its one
+        neighbour) is what it keeps in flight in all, shared among them (hosts.alltoall.split_window)."""
+        from hosts.alltoall import AllToAllConfig, AllToAllDirect, AllToAllHier
         from hosts.hier import HierAllreduce, HierConfig
         from hosts.ring import RingAllreduce, RingConfig, topology_order
         from hosts.tree import TreeAllreduce, TreeConfig
@@ -204,8 +249,16 @@ class Agent:
             if settings.timeout_s is not None:
                 extra.update(timeout_s=settings.timeout_s, min_timeout_s=settings.timeout_s)
             common: dict[str, Any] = dict(rank=self.cfg.rank, peers=tuple(peers), wire=m.wire, **extra)
-            if m.family == "ring":
-                worker: Any = RingAllreduce(RingConfig(order=order, **common))
+            if m.alltoall:
+                if m.family == "a2a-hier" and not groups:
+                    raise StepError(f"{m.name} needs every rank's group, its edge switch (--groups)")
+                cls = AllToAllDirect if m.family == "a2a-direct" else AllToAllHier
+                try:
+                    worker: Any = cls(AllToAllConfig(groups=tuple(groups or ()), **common))
+                except ValueError as ex:
+                    raise StepError(f"{m.name}: {ex}") from ex
+            elif m.family == "ring":
+                worker = RingAllreduce(RingConfig(order=order, **common))
             elif m.family == "tree":
                 worker = TreeAllreduce(TreeConfig(order=order, **common))
             else:
@@ -220,10 +273,15 @@ class Agent:
         step, m = cmd.step, method(cmd.method)
         size, iteration, kind, seed = cmd.size, cmd.iteration, cmd.input, cmd.seed
         worker = self._worker(m, cmd.job, cmd.ring)
-        x = workload.make_input(kind, size, self.cfg.rank, seed, iteration)
+        if m.alltoall:  # its own input: blocks that say where they come from and go (hosts.alltoall.block)
+            x = alltoall.send_buffer(self.cfg.rank, self.cfg.workers, size, seed, iteration)
+        else:
+            x = workload.make_input(kind, size, self.cfg.rank, seed, iteration)
         _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
         failovers: list[dict[str, Any]] = []
-        if m.in_network:
+        if m.alltoall:
+            result = worker.alltoall(x, call=step)
+        elif m.in_network:
             result, worker = self._inc_allreduce(worker, x, cmd, step, failovers)
         else:
             result = worker.allreduce(x, call=step)
@@ -248,7 +306,9 @@ class Agent:
         if hasattr(worker, "false_alarms"):
             worker.on_stall = None
             report["false_alarms"] = worker.false_alarms
-        if cmd.checker == self.cfg.rank:
+        if m.alltoall:  # every rank checks every block it received (no rank holds the others' results)
+            report.update(self._check_blocks(m, result, size, seed, iteration))
+        elif cmd.checker == self.cfg.rank:
             used = method("ring") if report.get("fallback") == "ring" else m
             report.update(self._check(used, result, kind, size, seed, iteration, worker))
         kept = m.in_network and report.get("fallback") is None and getattr(worker, "last_partial", None) is not None
@@ -385,6 +445,8 @@ class Agent:
                 ) from ex
             redo = np.logical_or.reduce([unpack_mask(v["missing"], n) for v in values])
             event: dict[str, Any] = {
+                # what ended the wait: the controller's notice ("notice"), the failure timeout, or a call-back
+                "trigger": "rejoin" if called else ("notice" if ex.notice is not None else "timeout"),
                 "detected_at": mine["detected_at"],
                 "stalled_s": ex.stalled_s,
                 "decided_at": released,
@@ -403,10 +465,37 @@ class Agent:
                 ring = self._host_method(method("ring"), cmd.ring)
                 return ring.allreduce(x, call=step), ring
             job = JobTicket.from_dict(decision["job"], where="the fail-over's job")
+            if cmd.job is not None and job.install != cmd.job.install and job.first_epoch is None:
+                # The new install's epochs go on from the interrupted one's (every rank made the same calls, so
+                # they agree). Frames of the old install still in flight when the switches that are in both trees
+                # are rewritten carry older epochs, which the switches drop as stale; started afresh from 1, a
+                # late one could open a cell of the new install under an epoch the redo is yet to use, and hold it.
+                job = dataclasses.replace(job, first_epoch=worker.epoch)
             cmd = dataclasses.replace(cmd, job=job)
             worker.on_stall = None
+            worker.clear_notice()  # answered: a notice does not end the redo's wait (a later one will)
             worker = self._inc_worker(job)  # the same worker on a false alarm (same install), else a new one
             worker.realign()  # every rank from the same shadow copies (a rejoined one had advanced its own)
+
+    def _check_blocks(self, m: Method, result: np.ndarray, size: int, seed: int, iteration: int) -> dict[str, Any]:
+        """Every block against the one its source sent (not timed); a wrong one fails the step, naming it."""
+        t0 = clock.now()
+        got = alltoall.check(result, self.cfg.rank, self.cfg.workers, size, seed, iteration)
+        if not got.ok:
+            raise StepError(
+                f"{m.name}: rank {self.cfg.rank} received wrong blocks from ranks {list(got.wrong)} "
+                f"(of {got.blocks}; largest difference {got.max_abs_error:.3g})"
+            )
+        return {
+            "max_abs_error": 0.0,
+            "rel_l2_error": 0.0,
+            "snr_db": float("inf"),
+            "max_error_ratio": 0.0,
+            "error_bound": 0.0,
+            "rel_l2_target": m.rel_l2_target,
+            "blocks_checked": got.blocks,
+            "check_s": clock.now() - t0,
+        }
 
     def _check(
         self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int, worker: Any
@@ -511,6 +600,9 @@ class Agent:
             done += 1
 
     def close(self) -> None:
+        self._stop.set()
+        if self._watch_client is not None:
+            self._watch_client.close()
         for w in self._workers.values():
             if hasattr(w, "close"):
                 w.close()

@@ -289,6 +289,7 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     client = CoordinatorClient(args.coord, args.rank, args.workers)
     agent = Agent(cfg, client)
     try:
+        agent.watch_notices()
         steps = agent.serve()
     finally:
         agent.close()

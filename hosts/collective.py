@@ -102,8 +102,15 @@ class HostCollective:
 
     def allreduce(self, tensor: np.ndarray, call: int | None = None) -> np.ndarray:
         """The float32 sum over every rank (see the module docstring for `call`)."""
-        t_start = clock.now()
         x = np.asarray(tensor, dtype=np.float32)
+        acc = x.ravel().copy()
+        self._call(x, call, lambda c: self._run(acc, c))
+        return acc.reshape(x.shape)
+
+    def _call(self, x: np.ndarray, call: int | None, run: Callable[[int], Exchange]) -> None:
+        """One call's bookkeeping, shared by every collective: the input's check, the barrier when the caller
+        holds none, the call id, and the stats of the exchange `run(call)` finished (none for one rank)."""
+        t_start = clock.now()
         check_finite(x)  # same contract as the in-network worker
         if call is None:
             self.barrier(f"{self.name}-{self.calls}", x.size)
@@ -114,19 +121,17 @@ class HostCollective:
         if call > 0xFFFFFFFF:
             raise ValueError(f"call {call} does not fit the header's 32 bits")
         self.calls += 1
-        acc = x.ravel().copy()
         try:
             if self.cfg.size == 1:
                 now = clock.now()
                 self.last_stats = AllreduceStats(
-                    self.method, acc.size, now - t_start, 0, 0, 0, 0, 0, t_start=t_start, t_done=now
+                    self.method, x.size, now - t_start, 0, 0, 0, 0, 0, t_start=t_start, t_done=now
                 )
             else:
-                ex = self._run(acc, call)
-                self.last_stats = self._stats(ex, acc.size, t_start)
+                ex = run(call)
+                self.last_stats = self._stats(ex, x.size, t_start)
         finally:
             self.endpoint.last_call = call
-        return acc.reshape(x.shape)
 
     def _run(self, acc: np.ndarray, call: int) -> Exchange:
         """All-reduce acc in place (it holds this rank's input); returns the finished exchange."""

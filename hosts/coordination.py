@@ -24,6 +24,7 @@ the re-planned job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -192,6 +193,15 @@ class CoordinatorServer:
         self._commands_cond = threading.Condition()
         # Barriers that call back ranks which already finished their step (tag -> step, attempt, ranks called)
         self._call_ins: dict[str, dict[str, Any]] = {}
+        # failure notices for the agents' watchers (notify / watch), in order
+        self._notices: list[dict[str, Any]] = []
+        self._notices_cond = threading.Condition()
+        # an agent's command connection that closes before the runner said quit: its process is gone (the kernel
+        # closed its socket). Every barrier fails at once with the rank's name (nobody waits for it), and
+        # on_agent_lost(rank) lets the runner tell the others' workers to stop waiting on the data plane.
+        self.lost: set[int] = set()
+        self.on_agent_lost: Callable[[int], None] | None = None
+        self._quitting = False
         family, sockaddr = parse_address(address)
         if family == socket.AF_UNIX and os.path.exists(sockaddr):
             os.unlink(sockaddr)
@@ -199,14 +209,21 @@ class CoordinatorServer:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                for line in self.rfile:
-                    try:
-                        msg = json.loads(line)
-                        reply = outer._handle(msg)
-                    except (ValueError, KeyError, CoordinationError) as ex:
-                        reply = {"error": str(ex)}
-                    self.wfile.write((json.dumps(reply) + "\n").encode())
-                    self.wfile.flush()
+                agent: int | None = None  # the rank whose command loop this connection is (it asked "next")
+                try:
+                    for line in self.rfile:
+                        try:
+                            msg = json.loads(line)
+                            if msg.get("op") == "next":
+                                agent = int(msg["rank"])
+                            reply = outer._handle(msg)
+                        except (ValueError, KeyError, CoordinationError) as ex:
+                            reply = {"error": str(ex)}
+                        self.wfile.write((json.dumps(reply) + "\n").encode())
+                        self.wfile.flush()
+                finally:
+                    if agent is not None:
+                        outer._agent_gone(agent)
 
         base = socketserver.ThreadingUnixStreamServer if family == socket.AF_UNIX else socketserver.ThreadingTCPServer
         base.allow_reuse_address = True
@@ -243,6 +260,8 @@ class CoordinatorServer:
                 LOG.exception("answering %s failed", msg["topic"])
                 answer = {"error": f"{type(ex).__name__}: {ex}"}
             return {"answer": answer}
+        if msg["op"] == "watch":
+            return {"notices": self._watch(int(msg.get("after", 0)), float(msg.get("wait", self.timeout_s)))}
         if msg["op"] == "next":
             return {
                 "command": self._next_command(int(msg.get("after", -1)), float(msg.get("wait", self.timeout_s)), rank)
@@ -263,14 +282,45 @@ class CoordinatorServer:
             return {"ok": True}
         raise CoordinationError(f"unknown op {msg['op']!r}")
 
+    # -- failure notices ---------------------------------------------------------------------
+    def notify(self, notice: dict[str, Any]) -> int:
+        """Hand a failure notice (hosts.tickets.FailureNotice's fields but seq) to every agent's watcher at
+        once; returns its seq."""
+        with self._notices_cond:
+            seq = len(self._notices) + 1
+            self._notices.append({**notice, "seq": seq})
+            self._notices_cond.notify_all()
+            return seq
+
+    def _watch(self, after: int, wait_s: float) -> list[dict[str, Any]]:
+        with self._notices_cond:
+            self._notices_cond.wait_for(lambda: len(self._notices) > after, wait_s)
+            return self._notices[after:]
+
     def start(self) -> CoordinatorServer:
         self._thread.start()
         return self
 
     # -- driving agents -------------------------------------------------------------------
+    def _agent_gone(self, rank: int) -> None:
+        with self._commands_cond:
+            if self._quitting or rank in self.lost:
+                return
+            self.lost.add(rank)
+            self._commands_cond.notify_all()
+        LOG.warning("rank %d's agent is gone (its coordinator connection closed)", rank)
+        self._hub.fail(f"rank {rank}'s agent is gone (its process ended)")
+        if self.on_agent_lost is not None:
+            try:
+                self.on_agent_lost(rank)
+            except Exception:
+                LOG.exception("telling the runner rank %d is gone failed", rank)
+
     def post(self, step: int, command: dict[str, Any]) -> None:
         """Make `command` the agents' step `step` (steps are taken in increasing order)."""
         with self._commands_cond:
+            if command.get("op") == "quit":
+                self._quitting = True
             self._commands[step] = {**command, "step": step}
             self._commands_cond.notify_all()
 
@@ -320,10 +370,11 @@ class CoordinatorServer:
     def step_reports(
         self, step: int, timeout_s: float, alive: Callable[[], bool] = lambda: True
     ) -> dict[int, dict[str, Any]]:
-        """Every rank's report of `step`; fewer if the timeout passes or `alive()` turns False."""
+        """Every rank's report of `step`; fewer if the timeout passes, `alive()` turns False or the ranks that
+        have not reported are gone (`lost`)."""
         deadline = clock.now() + timeout_s
         with self._commands_cond:
-            while len(self._step_reports[step]) < self.size and clock.now() < deadline and alive():
+            while len(set(self._step_reports[step]) | self.lost) < self.size and clock.now() < deadline and alive():
                 self._commands_cond.wait(min(0.2, max(0.0, deadline - clock.now())))
             return dict(self._step_reports[step])
 
@@ -401,6 +452,11 @@ class CoordinatorClient:
         """One question to the runner, answered without waiting for the other ranks (None: nobody answers it)."""
         return self._call({"op": "ask", "topic": topic, "value": value})["answer"]
 
+    def watch(self, after: int, wait_s: float = 60.0) -> list[dict[str, Any]]:
+        """The failure notices numbered after `after` (hosts.tickets.FailureNotice dicts), waiting up to wait_s for
+        one; on a connection of its own (a call blocks)."""
+        return list(self._call({"op": "watch", "after": after, "wait": wait_s})["notices"])
+
     def barrier(self, tag: str) -> None:
         self.exchange(tag, None)
 
@@ -415,6 +471,9 @@ class CoordinatorClient:
         self._call({"op": "report", "report": report})
 
     def close(self) -> None:
+        # a call blocked in another thread (watch) holds the file's lock: shutting the socket down wakes it first
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._file.close()
         self._sock.close()
 

@@ -87,6 +87,10 @@ SPEC_WINDOW: dict[str, int | None] = {"int32": 2, "int16": 3, "int8": None}
 # of algorithm, the line is drawn by size: up to 16 chunks (4096 elements).
 SPEC_MAX_CHUNKS = 16
 
+# Where the transport has no file descriptor to poll beside the wake fd (the in-memory model switch), the
+# Python loop looks at the notice at least this often.
+NOTICE_POLL_S = 0.02
+
 
 def speculates(chunks: int, slot_count: int, up_lanes: str = "int32") -> bool:
     """Whether an all-reduce of `chunks` chunks guesses its exponents (when it has a previous one of that size):
@@ -131,11 +135,14 @@ class SwitchFailureSuspected(AllreduceTimeoutError):
     caller can have the job re-planned and finish only the missing chunks (IncWorker.resume).
     """
 
-    def __init__(self, message: str, partial: Partial, stalled_s: float, detected_at: float) -> None:
+    def __init__(
+        self, message: str, partial: Partial, stalled_s: float, detected_at: float, notice: str | None = None
+    ) -> None:
         super().__init__(message)
         self.partial = partial
         self.stalled_s = stalled_s
         self.detected_at = detected_at
+        self.notice = notice  # the controller's failure notice that ended the wait (None: the failure timeout did)
 
 
 class AggregationOverflowError(ArithmeticError):
@@ -254,6 +261,11 @@ class IncWorker:
         # known to be alive (a long loss burst, not a failure): then the worker keeps waiting on the same rounds.
         self.on_stall: Callable[[float, int, int], bool] | None = None
         self.false_alarms = 0
+        # A failure notice (the controller heard a switch of this install's tree die, or a link of it go down):
+        # the stream stops waiting at once and raises SwitchFailureSuspected. Set from another thread
+        # (interrupt()), kept until the fail-over's verdict clears it (clear_notice()).
+        self.notice: str | None = None
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # what the C loop polls beside its socket
         max_s = max(job.max_timeout_s, job.timeout_s)
         if job.failure_timeout_s is not None:  # backed-off timers must still expire failure_timeouts times in time
             max_s = max(min(max_s, job.failure_timeout_s / job.failure_timeouts), job.timeout_s, job.min_timeout_s)
@@ -282,6 +294,25 @@ class IncWorker:
         calls it there."""
         self._next_round[:] = 0
         self._last_exps = None
+
+    def interrupt(self, notice: str) -> None:
+        """A failure of this install's tree was announced: the stream in progress (or the next) stops waiting."""
+        self.notice = notice
+        os.eventfd_write(self._wake, 1)
+
+    def clear_notice(self) -> None:
+        """The fail-over answered the notice (the same tree goes on: a false alarm); stream normally again."""
+        self.notice = None
+        try:
+            os.eventfd_read(self._wake)
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        """Release the wake fd (the transport is the caller's)."""
+        if self._wake >= 0:
+            os.close(self._wake)
+            self._wake = -1
 
     @property
     def epoch(self) -> int:
@@ -583,7 +614,7 @@ class IncWorker:
 
         alarms = 0  # stalls explained away by a live tree since the last result
 
-        def stalled(now: float, alive: bool = False) -> SwitchFailureSuspected:
+        def stalled(now: float, alive: bool = False, notice: str | None = None) -> SwitchFailureSuspected:
             stats = AllreduceStats(
                 method="inc",
                 elements=int(blocks.size),
@@ -599,7 +630,9 @@ class IncWorker:
                 t_start=t_start,
             )
             why = (
-                f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost"
+                f"the controller says: {notice}"
+                if notice is not None
+                else f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost"
                 if alive
                 else "a switch of the job's tree is presumably down"
             )
@@ -609,10 +642,13 @@ class IncWorker:
                 Partial(got.copy(), sums, exps, stats),
                 now - last_progress,
                 now,
+                notice,
             )
 
         while done < n_chunks:
             now = clock.now()
+            if self.notice is not None:
+                raise stalled(now, notice=self.notice)
             if failure_s is not None and now - last_progress >= failure_s and expired_since >= job.failure_timeouts:
                 if self.on_stall is None or not self.on_stall(now - last_progress, n_chunks - done, n_chunks):
                     raise stalled(now)
@@ -656,6 +692,7 @@ class IncWorker:
             wait = deadlines[0][0] - clock.now() if deadlines else rto.rto
             if failure_s is not None:
                 wait = min(wait, last_progress + failure_s - clock.now())
+            wait = min(wait, NOTICE_POLL_S)  # a transport without file descriptors cannot poll the wake fd
             payload = recv(max(wait, 0.0))
             if payload is None:
                 continue
@@ -825,6 +862,7 @@ class IncWorker:
             early=int(job.early_window > 0),
             exp_sign=1 << (AGG.field("exponent").bits - 1),
             has_srtt=int(rto.srtt is not None),
+            wake_fd=self._wake,
             **lay,
         )
         floats = dict(
@@ -890,11 +928,15 @@ class IncWorker:
                     ),
                 )
 
-            def stalled(now: float, alarms: int, alive: bool = False) -> SwitchFailureSuspected:
+            def stalled(
+                now: float, alarms: int, alive: bool = False, notice: str | None = None
+            ) -> SwitchFailureSuspected:
                 stats = stats_now(now, final=False)
                 c, t = ns.stats()
                 why = (
-                    f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost"
+                    f"the controller says: {notice}"
+                    if notice is not None
+                    else f"the tree answers, yet {alarms} stalls in a row: a round's cell is presumably lost"
                     if alive
                     else "a switch of the job's tree is presumably down"
                 )
@@ -905,12 +947,16 @@ class IncWorker:
                     Partial(got.astype(bool), sums, exps, stats),
                     now - t["last_progress"],
                     now,
+                    notice,
                 )
 
             while True:
                 code, info = ns.run()
                 if code == native_stream.DONE:
                     break
+                if code == native_stream.NOTICE:
+                    now = clock.now()
+                    raise stalled(now, ns.stats()[0]["alarms"], notice=self.notice or "a failure was announced")
                 if code == native_stream.STALL:
                     now = clock.now()
                     c, t = ns.stats()

@@ -23,6 +23,10 @@ that misses it fails, whatever its speed.
   only useful with error feedback or for training that tolerates coarse
   updates (QSGD, 1-bit Adam). The target says what the format delivers, not
   that it trains as well; the training experiment measures that.
+
+The all-to-all methods (collective "alltoall", hosts.alltoall) move blocks and add
+nothing: their target is 0, every block bit for bit as its source sent it, and
+every rank checks every block it received.
 """
 
 from __future__ import annotations
@@ -34,20 +38,27 @@ from wireformat.fixedpoint import LaneType
 FLOAT32_TARGET = 1e-6
 HALF_TARGET = 2.0**-7
 BYTE_TARGET = 2.0**-3
+EXACT = 0.0  # a data movement: every block as it was sent
 
 
 @dataclass(frozen=True)
 class Method:
     name: str
-    family: str  # "inc" (through the switches), or host-based: "ring", "hier" or "tree" (hosts.agent builds it)
+    # "inc" (through the switches), or host-based: "ring", "hier", "tree", "a2a-direct", "a2a-hier" (hosts.agent)
+    family: str
     label: str
     rel_l2_target: float
     lanes: LaneType = "int32"  # inc: the job's lanes, the same both ways (its up_lanes and down_lanes)
     wire: str = "float32"  # host methods: element type on the wire (float32 | bfloat16)
+    collective: str = "allreduce"  # what it computes: "allreduce", or "alltoall" (every rank a block to every rank)
 
     @property
     def in_network(self) -> bool:
         return self.family == "inc"
+
+    @property
+    def alltoall(self) -> bool:
+        return self.collective == "alltoall"
 
 
 METHODS: dict[str, Method] = {
@@ -60,6 +71,8 @@ METHODS: dict[str, Method] = {
         Method("ring-bf16", "ring", "ring, bfloat16 on the wire", HALF_TARGET, wire="bfloat16"),
         Method("hier", "hier", "hierarchical (edge reduce, leader ring), float32", FLOAT32_TARGET, wire="float32"),
         Method("tree", "tree", "double binary tree, float32", FLOAT32_TARGET, wire="float32"),
+        Method("a2a-direct", "a2a-direct", "all-to-all, every pair", EXACT, collective="alltoall"),
+        Method("a2a-hier", "a2a-hier", "all-to-all, group then rails", EXACT, collective="alltoall"),
     )
 }
 

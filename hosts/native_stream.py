@@ -70,6 +70,7 @@ INT_PARAMS = (
     "exp_sign",
     "has_srtt",
     "payload_at",
+    "wake_fd",
 )
 N_WIDTHS = 4  # lane bytes by elem type code 0..3
 FIELDS = (
@@ -120,7 +121,7 @@ COUNTERS = (
 TIMES = ("quantize_s", "agreed_at", "last_progress", "rto", "srtt", "rttvar", "calm_until")
 
 # what ps_run returns (negative: -errno of a socket call)
-DONE, STALL, RETRIES, ABOVE_PROPOSAL, LANE_OVERFLOW, MISMATCH = range(6)
+DONE, STALL, RETRIES, ABOVE_PROPOSAL, LANE_OVERFLOW, MISMATCH, NOTICE = range(7)
 
 
 @dataclass(frozen=True)

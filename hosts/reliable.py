@@ -229,6 +229,9 @@ class Exchange:
         self._waiting: list[deque[tuple[int, int, bytes]]] = [deque() for _ in range(cfg.size)]
         self._dsts: list[int] = []  # destinations sent to so far
         self._queued = 0
+        # per destination: its window (None: the config's window for every peer); an all-to-all gives a peer
+        # the share of its rank's window that its share of the bytes needs (hosts.alltoall.split_window)
+        self.windows: list[int] | None = None
         self.t_done: float | None = None
         self.sent = self.retransmissions = self.packets_received = self.duplicates = self.bytes_sent = 0
 
@@ -270,7 +273,8 @@ class Exchange:
         ep, cfg, call = self.ep, self.ep.cfg, self.call
         me = cfg.rank
         sock, buf, early, addrs, rank_of = ep.sock, ep.buf, ep.early, ep.addrs, ep.rank_of
-        per, bf16, window = self.per, self.bf16, cfg.window
+        per, bf16 = self.per, self.bf16
+        window = self.windows if self.windows is not None else [cfg.window] * cfg.size
         width = WIRE_BYTES[cfg.wire]
         inbound, left, waiting, dsts, on_data = self._inbound, self._left, self._waiting, self._dsts, self.on_data
         now_fn = clock.now
@@ -309,7 +313,7 @@ class Exchange:
                 if self._queued:
                     for dst in dsts:
                         q = waiting[dst]
-                        while q and inflight[dst] < window:
+                        while q and inflight[dst] < window[dst]:
                             tag, chunk, payload = q.popleft()
                             self._queued -= 1
                             now = now_fn()
@@ -438,8 +442,8 @@ class Exchange:
         if self.t_done is None:
             self.t_done = now_fn()
 
-    def _sendable(self, inflight: list[int], window: int) -> bool:
-        return self._queued > 0 and any(self._waiting[d] and inflight[d] < window for d in self._dsts)
+    def _sendable(self, inflight: list[int], window: list[int]) -> bool:
+        return self._queued > 0 and any(self._waiting[d] and inflight[d] < window[d] for d in self._dsts)
 
     def _missing(self, unacked: dict[int, list[Any]]) -> str:
         """Which peers this rank still waits for (data or acknowledgements), for the error message."""

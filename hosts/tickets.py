@@ -203,3 +203,17 @@ class StepCommand(_Checked):
         super().__post_init__()
         if METHODS[self.method].in_network and self.job is None:
             raise TicketError(f"StepCommand.job: {self.method} runs through the switches and needs its job ticket")
+
+
+@dataclass(frozen=True)
+class FailureNotice(_Checked):
+    """The runner's word to the workers of one install of a job: a part of its tree failed (the controller heard
+    it: a switch's P4Runtime stream broke, a link's port went down). They stop waiting for results at once and
+    meet at the fail-over barrier, as after a failure timeout."""
+
+    seq: int = field(metadata=_range(1))  # the coordinator's running number (a watcher asks for those after one)
+    job_id: int = field(metadata=_range(1, MAX_JOB_ID))
+    install: int = field(metadata=_range(0))  # which install's workers stop (JobTicket.install)
+    kind: Literal["switch", "link", "host"]
+    what: str  # the switch's name, the link "a-b", or the host (rank) whose agent is gone
+    at: float = field(metadata=_range(0.0))  # when the controller heard it (hosts.clock)

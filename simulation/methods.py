@@ -15,7 +15,9 @@ there with their semantics and lanes (not a copy): inc-int32, inc-int16, inc-int
 the emulation's ring, ring-bf16 and tree as ring-1nic, ring-1nic-bf16 and tree-1nic (EMULATION_NAMES): one ring or
 tree threaded through every GPU, which on a multi-GPU server drives one NIC at a time (exact on the emulation,
 one NIC a host; NCCL on DGX-class servers is nccl-ring / nccl-tree below).  The old names are still read, with a
-deprecation line (canonical_method).
+deprecation line (canonical_method).  The emulation's all-to-alls a2a-direct and a2a-hier are planned by
+simulation/alltoall.py (S is then the bytes each rank sends in all, S/N to each rank; they are never an
+all-reduce's `adaptive` choice).
 - ring-1nic: reduce-scatter + all-gather over the ranks in topology order, 2(N-1) steps of S/N, pipelined by chunk;
 - ring-1nic-bf16: the same ring moving bfloat16 (S/2 on the wire), as NCCL all-reduces bf16 gradients;
 - hier: the emulation's hierarchy (hosts/hier.py): every member sends its whole tensor to its group's leader
@@ -64,16 +66,19 @@ from wireformat.fixedpoint import LaneType
 
 # the emulation's method -> its name here (the single-NIC variants say so; the others keep the emulation's name)
 EMULATION_NAMES = {"ring": "ring-1nic", "ring-bf16": "ring-1nic-bf16", "tree": "tree-1nic"}
-EMULATION_METHODS = tuple(EMULATION_NAMES.get(m, m) for m in EMULATED)
+# the emulation's all-reduces, and its all-to-alls (simulation/alltoall.py)
+EMULATION_METHODS = tuple(EMULATION_NAMES.get(m, m) for m, x in EMULATED.items() if not x.alltoall)
+A2A_METHODS = tuple(name for name, m in EMULATED.items() if m.alltoall)
 # The simulation's own methods (no emulation counterpart, see above): host-based ones, and in-network with NVLink
 SIM_HOST_METHODS = ("ring-addr", "hier-rail", "rd")
 SIM_INC_METHODS = ("hier-inc",)
 NCCL_METHODS = ("nccl-ring", "nccl-tree", "nccl")  # simulation/nccl.py: closed form, no phases
 HOST_METHODS = (
-    tuple(EMULATION_NAMES.get(name, name) for name, m in EMULATED.items() if not m.in_network) + SIM_HOST_METHODS
+    tuple(EMULATION_NAMES.get(name, name) for name, m in EMULATED.items() if not (m.in_network or m.alltoall))
+    + SIM_HOST_METHODS
 )
 INC_METHODS = tuple(name for name, m in EMULATED.items() if m.in_network) + SIM_INC_METHODS
-METHODS = HOST_METHODS + INC_METHODS + NCCL_METHODS + ("adaptive",)
+METHODS = HOST_METHODS + INC_METHODS + NCCL_METHODS + ("adaptive",) + A2A_METHODS
 ALIASES = {"dbtree": "tree-1nic"} | EMULATION_NAMES  # old names, still read (with a deprecation line in the CLI)
 # every in-network method's lanes, the same both ways: the emulated ones' own, hier-inc's int32
 LANES: dict[str, LaneType] = {name: m.lanes for name, m in EMULATED.items() if m.in_network} | {"hier-inc": "int32"}
@@ -82,6 +87,10 @@ TREE_FLOWS_PER_HOST = 4  # a double-binary-tree rank sends (and receives) on up 
 
 def flow_port(flowset: str) -> int:
     """The UDP port the emulation's host method behind a flow set uses (hosts.agent): the ECMP hash's salt."""
+    from simulation.alltoall import FLOWSET_METHOD
+
+    if flowset in FLOWSET_METHOD:
+        return RING_BASE_PORT + HOST_METHOD_PORTS[(FLOWSET_METHOD[flowset], "float32")]
     family, wire = (
         ("ring", "bfloat16") if flowset == "ring-1nic-bf16" else (flowset.split("-")[0].rstrip("0123456789"), "float32")
     )
@@ -247,7 +256,20 @@ def plan_method(
     n = len(topo)
     j = job.index
     phases: list[Phase] = []
-    if method in ("ring-1nic", "ring-addr", "ring-1nic-bf16"):
+    if method in A2A_METHODS:
+        from simulation import alltoall
+
+        nv = bool((fabric.nvswitch >= 0).any())
+        phases = alltoall.phases(
+            method,
+            topo,
+            groups_of(fabric, topo),
+            nv,
+            lambda key, tag, pairs: table(key).add(j, tag, pairs),
+            Phase,
+            MethodError,
+        )
+    elif method in ("ring-1nic", "ring-addr", "ring-1nic-bf16"):
         ranks = list(job.gpus) if method == "ring-addr" else topo
         key = method  # ring and ring-bf16 use different UDP ports in the emulation: their ECMP paths may differ
         span = table(key).add(j, key, ring_pairs(ranks))

@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 
 from simulation import nccl, topologies
+from simulation.alltoall import a2a_phase_time
 from simulation.engine import Engine, FlowSet
 from simulation.fabric import Fabric, FabricError
 from simulation.methods import (
+    A2A_METHODS,
     LANES,
     METHODS,
     NCCL_METHODS,
@@ -119,7 +121,7 @@ class Row:
     size: int
     time_s: float
     algbw: float  # bytes/s: S / time
-    busbw: float  # algbw x 2(N-1)/N (nccl-tests' bus bandwidth)
+    busbw: float  # algbw x 2(N-1)/N (nccl-tests' bus bandwidth; an all-to-all's: x (N-1)/N)
     choice: str = ""  # adaptive: the method it picked
 
     def to_dict(self) -> dict[str, Any]:
@@ -388,7 +390,8 @@ class Evaluation:
         k = int(np.argmax(busy))
         busiest = float(busy[k])
         cpu = max(float(frames_at.max()) * p.host_packet_cost, emu)
-        return pipe_phase_time(p, stages, busiest, float(load[k]), float(free[k]), cpu, first)
+        timing = a2a_phase_time if ph.flowset in A2A_METHODS else pipe_phase_time  # an all-to-all's flows wait on none
+        return timing(p, stages, busiest, float(load[k]), float(free[k]), cpu, first)
 
     def link_bytes(self, plan: Plan, size: int) -> np.ndarray:
         """Bytes every link carries in one all-reduce of `size` bytes by `plan` (its job's flows only): frames,
@@ -460,7 +463,7 @@ class Evaluation:
                 t = self.times(plan, size)
                 out.append(self._row(plan.method, plan.job.index, n, size, t, fails))
                 key = (plan.job.index, size)
-                if plan.method != "ring-addr" and (key not in best or t < best[key][0]):
+                if plan.method not in ("ring-addr", *A2A_METHODS) and (key not in best or t < best[key][0]):
                     best[key] = (t, plan.method)
         for method in (m for m in s.methods if m in NCCL_METHODS and m not in self.skipped):
             for job in self.jobs:
@@ -595,7 +598,7 @@ class Evaluation:
             size,
             t,
             algbw,
-            algbw * 2 * (n - 1) / n,
+            algbw * ((n - 1) / n if method in A2A_METHODS else 2 * (n - 1) / n),  # nccl-tests' alltoall: (n-1)/n
         )
 
 

@@ -46,8 +46,10 @@ STYLE = {  # method -> (colour, marker, line style)
     "inc-int8": ("tab:green", "o", "--"),
     "hier-inc": ("navy", "*", "-"),
     "adaptive": ("black", "", ":"),
+    "a2a-direct": ("tab:olive", "P", ":"),  # all-to-alls (a different collective: never an all-reduce's choice)
+    "a2a-hier": ("darkgoldenrod", "P", "--"),
 }
-TOPO_STYLE = {"clos": "-", "rail": "--", "dragonfly+": ":"}
+TOPO_STYLE = {"clos": "-", "rail": "--", "dragonfly+": ":", "rail-only": "-."}
 # the speed-ups are over NCCL as it runs (its tuner's choice), or else over the single-NIC ring
 BASELINES = ("nccl", "ring-1nic")
 

@@ -10,6 +10,8 @@ Spec strings (`--topology`), one spelling per builder:
   clos[:radix=64,tiers=3,oversub=1]             folded Clos (a fat-tree) of radix-R switches, sized to the GPU count
   rail[:radix=64,tiers=3,oversub=1]             the same, rail-optimised: GPU i of every server on rail leaf i
   dragonfly+[:radix=64]                         Dragonfly+: groups of leaf-spine, spines joined by global links
+  rail-only[:radix=64]                          rail-only (Wang et al. 2023): one network per rail, no spine
+                                                joining them; traffic between rails crosses NVLink
 The scale Clos was spelled `fattree` (one hyphen away from the controller's `fat-tree:K`, a different
 builder); `fattree` and the other old aliases still work, with a deprecation line (`canonical_spec`).
 """
@@ -46,7 +48,12 @@ from simulation.fabric import (
 from simulation.params import Preset
 
 CONTROLLER_KINDS = ("fat-tree", "leaf-spine")
-SCALE_KINDS = {"clos": "fat-tree (folded Clos)", "rail": "rail-optimised fat-tree", "dragonfly+": "Dragonfly+"}
+SCALE_KINDS = {
+    "clos": "fat-tree (folded Clos)",
+    "rail": "rail-optimised fat-tree",
+    "dragonfly+": "Dragonfly+",
+    "rail-only": "rail-only (no spine joining the rails)",
+}
 DEPRECATED = {  # old spellings of the scale builders: still read, with a deprecation line (canonical_spec)
     "fattree": "clos",
     "fat-tree3": "clos",
@@ -54,7 +61,12 @@ DEPRECATED = {  # old spellings of the scale builders: still read, with a deprec
     "dragonflyplus": "dragonfly+",
     "rail-fattree": "rail",
 }
-SCALE_KEYS = {"clos": {"radix", "tiers", "oversub"}, "rail": {"radix", "tiers", "oversub"}, "dragonfly+": {"radix"}}
+SCALE_KEYS = {
+    "clos": {"radix", "tiers", "oversub"},
+    "rail": {"radix", "tiers", "oversub"},
+    "dragonfly+": {"radix"},
+    "rail-only": {"radix"},
+}
 
 
 def _lat(preset: Preset, into_switch: bool) -> float:
@@ -374,6 +386,90 @@ def dragonfly_plus(n_gpus: int, preset: Preset, radix: int = 64) -> Fabric:
     return fabric
 
 
+# -- rail-only -------------------------------------------------------------------------------------------------
+def _rail_only_shape(n_gpus: int, g: int, radix: int) -> tuple[int, int, int]:
+    """(servers, servers a leaf, leaves a rail) of a rail-only network, or the FabricError naming what does not fit."""
+    if radix < 4 or radix % 2:
+        raise FabricError(f"rail-only radix must be an even number >= 4, got {radix}")
+    if g == 1:
+        raise FabricError("a rail-only network needs servers with several GPUs (preset gpus_per_server > 1)")
+    if n_gpus % g:
+        raise FabricError(f"{n_gpus} GPUs is not a whole number of {g}-GPU servers")
+    servers = n_gpus // g
+    d = radix // 2
+    leaves = 1 if servers <= radix else math.ceil(servers / d)
+    if leaves > radix:
+        raise FabricError(
+            f"a rail-only network of radix {radix} holds {radix * d * g} GPUs (radix^2/2 servers a rail), not {n_gpus}"
+        )
+    return servers, d, leaves
+
+
+class RailOnlyRouter(Router):
+    """Within a rail, the rail's own network (a ClosRouter over it); between rails, NVLink to the source server's
+    GPU on the destination's rail, then that rail's network (Wang et al. 2023 forward through NVLink: no switch
+    joins two rails)."""
+
+    def __init__(self, fabric: Fabric, clos: ClosRouter, gpu_at: np.ndarray) -> None:
+        self.fabric, self.clos, self.gpu_at = fabric, clos, gpu_at  # gpu_at[server, local]
+
+    def for_fabric(self, fabric: Fabric) -> Router:
+        return RailOnlyRouter(fabric, self.clos.for_fabric(fabric), self.gpu_at)
+
+    def path(self, src: int, dst: int, salt: int) -> list[int]:
+        f = self.fabric
+        if f.local[src] == f.local[dst]:
+            return self.clos.path(src, dst, salt)
+        srv = int(f.server[src])
+        mid = int(self.gpu_at[srv, int(f.local[dst])])
+        return [src, int(f.nvswitch[srv])] + self.clos.path(mid, dst, salt)
+
+
+def rail_only(n_gpus: int, preset: Preset, radix: int = 64) -> Fabric:
+    """Rail-only (Wang et al. 2023, "How to build low-cost networks for large language models"): GPU i of every
+    server on rail i's network and nothing joining the rails. A rail of up to `radix` servers is one switch;
+    a larger one a non-blocking two-tier Clos of radix-`radix` switches (radix/2 servers a leaf, radix/2 spines
+    each joined to every leaf of the rail: up to radix^2/2 servers). Traffic between rails crosses NVLink in
+    the source server (RailOnlyRouter). GPUs are numbered rail by rail, so each rail's switches cover a
+    contiguous range; ranks are ordered server by server, as on the rail-optimised fat-tree."""
+    g = preset.gpus_per_server
+    servers, d, leaves = _rail_only_shape(n_gpus, g, radix)
+    server = [i % servers for i in range(n_gpus)]
+    local = [i // servers for i in range(n_gpus)]
+    b = FabricBuilder(n_gpus)
+    for r in range(g):
+        leaf = [b.switch(0, f"r{r}.l{i}") for i in range(leaves)]
+        for s in range(servers):
+            b.cable(
+                r * servers + s,
+                leaf[0 if leaves == 1 else s // d],
+                preset.nic_bw,
+                _lat(preset, True),
+                _lat(preset, False),
+            )
+        if leaves > 1:
+            for j in range(d):
+                spine = b.switch(1, f"r{r}.s{j}")
+                for node in leaf:
+                    b.cable(node, spine, preset.fabric_bw, _lat(preset, True), _lat(preset, True))
+    _add_nvlink(b, preset, server)
+    fabric = b.build(
+        f"rail-only:radix={radix},gpus={n_gpus}",
+        "rail-only",
+        {"radix": radix, "tiers": 2 if leaves > 1 else 1, "gpus_per_server": g},
+        server,
+        local,
+        topo_rank=_topo_rank(server, local),
+    )
+    clos = clos_router(fabric, preset.routing)
+    if not isinstance(clos, ClosRouter):
+        raise FabricError(f"{fabric.name}: internal error, a rail's numbering is not contiguous")
+    gpu_at = np.empty((servers, g), dtype=np.int64)
+    gpu_at[np.asarray(server), np.asarray(local)] = np.arange(n_gpus)
+    fabric.router = RailOnlyRouter(fabric, clos, gpu_at)
+    return fabric
+
+
 # -- spec strings --------------------------------------------------------------------------------------------------
 def controller_topology(spec: str) -> Topology | None:
     """The controller's model for 'fat-tree:K', 'leaf-spine:LxSxH' or a JSON path; None for the scale builders."""
@@ -455,6 +551,8 @@ def build(spec: str, preset: Preset, n_gpus: int | None = None) -> Fabric:
     radix = int(opts.get("radix", 64))
     if kind == "dragonfly+":
         return dragonfly_plus(n_gpus, preset, radix=radix)
+    if kind == "rail-only":
+        return rail_only(n_gpus, preset, radix=radix)
     return fat_tree3(n_gpus, preset, radix=radix, **_clos_options(kind, opts))
 
 
@@ -474,6 +572,8 @@ def check(spec: str, preset: Preset, n_gpus: int) -> None:
     radix = int(opts.get("radix", 64))
     if kind == "dragonfly+":
         _dragonfly_groups(n_gpus, preset.gpus_per_server, radix)
+    elif kind == "rail-only":
+        _rail_only_shape(n_gpus, preset.gpus_per_server, radix)
     else:
         o = _clos_options(kind, opts)
         _clos_shape(n_gpus, preset.gpus_per_server, radix, o["tiers"], o["oversub"], o["rail"])

@@ -98,8 +98,8 @@ class P4RuntimeWriter:
     def __init__(self, addr: str, p4info_path: Path, ready_timeout: float = 15.0) -> None:
         import grpc
         from google.protobuf import text_format
-        from p4.config.v1 import p4info_pb2
-        from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+        from p4proto import p4info_pb2, p4runtime_pb2, p4runtime_pb2_grpc
 
         self.pb = p4runtime_pb2
         self.channel = grpc.insecure_channel(addr)

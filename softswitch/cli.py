@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from softswitch.errors import SoftSwitchError
+from softswitch.p4runtime.portstatus import PortStatusService
 from softswitch.p4runtime.server import NonLoopbackAddressError, P4RuntimeServer, parse_loopback_address
 from softswitch.runtime import heap
 from softswitch.runtime.delayline import DelaySpecError, PortDelays, parse_delay
@@ -56,10 +57,17 @@ DEFAULT_GRPC_ADDR = "127.0.0.1:9559"  # BMv2's port, on loopback only
 class RunningSwitch:
     """A switch with its P4Runtime server (and ports, if any); a context manager that stops them."""
 
-    def __init__(self, switch: SoftSwitch, server: P4RuntimeServer, ports: PortIO | None) -> None:
+    def __init__(
+        self,
+        switch: SoftSwitch,
+        server: P4RuntimeServer,
+        ports: PortIO | None,
+        port_status: PortStatusService | None = None,
+    ) -> None:
         self.switch = switch
         self.server = server
         self.ports = ports
+        self.port_status = port_status
 
     @property
     def grpc_port(self) -> int:
@@ -73,6 +81,9 @@ class RunningSwitch:
         if self.ports is not None:
             self.ports.stop()
             self.ports = None
+        if self.port_status is not None:
+            self.port_status.stop()
+            self.port_status = None
         self.server.stop()
 
     def __enter__(self) -> RunningSwitch:
@@ -105,8 +116,15 @@ def start_switch(
     )
     if program_json is not None:
         switch.load_program(program_json)
-    server = P4RuntimeServer({device_id: switch}, grpc_addr)
-    server.start()
+    # the ports' oper-status, published ON_CHANGE on the P4Runtime server's port (a switch with ports only)
+    status = PortStatusService(device_id, ports).start() if ports else None
+    server = P4RuntimeServer({device_id: switch}, grpc_addr, extra_handlers=[status.handler()] if status else ())
+    try:
+        server.start()
+    except BaseException:
+        if status is not None:
+            status.stop()
+        raise
     port_io = None
     if ports:
         port_io = PortIO(switch, ports, name=name, delays=delays)
@@ -114,8 +132,10 @@ def start_switch(
             port_io.start()
         except BaseException:
             server.stop()
+            if status is not None:
+                status.stop()
             raise
-    return RunningSwitch(switch, server, port_io)
+    return RunningSwitch(switch, server, port_io, status)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from p4ina.cli import VERBS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (
+    "p4proto",
     "wireformat",
     "native",
     "controller",

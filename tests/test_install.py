@@ -36,12 +36,12 @@ from native import cbuild
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("wireformat", "native", "controller", "hosts", "softswitch", "emulation", "experiments", "simulation")
-PACKAGES += ("bench", "p4ina")
+PACKAGES = ("p4proto", "wireformat", "native", "controller", "hosts", "softswitch", "emulation", "experiments")
+PACKAGES += ("simulation", "bench", "p4ina")
 SETUPTOOLS_MIN = 77  # pyproject.toml's build requirement (`license` as an SPDX expression)
 # not part of what is built: the repository's own data, the venv, build output and caches (the tests are skipped
 # too: they are not installed, and leaving them out keeps the copy small)
-SKIP_TOP = {".git", ".venv", "build", "results", "state", "tests", "notebooks", "docs", ".ci"}
+SKIP_TOP = {".git", ".venv", ".venv-shell", "build", "results", "state", "tests", "notebooks", "docs", ".ci"}
 SKIP_ANY = {"__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints"}
 # variables that could point the new venv's Python or the C caches elsewhere
 DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")

@@ -46,7 +46,7 @@ def verdicts(output: str) -> dict[str, str]:
     """Contract name -> KEPT or BROKEN, from lint-imports' summary lines."""
     found = {}
     for name in CONTRACTS.values():
-        m = re.search(rf"^{re.escape(name)} (KEPT|BROKEN)\s*$", output, re.MULTILINE)
+        m = re.search(rf"^{re.escape(name)} (KEPT|BROKEN)(?: \(\d+ ignored imports?\))?\s*$", output, re.MULTILINE)
         assert m, f"no verdict for contract {name!r} in:\n{output}"
         found[name] = m.group(1)
     return found
@@ -82,6 +82,14 @@ def _skeleton(root: Path) -> None:
             package = root.joinpath(*parts[:depth])
             package.mkdir(exist_ok=True)
             (package / "__init__.py").touch()
+    # the imports a contract lets through, made real (lint-imports refuses an ignore that matches nothing)
+    for contract in CONFIG["contracts"]:
+        for rule in contract.get("ignore_imports", []):
+            importer, imported = (part.strip() for part in rule.split("->"))
+            module = root.joinpath(*importer.split(".")).with_suffix(".py")
+            module.write_text(
+                module.read_text() + f"import {imported}\n" if module.exists() else f"import {imported}\n"
+            )
     (root / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
 
 
@@ -99,6 +107,9 @@ UPWARD = [
     ("simulation.workload.step.x", "simulation.workload.simcosts", {"simulation-workload"}),  # siblings
     ("simulation.workload.costs.x", "simulation.workload.runs", {"simulation-workload"}),
     ("simulation.model.x", "simulation.workload", {"simulation-below-workload"}),
+    ("p4proto.x", "controller", {"stack"}),  # the bindings sit below everything that uses them
+    ("softswitch.x", "finsy", {"one-bindings"}),  # bindings other than through p4proto
+    ("controller.client", "p4", {"one-bindings"}),
 ]
 
 

@@ -60,7 +60,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--job", type=int, help="an installed job (p4ina job list): its hosts, and its switches for inc-*")
     ap.add_argument(
         "--method",
-        choices=tuple(METHODS),
+        choices=tuple(name for name, m in METHODS.items() if not m.alltoall),
         help="default: the job's in-network method (inc-<its lanes>); ring, ring-bf16, hier, tree run between "
         "the hosts over IPv4 and need no job",
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from controller.topospec import load_topology
 from experiments import bounds
 from experiments.allreduce import report
-from experiments.config import ExperimentConfig, ExperimentResult, Sample
+from experiments.config import ConfigError, ExperimentConfig, ExperimentResult, Sample
 from experiments.harness import (
     ProgressFn,
     Runner,
@@ -30,6 +30,7 @@ from experiments.harness import (
     timeouts,
 )
 from hosts import clock
+from hosts.alltoall import rail_layout
 from hosts.methods import METHODS
 from hosts.ring import topology_order
 
@@ -105,7 +106,12 @@ def run_experiment(
     check_program()
     model = load_topology(config.topology)
     for n in config.host_counts:
-        select_hosts(model, n)
+        hosts = select_hosts(model, n)
+        if "a2a-hier" in config.methods:
+            try:
+                rail_layout([model.host(h).switch for h in hosts])
+            except ValueError as ex:
+                raise ConfigError(f"{n} hosts on {config.topology}: {ex}") from ex
     out = out_dir or results_dir(config)
     out.mkdir(parents=True, exist_ok=True)
     log_dir = out / "logs"

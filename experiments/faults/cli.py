@@ -56,6 +56,17 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="loss rates to sweep, percent (default " + ",".join(f"{r * 100:g}" for r in D.loss_rates) + ")",
     )
     ap.add_argument(
+        "--failure-runs",
+        type=int,
+        default=D.failure_runs,
+        help=f"switch crashes and link failures each, placed early, middle and late in turn (default {D.failure_runs})",
+    )
+    ap.add_argument(
+        "--no-signals",
+        action="store_true",
+        help="no failure monitor: failures are found by the workers' failure timeout only (the detector off)",
+    )
+    ap.add_argument(
         "--victim", default=D.victim, help=f"root, aggregation or a switch name to kill (default {D.victim})"
     )
     ap.add_argument(
@@ -89,6 +100,8 @@ def config_from_args(args: argparse.Namespace) -> FaultsConfig:
         loss_rates=args.loss_rates,
         reps=args.reps,
         victim=args.victim,
+        failure_runs=args.failure_runs,
+        signals=not args.no_signals,
         sdc_flips=args.flips,
         dup_rate=args.dup / 100,
         reorder_rate=args.reorder / 100,

@@ -39,18 +39,19 @@ def table(s: dict[str, Any]) -> str:
             f"{iso['isolated']} ({iso['foreign_cells']} foreign of {iso['register_cells_checked']} cells read "
             f"back); slowdowns {slow}"
         )
-    f = s.get("switch_failure")
-    if f:
+    for kind, v in s.get("failures", {}).items():
+        r, det, sig = v.get("step_over_lossless"), v.get("detection_s"), v.get("signal_s")
+        stop = f"{det['median'] * 1e3:.0f} ms (worst {det['worst'] * 1e3:.0f}), " if det else "-, "
         lines.append(
-            f"switch failure: {f['victim']} killed, {f['verdict']}; recovered in {f['recovery_s']} s "
-            f"(detection bound {f['detect_bound_s']:.2f} s, goal {f['goal_s']:.2f} s), exact {f['exact']}, "
-            f"later all-reduces exact {f['later_exact']}"
-        )
-    ln = s.get("link_failure")
-    if ln:
-        lines.append(
-            f"link failure: {ln['link']} down, {ln['verdict']}; recovered in {ln['recovery_s']} s "
-            f"(goal {ln['goal_s']:.2f} s), exact {ln['exact']}, later all-reduces exact {ln['later_exact']}"
+            f"{kind.replace('_', ' ')}: {v['runs']} runs, exact {v['exact']}, triggers {', '.join(v['triggers'])}; "
+            + (f"heard {sig['median'] * 1e3:.0f} ms (worst {sig['worst'] * 1e3:.0f}), " if sig else "")
+            + f"every rank stopped waiting {stop}"
+            + (
+                f"failed step x{r['median']:.2f} a loss-free one (worst x{r['worst']:.2f}; goal "
+                f"x{v['goal']['median']:g} / x{v['goal']['worst']:g}: {'met' if v['goal_met'] else 'missed'})"
+                if r
+                else "no failed step completed"
+            )
         )
     e = s.get("edge_failure")
     if e:

@@ -20,17 +20,19 @@ exact, checked against numpy's float64 sum), agents on every member host, then:
    four 3-host jobs at once on shared switches and a host ring beside them,
    every sum exact, each job's slowdown against running alone, and the switch
    counters and a slot_token read-back showing no job touched another's cells;
-5. a switch failure: the job's root (or an aggregation switch) is killed in the
-   middle of an all-reduce; the workers suspect it after `failure_timeout_s`
-   without a result, report at a coordinator barrier, the controller finds the
-   dead switch (P4Runtime no longer answers), re-plans and re-installs the job
-   around it (new tokens), and the workers redo the chunks anyone lacks; the
-   time from the kill to the completed all-reduce is the recovery time; later
-   all-reduces run on the new tree;
-6. a link failure: a link of the (new) tree, the root's to a switch below it,
-   goes down mid all-reduce with both switches running; P4Runtime still
-   answers, the port status (the interfaces' carrier) shows it, and the job
-   moves to a tree without that link the same way;
+5. switch crashes (failures.switch_crash, `failure_runs` of them, each placed
+   early, in the middle or late in an all-reduce in turn): the job's root is
+   killed; its P4Runtime stream to the controller breaks at once and the
+   controller's failure monitor (controller.monitor) notifies the job's
+   workers through the coordinator, so they stop waiting and meet at the
+   fail-over barrier (without the monitor, or for a failure nothing announces,
+   `failure_timeout_s` without a result does it); the controller re-plans and
+   re-installs the job around the dead switch (new tokens) and the workers
+   redo the chunks anyone lacks; the killed switch is restarted after each run;
+6. link failures (failures.link_down, as many): the root's link to a switch
+   below it goes down with both switches running; P4Runtime still answers, the
+   ports' oper-status (published by the switches ON_CHANGE) shows it, and the
+   job moves the same way; the link comes back after each run;
 7. an edge-switch failure (last: it cuts hosts off): reported by name.
 
 Writes summary.json, reports.json (every agent report) and faults.png.
@@ -54,6 +56,7 @@ from controller.api import Controller
 from controller.client import SwitchClient
 from controller.counters import totals
 from controller.installer import RemoveError
+from controller.monitor import FailureMonitor, FailureSignal
 from controller.planner import HostsCutOffError, JobDoesNotFitError, JobPlan
 from controller.registers import read_register, write_register
 from controller.state import State
@@ -111,6 +114,14 @@ class FaultsConfig:
     sdc_flips: int = 20  # bit flips to land in live rounds
     sdc_loss: float = 0.01  # loss while flipping: a lost contribution holds its round open long enough to flip into
     failure_size_factor: int = 4  # the interrupted all-reduce is this many times `size` (so the kill lands mid-way)
+    # switch crashes and link failures each, for failures.<kind>: the n-th lands early, in the middle or late in
+    # the all-reduce (failure_points, fractions of the reference all-reduce's time), in turn; a killed switch is
+    # restarted and a cut link restored between runs
+    failure_runs: int = 10
+    failure_points: tuple[float, ...] = (0.1, 0.5, 0.8)
+    # the controller's failure monitor (controller.monitor): a broken P4Runtime stream or a port that goes down
+    # notifies the workers at once; False: only the failure timeout finds a failure (the detector off)
+    signals: bool = True
     # no result for this long (and >= 2 timeouts): a switch is suspected; None: failure_rtos timer floors (a
     # window of slots in flight returns results many times per round trip, so silence for 3 floors is loud), at
     # least failure_min_s (loss alone rarely stalls every slot that long; a false alarm costs one P4Runtime probe:
@@ -132,6 +143,11 @@ class FaultsConfig:
             raise FaultsError(f"duplication {self.dup_rate} and reorder {self.reorder_rate}: fractions in [0, 1)")
         if self.reps < 1 or self.sdc_flips < 0 or (self.failure_timeout_s is not None and self.failure_timeout_s <= 0):
             raise FaultsError("reps >= 1, sdc_flips >= 0 and failure_timeout_s > 0, please")
+        if self.failure_runs < 1 or not self.failure_points or any(not 0 < p < 1 for p in self.failure_points):
+            raise FaultsError(
+                f"failure_runs {self.failure_runs} and failure_points {self.failure_points}: at least one run, "
+                "points fractions in (0, 1)"
+            )
 
     def label(self) -> str:
         return f"faults_{self.topology.replace(':', '')}_h{self.hosts}_bw{self.bw_mbps:g}"
@@ -167,6 +183,40 @@ class FaultsRun:
         self._probe_lock = threading.Lock()
         self.tmo = runner.tmo
         self.failure_timeout_s = cfg.failure_timeout_s or 1.5  # until the timer floor is measured
+        self.monitor: FailureMonitor | None = None
+        self.signals: list[dict[str, Any]] = []  # every failure signal and what the run did with it
+
+    # -- signals -------------------------------------------------------------------------------
+    def start_monitor(self) -> None:
+        """Streams to every switch (controller.monitor): a failure of the job's tree notifies its workers."""
+        self.monitor = FailureMonitor(self.ctl.fabric, self.on_signal, now=clock.now)
+        self.monitor.watch()
+
+    def tree_parts(self) -> tuple[set[str], set[tuple[str, str]]]:
+        assert self.plan is not None
+        switches = {sp.switch for sp in self.plan.switches}
+        return switches, {link_key(sp.switch, sp.parent) for sp in self.plan.switches if sp.parent is not None}
+
+    def on_signal(self, sig: FailureSignal) -> None:
+        """A switch announced a failure (a reader thread: quick): if it is the job's tree's, tell its workers."""
+        record: dict[str, Any] = {"kind": sig.kind, "what": sig.what, "at": sig.at, "how": sig.how}
+        self.signals.append(record)
+        if self.plan is None or self.job is None or self.server is None:
+            return
+        switches, links = self.tree_parts()
+        if (sig.switch is not None and sig.switch in switches) or (sig.link is not None and sig.link in links):
+            notice = {"job_id": JOB_ID, "install": self.job.install, "kind": sig.kind, "what": sig.what, "at": sig.at}
+            record["notified"] = clock.now()
+            record["seq"] = self.server.notify(notice)
+
+    def on_agent_lost(self, rank: int) -> None:
+        """A host's agent is gone (hosts.coordination): the job's other workers stop waiting for its contribution
+        (the step fails, naming it; no shrink or spare policy yet)."""
+        self.signals.append({"kind": "host", "what": self.hosts[rank], "at": clock.now()})
+        if self.job is not None and self.server is not None:
+            what = f"{self.hosts[rank]} (rank {rank})"
+            notice = {"job_id": JOB_ID, "install": self.job.install, "kind": "host", "what": what, "at": clock.now()}
+            self.server.notify(notice)
 
     # -- jobs ----------------------------------------------------------------------------------
     def install(self, timeout_s: float, min_timeout_s: float) -> None:
@@ -203,6 +253,14 @@ class FaultsRun:
                 self.probes.append((t0, clock.now() - t0))
             return set(self._probe[1]), set(self._probe[2])
 
+    def signalled_parts(self) -> tuple[set[str], set[tuple[str, str]]]:
+        """The failures of the job's tree that the switches announced (the monitor's): no probe needed."""
+        if self.monitor is None or self.plan is None:
+            return set(), set()
+        switches, links = self.tree_parts()
+        failed = self.monitor.failed_switches & switches
+        return failed, {ln for ln in self.monitor.down_links & links if not set(ln) & failed}
+
     def ask(self, topic: str, rank: int, value: Any) -> Any:
         """A worker saw no result for failure_timeout_s: is its tree alive (a loss burst) or is a switch dead?"""
         if topic != "stall":
@@ -228,7 +286,10 @@ class FaultsRun:
             "stalled_s": max(float(v.get("stalled_s", 0.0)) for v in values),
         }
         self.failover_events.append(event)
-        failed, links = self.failed_parts()
+        failed, links = self.signalled_parts()
+        event["evidence"] = "signalled" if failed or links else "probe"
+        if not failed and not links:
+            failed, links = self.failed_parts()
         event["failed"] = sorted(failed)
         event["failed_links"] = ["-".join(ln) for ln in sorted(links)]
         event["probe_s"] = clock.now() - t0
@@ -521,44 +582,29 @@ class FaultsRun:
             return aggs[0]
         return want
 
-    def switch_failure(self, lossless_s: float) -> dict[str, Any]:
-        assert self.plan is not None
-        victim = self.victim()
-        out = self._interrupted("switch-failure", f"switch {victim}", lambda: self.net.kill_switch(victim))
-        return {"victim": victim, "tier": self.ctl.topo.switch(victim).tier, **out}
-
-    def link_failure(self) -> dict[str, Any]:
-        """A link of the tree goes down mid all-reduce while both its switches run: only the port status shows
-        it (P4Runtime still answers), and the job moves to a tree without that link."""
-        assert self.plan is not None
-        root = self.plan.on(self.plan.root)
-        switches = {sp.switch for sp in self.plan.switches}
-        child = next((c.node for c in root.children if c.node in switches), None)
-        if child is None:
-            raise FaultsError(f"job {JOB_ID}'s root {root.switch} has no switch below it: no link to take down")
-        link = link_key(root.switch, child)
-        out = self._interrupted("link-failure", f"link {'-'.join(link)}", lambda: self.net.set_link(*link, up=False))
-        return {"link": "-".join(link), **out}
-
-    def _interrupted(self, phase: str, what: str, fail: Callable[[], object]) -> dict[str, Any]:
-        """A reference all-reduce of the failure size, then one that `fail` interrupts 30% of the way in: when
-        every rank suspected it, how long the re-plan took, and the time from the failure to the completed
-        all-reduce against the goal (the failure timeout plus one loss-free all-reduce)."""
+    def _interrupted(
+        self, phase: str, what: str, fail: Callable[[], object], point: float = 0.3, after_steps: int = 2
+    ) -> dict[str, Any]:
+        """A reference all-reduce of the failure size, then one that `fail` interrupts `point` of the way in: when
+        the controller heard of it, when every rank stopped waiting, how long the re-plan took, the time from
+        the failure to the completed all-reduce, and the interrupted all-reduce's time over the reference's."""
         assert self.plan is not None
         old_root = self.plan.root
         size = self.cfg.size * self.cfg.failure_size_factor
         reference = self.run("failure-size-lossless", size)
         step = self.post(phase, size)
         released = self.wait_release(step)
-        threading.Event().wait(0.3 * reference.latency_s)  # mid all-reduce
+        threading.Event().wait(point * reference.latency_s)
         t_kill = clock.now()
+        signals_before = len(self.signals)
         fail()
         LOG.warning("%s failed %.3f s into step %d", what, t_kill - released, step)
         s = self.collect(step, phase)
         events = [f for r in s.reports.values() for f in r.get("failovers", [])]
         # a rank called back after it had finished the step (hosts.agent rejoin) detected nothing
         detected = [float(f["detected_at"]) for f in events if f.get("detected_at") is not None]
-        after = [self.run("after-failure") for _ in range(2)]
+        heard = [float(g["at"]) for g in self.signals[signals_before:] if "seq" in g]
+        after = [self.run("after-failure") for _ in range(after_steps)]
         recovery = s.t_done() - t_kill if s.reports and not s.errors else None
         if not [e for e in self.failover_events if e.get("t_reported", 0) >= t_kill]:
             self.problems.append(f"the failure of {what} came after step {step} had finished: nothing to recover")
@@ -589,10 +635,79 @@ class FaultsRun:
             "elements": size,
             "lossless_allreduce_s": reference.latency_s,
             "goal_s": self.failure_timeout_s + reference.latency_s,
+            "signal_s": (min(heard) - t_kill) if heard else None,
+            "triggers": sorted({str(f.get("trigger")) for f in events if not f.get("rejoined")}),
+            "evidence": decision.get("evidence"),
+            "step_s": s.latency_s,
+            # what the failure cost the step: its time over the reference's, and what of it was the wait for
+            # the last rank to stop (detection), its barrier, the re-plan, and the rest (the redo of what was in
+            # flight, the new tree's first rounds)
+            "over_s": s.latency_s - reference.latency_s,
+            "step_over_lossless": s.latency_s / reference.latency_s if s.reports and not s.errors else None,
             "later_exact": all(a.exact for a in after),
             "later_on_new_tree": all(not any(r.get("failovers") for r in a.reports.values()) for a in after),
             "later_latency_s": statistics.median(a.latency_s for a in after) if all(a.reports for a in after) else None,
         }
+
+    # -- repeated failures: failures.<kind> --------------------------------------------------------
+    def failure_series(self, kind: str) -> dict[str, Any]:
+        """failure_runs failures of one kind ("switch_crash": the root killed; "link_down": the root's link to
+        its first switch child cut), each placed early, in the middle or late in turn and repaired after."""
+        runs: list[dict[str, Any]] = []
+        for i in range(self.cfg.failure_runs):
+            point = self.cfg.failure_points[i % len(self.cfg.failure_points)]
+            if kind == "switch_crash":
+                victim = self.victim()
+                out = self._interrupted(
+                    "switch-failure", f"switch {victim}", lambda v=victim: self.net.kill_switch(v), point, 1
+                )
+                out["victim"] = victim
+                out["tier"] = self.ctl.topo.switch(victim).tier
+                self.restore_switch(victim)
+            else:
+                link = self.tree_link()
+                out = self._interrupted(
+                    "link-failure", f"link {'-'.join(link)}", lambda ln=link: self.net.set_link(*ln, up=False), point, 1
+                )
+                out["link"] = "-".join(link)
+                self.restore_link(link)
+            out["point"] = point
+            runs.append(out)
+        return series_summary(runs)
+
+    def tree_link(self) -> tuple[str, str]:
+        assert self.plan is not None
+        root = self.plan.on(self.plan.root)
+        switches = {sp.switch for sp in self.plan.switches}
+        child = next((c.node for c in root.children if c.node in switches), None)
+        if child is None:
+            raise FaultsError(f"job {JOB_ID}'s root {root.switch} has no switch below it: no link to take down")
+        return link_key(root.switch, child)
+
+    def restore_switch(self, name: str) -> None:
+        """The killed switch back: restarted on its address, program and routes pushed, watched again."""
+        self.net.restart_switch(name)
+        self.ctl.revive([name])
+        if self.monitor is not None:
+            self.monitor.revive([name])
+        self.ctl.restore_pipelines()
+        self.ctl.install_routes()
+        if self.monitor is not None:
+            self.monitor.watch([name])
+
+    def restore_link(self, link: tuple[str, str], timeout_s: float = 30.0) -> None:
+        """The cut link back up, once its ports say so (the monitor's view, or the carrier without it)."""
+        self.net.set_link(*link, up=True)
+        deadline = clock.now() + timeout_s
+        while clock.now() < deadline:
+            down = self.monitor.down_links if self.monitor is not None else self.net.down_links(list(link))
+            if link not in down:
+                break
+            threading.Event().wait(0.01)
+        else:
+            raise FaultsError(f"link {'-'.join(link)} did not come back up within {timeout_s:.0f} s")
+        self.ctl.revive(links=[link])
+        self.ctl.install_routes()
 
     def edge_failure(self) -> dict[str, Any]:
         assert self.plan is not None
@@ -611,6 +726,40 @@ class FaultsRun:
             "reported": bool(s.errors) and edge in text and all(h in text for h in cut),
             "message": s.errors[0] if s.errors else None,
         }
+
+
+def _spread(values: list[float]) -> dict[str, Any] | None:
+    return {"median": statistics.median(values), "worst": max(values), "all": values} if values else None
+
+
+GOAL_MEDIAN, GOAL_WORST = 1.5, 2.0  # the failed step over a loss-free one (issue 36): median, worst
+
+
+def series_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """failures.<kind>: each figure's median and worst over the runs (and every value), exactness of all."""
+
+    def values(key: str) -> list[float]:
+        return [float(r[key]) for r in runs if r.get(key) is not None]
+
+    ratio = _spread(values("step_over_lossless"))
+    return {
+        "runs": len(runs),
+        "signal_s": _spread(values("signal_s")),  # failure to the controller's hearing it
+        "detection_s": _spread(values("detected_s")),  # failure to the last rank's stopping its wait
+        "barrier_s": _spread(values("barrier_s")),  # the last rank's detection to the decision's start
+        "replan_s": _spread(values("replan_s")),
+        "over_s": _spread(values("over_s")),  # the failed step's time over its loss-free reference
+        "recovery_s": _spread(values("recovery_s")),  # failure to the completed all-reduce
+        "step_over_lossless": ratio,
+        "goal": {"median": GOAL_MEDIAN, "worst": GOAL_WORST},
+        "goal_met": ratio is not None
+        and len(ratio["all"]) == len(runs)
+        and ratio["median"] <= GOAL_MEDIAN
+        and ratio["worst"] <= GOAL_WORST,
+        "triggers": sorted({t for r in runs for t in r.get("triggers", [])}),
+        "exact": all(bool(r["exact"] and r["later_exact"]) for r in runs),
+        "detail": runs,
+    }
 
 
 def isolation_phase(
@@ -650,6 +799,7 @@ def summarize(
     dup_reorder: dict[str, Any] | None = None,
     isolation: dict[str, Any] | None = None,
     link: dict[str, Any] | None = None,
+    failures: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
@@ -665,6 +815,8 @@ def summarize(
         out["switch_failure"] = failure
     if link is not None:
         out["link_failure"] = link
+    if failures:
+        out["failures"] = failures
     if edge is not None:
         out["edge_failure"] = edge
     if sdc is not None:
@@ -679,6 +831,7 @@ def summarize(
         and (isolation is None or "skipped" in isolation or bool(isolation["exact"] and isolation["isolated"]))
         and (sdc is None or (sdc["exact"] and sdc["detected"] >= sdc["injected"]))
         and (edge is None or edge["reported"])
+        and all(f["exact"] for f in (failures or {}).values())
     )
     return out
 
@@ -689,7 +842,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(16, 4))
     loss = summary.get("loss", {})
     xs = [0.0] + [v["loss"] * 100 for v in loss.values()]
     ys = [summary["lossless"]["latency_s"] * 1e3] + [(v["latency_s"] or float("nan")) * 1e3 for v in loss.values()]
@@ -729,6 +882,24 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         b.set_xlabel("seconds after the failure")
         b.set_title(f"{f['victim']} killed: re-planned on {f['new_root']}")
         b.legend(loc="lower right")
+    failures = summary.get("failures") or {}
+    for i, (kind, v) in enumerate(failures.items()):
+        runs = [r for r in v["detail"] if r.get("step_over_lossless") is not None]
+        c.scatter(
+            [r["point"] * 100 + 2 * i for r in runs],
+            [r["step_over_lossless"] for r in runs],
+            label=f"{kind.replace('_', ' ')} ({', '.join(v['triggers'])})",
+        )
+    if failures:
+        c.axhline(GOAL_MEDIAN, ls="--", color="grey", label=f"goal: median {GOAL_MEDIAN:g}x")
+        c.axhline(GOAL_WORST, ls=":", color="red", label=f"goal: worst {GOAL_WORST:g}x")
+        c.set_xlabel("failure placed at (% of the loss-free all-reduce)")
+        c.set_ylabel("failed all-reduce / loss-free one")
+        c.set_title("each failure's step")
+        c.set_ylim(bottom=0)
+        c.legend(loc="lower right", fontsize=8)
+    else:
+        c.set_axis_off()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -760,6 +931,7 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
     lossless: dict[str, Any] = {}
     loss: dict[str, Any] = {}
     sdc = failure = edge = dup = iso = link = None
+    failures: dict[str, dict[str, Any]] = {}
     t0 = clock.now()
     try:
         with (
@@ -780,16 +952,21 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                 try:
                     with runner.agents(hosts, "faults") as server:
                         run.server = server
+                        server.on_agent_lost = run.on_agent_lost
                         lossless = run.lossless()
                         loss = run.loss_sweep(lossless["latency_s"])
                         if cfg.dup_rate or cfg.reorder_rate:
                             dup = run.dup_reorder(lossless["latency_s"])
                         if cfg.sdc_flips:
                             sdc = run.sdc()
+                        if cfg.signals:
+                            run.start_monitor()
                         if cfg.switch_failure:
-                            failure = run.switch_failure(lossless["latency_s"])
+                            failures["switch_crash"] = run.failure_series("switch_crash")
+                            failure = failures["switch_crash"]["detail"][0]
                         if cfg.link_failure:
-                            link = run.link_failure()
+                            failures["link_down"] = run.failure_series("link_down")
+                            link = failures["link_down"]["detail"][0]
                         if cfg.edge_failure:
                             edge = run.edge_failure()
                 finally:
@@ -801,11 +978,16 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                         )
                         + "\n"
                     )
-                    (out / "failovers.json").write_text(json.dumps(run.failover_events, indent=1, default=str) + "\n")
+                    if run.monitor is not None:
+                        run.monitor.close()
+                    (out / "failovers.json").write_text(
+                        json.dumps({"failovers": run.failover_events, "signals": run.signals}, indent=1, default=str)
+                        + "\n"
+                    )
     except Exception as ex:
         result.problems.append(f"{type(ex).__name__}: {ex}")
         LOG.exception("faults experiment failed")
-    result.summary = summarize(cfg, lossless, loss, sdc, failure, edge, result.problems, dup, iso, link)
+    result.summary = summarize(cfg, lossless, loss, sdc, failure, edge, result.problems, dup, iso, link, failures)
     result.summary["duration_s"] = clock.now() - t0
     (out / "summary.json").write_text(json.dumps(result.summary, indent=1, default=str) + "\n")
     if lossless:

@@ -88,6 +88,9 @@ class TrainingConfig:
         for n in self.fabric.host_counts:
             if self.train.batch % n:
                 raise ConfigError(f"global batch {self.train.batch} does not split evenly over {n} hosts")
+        a2a = [m for m in self.fabric.methods if METHODS[m].alltoall]
+        if a2a:
+            raise ConfigError(f"methods {', '.join(a2a)}: an all-to-all sums no gradient; train with an all-reduce")
         if self.segment < 1:
             raise ConfigError(f"segment {self.segment} must be >= 1 step")
         if not self.tolerance_pp > 0:

@@ -33,7 +33,7 @@ enum {
     P_EXPONENT_AT, P_CHECKSUM_AT, P_FLAG_AT, P_SHADOW_AT, P_SHADOW_BIT, P_LANES_AT, P_HEADER_LEN,
     P_FLAG_RETRANSMIT, P_FLAG_OVERFLOW, P_OP_RESULT, P_ELEM_NONE, P_JOB, P_EPOCH, P_RESULT_TYPE, P_SHIFT,
     P_Q_MAX, P_LANE_MAX, P_EXP_MIN, P_EXP_MAX, P_SPECULATE, P_WINDOW_STEPS, P_MAX_RETRIES, P_FAILURE,
-    P_FAILURE_TIMEOUTS, P_EARLY, P_EXP_SIGN, P_HAS_SRTT, P_PAYLOAD_AT, P_WIDTHS /* 4 entries, by elem type */,
+    P_FAILURE_TIMEOUTS, P_EARLY, P_EXP_SIGN, P_HAS_SRTT, P_PAYLOAD_AT, P_WAKE_FD, P_WIDTHS /* 4 entries, by elem type */,
     P_LAYOUT = P_WIDTHS + 4 /* N_FIELDS x (word, shift, mask) */, P_COUNT = P_LAYOUT + 3 * N_FIELDS
 };
 /* float parameters */
@@ -42,7 +42,7 @@ enum { D_FAILURE_S, D_EARLY_WINDOW, D_RTO, D_SRTT, D_RTTVAR, D_CALM_UNTIL, D_RTO
 enum { A_FRAMES, A_EXP_FRAMES, A_BLOCKS, A_MAXABS, A_PROPOSALS, A_GUESS, A_SCALES, A_SALTS, A_SUMS, A_EXPS,
        A_AGREED, A_GOT, A_ROUNDS, A_COUNT };
 /* what ps_run returns */
-enum { R_DONE = 0, R_STALL = 1, R_RETRIES = 2, R_ABOVE_PROPOSAL = 3, R_LANE_OVERFLOW = 4, R_MISMATCH = 5 };
+enum { R_DONE = 0, R_STALL = 1, R_RETRIES = 2, R_ABOVE_PROPOSAL = 3, R_LANE_OVERFLOW = 4, R_MISMATCH = 5, R_NOTICE = 6 };
 /* counters (ps_stats) */
 enum { S_SENT, S_RETRANS, S_FAST, S_RECEIVED, S_DUPLICATES, S_OVERFLOWS, S_BYTES, S_CORRUPT, S_MISSED, S_DONE,
        S_EXPIRED_SINCE, S_ALARMS, S_HAS_SRTT, S_COUNT };
@@ -72,6 +72,7 @@ typedef struct {
     double quantize_s, agreed_at, last_progress;
     uint8_t *scratch; uint8_t rxbuf[4096];
     int started;
+    int woken;  /* the wake fd (a failure notice from the controller, through the agent) became readable */
 } stream_t;
 
 static double mono(void) {
@@ -145,10 +146,13 @@ static int recv_one(stream_t *s, double timeout, const uint8_t **out, int64_t *l
     int r = take(s, out, len);
     if (r != 0) return r;
     double ms = timeout * 1000 + 0.999;
-    struct pollfd pf = { (int)s->p[P_RX_FD], POLLIN, 0 };
-    r = poll(&pf, 1, ms > 0 ? (int)ms : 0);
+    /* the wake fd (an eventfd, -1: none) ends the wait at once: the tree is known to be broken */
+    struct pollfd pf[2] = { { (int)s->p[P_RX_FD], POLLIN, 0 }, { (int)s->p[P_WAKE_FD], POLLIN, 0 } };
+    r = poll(pf, s->p[P_WAKE_FD] >= 0 ? 2 : 1, ms > 0 ? (int)ms : 0);
     if (r < 0) return errno == EINTR ? 0 : -errno;
     if (r == 0) return 0;
+    if (s->p[P_WAKE_FD] >= 0 && (pf[1].revents & POLLIN)) s->woken = 1;
+    if (!(pf[0].revents & POLLIN)) return 0;
     return take(s, out, len);
 }
 
@@ -311,6 +315,7 @@ API int ps_run(stream_t *s, int64_t *info) {
     int64_t h[N_FIELDS];
     while (s->c[S_DONE] < n) {
         double now = mono();
+        if (s->woken) return R_NOTICE;
         if (s->p[P_FAILURE] && now - s->last_progress >= s->failure_s && s->c[S_EXPIRED_SINCE] >= s->p[P_FAILURE_TIMEOUTS])
             return R_STALL;
         /* every deadline that is due, earliest first */

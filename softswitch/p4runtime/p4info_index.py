@@ -14,10 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from google.rpc import code_pb2
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2
-
+from p4proto import code_pb2, p4info_pb2, p4runtime_pb2
 from softswitch.runtime.switch import (
     ActionCall,
     Exact,

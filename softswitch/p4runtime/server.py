@@ -13,7 +13,7 @@ import ipaddress
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -21,10 +21,8 @@ from typing import NamedTuple
 
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import code_pb2, status_pb2
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from p4proto import code_pb2, p4info_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
 from softswitch import errors
 from softswitch.p4runtime.p4info_index import (
     P4InfoIndex,
@@ -361,15 +359,18 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         action = request.action
         with dev.lock:
             if action in (_PIPELINE.VERIFY, _PIPELINE.VERIFY_AND_SAVE, _PIPELINE.VERIFY_AND_COMMIT):
-                index = self._verify(dev, request.config)
+                # read once: every read of a bytes field copies it out of the message (protobuf's C back end)
+                device_config = request.config.p4_device_config
+                index = self._verify(dev, request.config, device_config)
                 if action == _PIPELINE.VERIFY:
                     return
-                config = p4runtime_pb2.ForwardingPipelineConfig()
-                config.CopyFrom(request.config)
+                # the request's own config, not a copy: a request is this call's alone, and a copy of the
+                # device config is megabytes of fresh memory per push (protobuf's C back end copies in full)
+                config = request.config
                 if action == _PIPELINE.VERIFY_AND_SAVE:
                     dev.saved = (config, index)
                     return
-                self._commit(dev, config, index)
+                self._commit(dev, config, index, device_config)
             elif action == _PIPELINE.COMMIT:
                 if dev.saved is None:
                     raise P4RuntimeStatusError(
@@ -378,7 +379,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 config, index = dev.saved
                 if request.config.HasField("cookie"):
                     config.cookie.CopyFrom(request.config.cookie)
-                self._commit(dev, config, index)
+                self._commit(dev, config, index, config.p4_device_config)
             elif action == _PIPELINE.RECONCILE_AND_COMMIT:
                 raise P4RuntimeStatusError(
                     code_pb2.UNIMPLEMENTED, "RECONCILE_AND_COMMIT is not supported; use VERIFY_AND_COMMIT"
@@ -386,10 +387,12 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             else:
                 raise invalid(f"SetForwardingPipelineConfig: unsupported action {action}")
 
-    def _verify(self, dev: _Device, config: p4runtime_pb2.ForwardingPipelineConfig) -> P4InfoIndex:
+    def _verify(
+        self, dev: _Device, config: p4runtime_pb2.ForwardingPipelineConfig, device_config: bytes
+    ) -> P4InfoIndex:
         if not config.HasField("p4info"):
             raise invalid("The config has no P4Info")
-        if not config.p4_device_config:
+        if not device_config:
             raise invalid("The config has no p4_device_config (the BMv2 JSON)")
         try:
             index = P4InfoIndex(config.p4info)
@@ -398,7 +401,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         # the device's own engine: a program the C engine compiles here is in the cache for the commit
         scratch = SoftSwitch(device_id=0, name="verify", engine=dev.switch.requested_engine)
         try:
-            scratch.load_program(config.p4_device_config)
+            scratch.load_program(device_config)
         except errors.ProgramLimitError as ex:
             raise P4RuntimeStatusError(
                 code_pb2.RESOURCE_EXHAUSTED, f"Error when loading the device config: {ex}"
@@ -414,9 +417,11 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise invalid(str(ex)) from ex
         return index
 
-    def _commit(self, dev: _Device, config: p4runtime_pb2.ForwardingPipelineConfig, index: P4InfoIndex) -> None:
+    def _commit(
+        self, dev: _Device, config: p4runtime_pb2.ForwardingPipelineConfig, index: P4InfoIndex, device_config: bytes
+    ) -> None:
         try:
-            dev.switch.load_program(config.p4_device_config)
+            dev.switch.load_program(device_config)
         except Exception as ex:  # verified on a scratch switch just before: this is an interpreter bug
             # load_program replaces the program only on success: the old one still forwards, so the
             # old config and its index stay the device's (reads and writes keep working)
@@ -852,8 +857,11 @@ class P4RuntimeServer:
         switches: Mapping[int, SoftSwitch],
         address: str = "127.0.0.1:0",
         max_workers: int | None = None,
+        extra_handlers: Sequence[grpc.GenericRpcHandler] = (),
     ) -> None:
+        """extra_handlers: more services on the same port (the port status: softswitch.p4runtime.portstatus)."""
         self.host, self._requested_port = parse_loopback_address(address)
+        self._extra_handlers = tuple(extra_handlers)
         self.servicer = P4RuntimeServicer(switches)
         # every open StreamChannel holds a worker for its lifetime: leave room for the unary RPCs
         self._max_workers = max_workers or 16 + 4 * len(switches)
@@ -875,6 +883,8 @@ class P4RuntimeServer:
             ],
         )
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.servicer, server)
+        if self._extra_handlers:
+            server.add_generic_rpc_handlers(self._extra_handlers)
         wanted = f"{self.host}:{self._requested_port}"
         try:
             port = server.add_insecure_port(wanted)

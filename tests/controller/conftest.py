@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from p4.config.v1 import p4info_pb2
 
 from controller import names as N
 from controller.p4info import P4Schema
+from p4proto import p4info_pb2
 
 # (table, [(key, bits, match)], [actions]); action -> [(param, bits)]
 TABLES = [

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from google.protobuf import any_pb2
-from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2
 
 from controller.client import UpdateStatus, WriteError, _statuses
+from p4proto import code_pb2, p4runtime_pb2, status_pb2
 
 
 class FakeRpcError:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from p4.v1 import p4runtime_pb2
 
 from controller import names as N
 from controller.addressing import ip_to_int, mac_to_int
@@ -15,6 +14,7 @@ from controller.jobentries import job_entries
 from controller.p4info import P4InfoError, P4Schema, decode_int, encode_int
 from controller.planner import JobSpec, plan_job
 from controller.routing import all_route_entries
+from p4proto import p4runtime_pb2
 
 
 def test_canonical_bytes() -> None:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from p4.v1 import p4runtime_pb2
 
 from controller import installer as I
 from controller import names as N
@@ -29,6 +28,7 @@ from controller.planner import DuplicateJobError, JobSpec, UnknownHostError, pla
 from controller.state import State
 from controller.topology import Topology
 from emulation.localnet import bmv2_switches, embedded_switches
+from p4proto import p4runtime_pb2
 from wireformat import AGG
 
 BACKENDS = ["embedded", pytest.param("bmv2", marks=pytest.mark.bmv2)]

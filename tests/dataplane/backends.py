@@ -18,12 +18,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from p4.v1 import p4runtime_pb2
-
 from controller.client import SwitchClient
 from controller.entities import MulticastGroup, TableEntry
 from controller.p4info import P4Schema
 from emulation.netns import NetnsLab
+from p4proto import p4runtime_pb2
 
 LOG = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,7 @@ a table entry, reads a counter, and sends a batch that fails only in part (which
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -20,9 +21,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.leafspine import leaf_spine
+from p4proto import p4runtime_pb2, p4runtime_pb2_grpc
 from tests.common import BACKENDS, REPO
 from tests.softswitch import fake_switch
 
@@ -201,3 +202,23 @@ def test_p4ina_shell_names_a_missing_switch(switch: Path, tmp_path: Path) -> Non
         timeout=60,
     )
     assert proc.returncode == 2 and "p4ina shell: error: no switch 'nosuch'" in proc.stderr
+
+
+def test_p4ina_shell_without_its_environment_says_how_to_make_it(tmp_path: Path) -> None:
+    """p4runtime-shell lives in its own venv (`make setup`); without it, one line says so, before any connection."""
+    topo = leaf_spine(1, 1, 1)
+    name = topo.switches[0].name
+    path = tmp_path / "topology.json"
+    topo.with_grpc({name: "127.0.0.1:9"}).save(path)
+    missing = tmp_path / "no-such-python"
+    proc = subprocess.run(
+        [sys.executable, "-m", "p4ina", "shell", name, "--topology", str(path), "--state", str(tmp_path / "s.json")],
+        cwd=REPO,
+        env={**os.environ, "P4INA_SHELL_PYTHON": str(missing)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert str(missing) in lines[0] and "make setup" in lines[0]

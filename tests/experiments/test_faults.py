@@ -17,8 +17,9 @@ pytestmark = pytest.mark.mininet
 
 
 def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
-    # 2 leaves x 3 spines: the root spine dies, another spine takes the job; then a link of that spine goes
-    # down (the switch keeps running) and the third spine takes it
+    # 2 leaves x 3 spines: the root spine dies, another spine takes the job (the dead one restarts); then a link
+    # of that spine goes down (the switch keeps running) and another spine takes it. No failure monitor: the
+    # workers' failure timeout and the runner's probe find both (the signalled path: the test below)
     cfg = FaultsConfig(
         topology="leaf-spine:2x3x2",
         hosts=4,
@@ -26,6 +27,8 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
         reps=2,
         loss_rates=(0.01, 0.05),
         sdc_flips=5,
+        failure_runs=1,
+        signals=False,
         results_root=tmp_path,
     )
     result = run_faults(cfg, out_dir=tmp_path / "run")
@@ -44,7 +47,7 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
     assert 0 < f["first_probe_s"] < f["recovery_s"] and 0 <= f["barrier_s"] < f["recovery_s"], f
     ln = s["link_failure"]
     assert ln["exact"] and ln["later_exact"] and ln["later_on_new_tree"], ln
-    assert ln["old_root"] == f["new_root"] != ln["new_root"] != f["old_root"], (f, ln)
+    assert ln["old_root"] == f["new_root"] != ln["new_root"], (f, ln)
     assert ln["old_root"] in ln["link"].split("-")  # the root's link to a switch below it
     assert ln["recovery_s"] > ln["first_detected_s"] > 0 and 0 < ln["redone_chunks"] <= ln["chunks"], ln
     assert ln["verdict"].startswith("re-planned"), ln
@@ -55,11 +58,60 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
     # how many flips land in an open round depends on how fast rounds close (the run tries for 40-200
     # all-reduces); every one that landed must be caught, and no sum may be wrong
     assert d["exact"] and 1 <= d["injected"] <= cfg.sdc_flips and d["detected"] >= d["injected"], d
+    for kind in ("switch_crash", "link_down"):
+        v = s["failures"][kind]
+        assert v["runs"] == 1 and v["exact"] and v["triggers"] == ["timeout"], v
     assert s["ok"]
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     for key in ("recovery_s", "exact", "detect_bound_s"):
         assert key in saved["switch_failure"]
     assert (tmp_path / "run" / "faults.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("signals", [True, False], ids=["monitor", "monitor-off"])
+def test_crashes_and_cut_links_are_acted_on_when_the_switches_announce_them(
+    tmp_path: Path, leak_check: None, signals: bool
+) -> None:
+    """failures.<kind>: two switch crashes and two cut links, each found by what the switches announce (a
+    P4Runtime stream that breaks, a port whose oper-status leaves UP): every rank's wait ends on the runner's
+    notice, the fail-over decides on the signalled evidence without a probe, every sum exact. With the monitor
+    off the same failures are found by the failure timeout, and the checks of the signalled path fail."""
+    cfg = FaultsConfig(
+        topology="leaf-spine:2x3x2",
+        hosts=4,
+        size=4096,
+        reps=1,
+        loss_rates=(),
+        sdc_flips=0,
+        dup_rate=0.0,
+        reorder_rate=0.0,
+        isolation=False,
+        edge_failure=False,
+        failure_runs=2,
+        signals=signals,
+        results_root=tmp_path,
+    )
+    result = run_faults(cfg, out_dir=tmp_path / "run")
+    s = result.summary
+    assert not s["problems"], s["problems"]
+    for kind in ("switch_crash", "link_down"):
+        v = s["failures"][kind]
+        assert v["runs"] == 2 and v["exact"], v
+        assert {r["point"] for r in v["detail"]} == set(cfg.failure_points[:2]), v["detail"]
+        heard = [r["signal_s"] for r in v["detail"]]
+        evidence = {r["evidence"] for r in v["detail"]}
+        if signals:
+            assert v["triggers"] == ["notice"] and evidence == {"signalled"}, v
+            assert all(h is not None and h >= 0 for h in heard), heard
+        else:
+            assert v["triggers"] == ["timeout"] and evidence == {"probe"} and heard == [None, None], v
+        assert all(r["step_over_lossless"] > 0 for r in v["detail"]), v["detail"]
+    crashed = [r["victim"] for r in s["failures"]["switch_crash"]["detail"]]
+    assert len(set(crashed)) == 2, crashed  # the job moved off the first, the second root died next
+    assert s["ok"]
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert set(saved["failures"]) == {"switch_crash", "link_down"}
+    assert {"median", "worst"} <= set(saved["failures"]["link_down"]["step_over_lossless"])
 
 
 def faults_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -220,3 +220,42 @@ def test_the_interface_is_found_in_a_network_namespace_entered_alone() -> None:
             raise box["error"]
     assert box["endpoint"] == Endpoint(mac=mac, ip="10.77.0.1")
     assert box["agent"] == box["endpoint"]
+
+
+def test_all_to_all_between_ring_steps_every_block_checked_by_every_rank(agents: Any) -> None:
+    """a2a-direct on its own port between ring steps: every rank checks every block it received (its report
+    says how many), ranks hold different blocks (different digests); a2a-hier refuses groups of unequal
+    size (GROUPS here: two and one) by name."""
+    server, _switch, releases = agents
+    run_steps(server, releases, [("ring", 0)])
+    for step, iteration in ((2, 0), (3, 1)):
+        cmd = StepCommand(step=step, method="a2a-direct", size=3001, iteration=iteration, seed=4, checker=0)
+        server.post(step, cmd.to_dict())
+        reports = server.step_reports(step, 60)
+        assert sorted(reports) == list(range(N)) and not any("error" in r for r in reports.values()), reports
+        assert all(r["blocks_checked"] == N and r["max_abs_error"] == 0.0 for r in reports.values())
+        assert len({r["digest"] for r in reports.values()}) == N
+        assert {r["method"] for r in reports.values()} == {"a2a-direct"}
+    server.post(4, StepCommand(step=4, method="a2a-hier", size=300, iteration=0, checker=0).to_dict())
+    reports = server.step_reports(4, 30)
+    assert all("a2a-hier" in r["error"] and "groups of one size" in r["error"] for r in reports.values())
+    run_steps(server, releases, [("ring", 1)])
+
+
+def test_a_wrong_block_fails_the_step_naming_its_source(agents: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hosts.alltoall import AllToAllDirect
+
+    server, _switch, _ = agents
+    real = AllToAllDirect.alltoall
+
+    def damaged(self: AllToAllDirect, send: np.ndarray, call: int | None = None) -> np.ndarray:
+        out = real(self, send, call)
+        if self.cfg.rank == 2:
+            out[0] += 1.0  # the first element of the block from rank 0
+        return out
+
+    monkeypatch.setattr(AllToAllDirect, "alltoall", damaged)
+    server.post(1, StepCommand(step=1, method="a2a-direct", size=999, iteration=0, checker=0).to_dict())
+    reports = server.step_reports(1, 60)
+    assert "received wrong blocks from ranks [0]" in reports[2]["error"]
+    assert "error" not in reports[0] and "error" not in reports[1]

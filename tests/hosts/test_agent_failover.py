@@ -278,3 +278,81 @@ def test_a_rank_that_cannot_rejoin_fails_the_barrier_at_once(rig: Rig, monkeypat
     assert "called back to step 1, but the last in-network step this agent finished was none" in reports[0]["error"]
     for r in (1, 2):
         assert "rank 0 could not rejoin the fail-over: StepError: called back" in reports[r]["error"], reports[r]
+
+
+@pytest.mark.parametrize("notify", [True, False])
+def test_a_failure_notice_from_the_runner_starts_the_fail_over_without_the_timeout(rig: Rig, notify: bool) -> None:
+    """The runner hears the switch die and notifies (CoordinatorServer.notify): every agent's watcher interrupts
+    its worker, so the fail-over's trigger is the notice on every rank. Without the notice (the detector off)
+    the same failure is found by the failure timeout: the trigger says so, and the notice check fails."""
+    for a in rig.agents:
+        a.watch_notices()
+    sw = rig.switch
+    died = threading.Event()
+    after = N * 12
+
+    def drop(*_: object) -> bool:
+        if sw.counters["results_sent"] >= after:
+            died.set()
+            return True
+        return False
+
+    sw.drop = drop
+
+    def notifier() -> None:
+        if died.wait(30):
+            rig.server.notify({"job_id": JOB.job_id, "install": JOB.install, "kind": "switch", "what": "c1", "at": 1.0})
+
+    if notify:
+        threading.Thread(target=notifier, daemon=True).start()
+    rig.verdict = rig.revived
+    reports = rig.step(1)
+    assert exact(reports), reports
+    triggers = {r["failovers"][0]["trigger"] for r in reports.values()}
+    assert triggers == ({"notice"} if notify else {"timeout"}), triggers
+    assert all(len(a.notices) == (1 if notify else 0) for a in rig.agents)
+    again = rig.step(2, job=REINSTALLED)  # the new install's worker is not interrupted by the old notice
+    assert exact(again) and not any("failovers" in r for r in again.values())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the dying agent's own thread
+def test_an_agent_that_dies_mid_allreduce_fails_the_step_on_every_other_rank_by_name(rig: Rig) -> None:
+    """Rank 2's agent ends mid all-reduce (its coordinator connection closes, as when its process is killed):
+    the coordinator fails every barrier naming it and the runner's notice stops the others' data-plane wait, so
+    ranks 0 and 1 report the step failed, naming rank 2, instead of waiting for a contribution that never
+    comes (this job's failure timeout is an hour: only the notice ends the wait)."""
+    for a in rig.agents:
+        a.watch_notices()
+    hour = dataclasses.replace(JOB, failure_timeout_s=3600.0)
+    rig.server.on_agent_lost = lambda rank: rig.server.notify(
+        {"job_id": JOB.job_id, "install": JOB.install, "kind": "host", "what": f"rank {rank}", "at": 1.0}
+    )
+    sw = rig.switch
+    dying = rig.agents[2]
+
+    def drop(direction: str, rank: int, fields: dict[str, int]) -> bool:
+        if rank == 2 and direction == "up" and sw.counters["results_sent"] >= N * 12:
+            if dying.client is not None:
+                threading.Thread(target=dying.client.close, daemon=True).start()  # once: the connection ends
+            return True
+        return False
+
+    sw.drop = drop
+    cmd = StepCommand(
+        step=1,
+        method="inc-int32",
+        size=40 * 256,
+        iteration=1,
+        input="ones",
+        seed=2,
+        checker=0,
+        job=hour,
+        ring=RingSettings(timeout_s=0.05),
+    )
+    rig.server.post(1, cmd.to_dict())
+    reports = rig.server.step_reports(1, 60)
+    assert rig.server.lost == {2}
+    assert sorted(reports) == [0, 1], reports
+    for r in (0, 1):
+        assert "rank 2's agent is gone" in reports[r]["error"], reports[r]
+    assert all(len(rig.agents[r].notices) == 1 for r in (0, 1))

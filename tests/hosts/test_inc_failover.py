@@ -178,3 +178,62 @@ def test_a_round_that_never_completes_on_a_live_tree_goes_to_the_fail_over_after
     # the finished workers moved past rank 2 on chunk 37's slot: hosts.agent realigns every worker after the
     # fail-over (tests/hosts/test_agent_failover.py runs the next step after it)
     assert not np.array_equal(ws[0]._next_round, ws[2]._next_round)
+
+
+@pytest.mark.parametrize("notified", [True, False])
+def test_a_failure_notice_ends_the_wait_at_once_and_only_a_notice_does(notified: bool) -> None:
+    """The controller heard the switch die: interrupt() stops every worker's wait, long before the failure
+    timeout (an hour here), with what had arrived. Without the notice the same stall waits out max_retries."""
+    old = FakeSwitch(job_id=JOB, n_workers=N, slot_count=SLOTS)
+    old.drop = Dies(old, after=N * 10)
+    ws = [
+        IncWorker(
+            IncJob(
+                job_id=JOB,
+                rank=r,
+                n_workers=N,
+                slot_count=SLOTS,
+                timeout_s=0.005,
+                min_timeout_s=0.005,
+                max_timeout_s=0.005,
+                max_retries=40 if not notified else 10**6,
+                failure_timeout_s=3600.0,
+                failure_timeouts=10**6,
+            ),
+            FakeTransport(old, r),
+            endpoint(r),
+        )  # type: ignore[arg-type]
+        for r in range(N)
+    ]
+    died = threading.Event()
+
+    def notice() -> None:
+        while old.counters["results_sent"] < N * 10:
+            threading.Event().wait(0.005)
+        died.set()
+        for w in ws:
+            w.interrupt("switch c1 failed")
+
+    if notified:
+        threading.Thread(target=notice, daemon=True).start()
+    inputs = [np.arange(40 * L, dtype=np.float32) % 5 + r for r in range(N)]
+    errors = in_threads(lambda r: ws[r].allreduce(inputs[r]))
+    if notified:
+        assert all(isinstance(e, SwitchFailureSuspected) for e in errors), errors
+        assert all(e.notice == "switch c1 failed" for e in errors)  # type: ignore[union-attr]
+        # what had arrived when the notice came (results still queued may be left: the redo covers them)
+        done = [int(e.partial.done.sum()) for e in errors]  # type: ignore[union-attr]
+        assert all(d < 40 for d in done), done
+        # answered: the same worker streams normally again (a false alarm's same tree)
+        old.drop = None
+        old.token += 1  # a new install starts the cells afresh
+        for w in ws:
+            w.clear_notice()
+            w.realign()
+        again = in_threads(lambda r: ws[r].allreduce(inputs[r]))
+        want = np.sum(inputs, axis=0)
+        assert all(isinstance(a, np.ndarray) and np.array_equal(a, want) for a in again), again
+    else:
+        assert all(type(e).__name__ == "AllreduceTimeoutError" for e in errors), errors
+    for w in ws:
+        w.close()

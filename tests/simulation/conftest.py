@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from simulation.calibrate import Calibration, fit
 from simulation.engine import Engine, simgrid_available
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -16,3 +17,10 @@ needs_simgrid = pytest.mark.skipif(simgrid_available() is not None, reason=f"{si
 def engine() -> Engine:
     """One engine for the session: identical flow sets are solved once."""
     return Engine(2)
+
+
+@pytest.fixture(scope="session")
+def emulation_fit(engine: Engine) -> Calibration:
+    """The model's costs fitted to the committed emulation runs (data/emulation-k4), once a session: the tests that
+    predict other runs with them take a copy (simulation.calibrate.check writes its table into the object)."""
+    return fit(DATA / "emulation-k4", engine=engine)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import shutil
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from simulation.anchors import PUBLISHED, sharp_anchor
-from simulation.calibrate import CalibrationError, check, fit, read_results, result_folders
+from simulation.calibrate import Calibration, CalibrationError, check, fit, read_results, result_folders
 from simulation.closedform import checks
 from simulation.engine import Engine
 from simulation.fullsim import compare
@@ -26,7 +27,9 @@ SWEEP = FIXTURE / "sweep"
 
 # 1. against the emulation ---------------------------------------------------------------------------------
 @needs_simgrid
-def test_one_set_of_costs_predicts_every_emulation_point_within_15_percent_and_a_run_it_never_saw(engine: Engine):
+def test_one_set_of_costs_predicts_every_emulation_point_within_15_percent_and_a_run_it_never_saw(
+    engine: Engine, emulation_fit: Calibration
+):
     """Issue 11: every method and point within 15%. One set of costs, fitted to four runs at once (the sweep
     preset: 2 Mbit/s, 4/8/16 hosts, 1K/16K/128K; two more runs of its 1K points; the latency preset: 100 Mbit/s
     links of 100 ms), each with its own links and its own measured wake-ups, and then, without refitting, two later
@@ -34,7 +37,7 @@ def test_one_set_of_costs_predicts_every_emulation_point_within_15_percent_and_a
     after). The 1K points are 6-63 ms all-reduces in which the machine's scheduler weighs as much as the network,
     and the same point measured up to 30% apart in two runs: a fit that followed one run's noise would miss the
     held-out runs."""
-    calib = check(fit(FIXTURE, engine=engine), HELD_OUT, engine=engine)
+    calib = check(copy.copy(emulation_fit), HELD_OUT, engine=engine)  # the session's fit to FIXTURE (conftest)
     assert [r.folder.name for r in calib.results] == ["1k-a", "1k-b", "latency", "sweep"]
     assert len(calib.table) == 21 + 21 + 7 + 63  # every method at every point of the four runs, none dropped
     assert {r["links"] for r in calib.table} == {"2 Mbit/s", "100 Mbit/s, 100 ms"}

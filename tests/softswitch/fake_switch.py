@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 
 from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2
+
+from p4proto import p4info_pb2
 
 _STD_META = [
     ["ingress_port", 9, False],

@@ -19,9 +19,8 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import code_pb2
-from p4.v1 import p4runtime_pb2
 
+from p4proto import code_pb2, p4runtime_pb2
 from softswitch import SoftSwitch
 from softswitch.p4runtime.server import P4RuntimeServer
 from tests.softswitch import fake_switch

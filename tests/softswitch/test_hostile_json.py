@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 import pytest
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from p4proto import p4runtime_pb2, p4runtime_pb2_grpc
 from softswitch import SoftSwitch, SoftSwitchError
 from softswitch.p4runtime.server import P4RuntimeServer
 from tests.softswitch import fake_switch

@@ -14,8 +14,8 @@ from typing import Any
 
 import grpc
 import pytest
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from p4proto import p4runtime_pb2, p4runtime_pb2_grpc
 from softswitch import SoftSwitch
 from softswitch.errors import ProgramLimitError
 from softswitch.p4runtime.server import MAX_MESSAGE_BYTES, P4RuntimeServer

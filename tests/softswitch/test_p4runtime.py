@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from p4proto import code_pb2, p4runtime_pb2, p4runtime_pb2_grpc, status_pb2
 from softswitch.p4runtime.p4info_index import P4RuntimeStatusError, decode_bytes, encode_int
 from softswitch.p4runtime.server import (
     NonLoopbackAddressError,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from p4proto import p4runtime_pb2, p4runtime_pb2_grpc
 from softswitch.cli import UsageError, parse_options
 from tests.softswitch import fake_switch
 

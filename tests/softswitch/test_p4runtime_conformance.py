@@ -13,10 +13,8 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from google.rpc import code_pb2
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2
 
+from p4proto import code_pb2, p4info_pb2, p4runtime_pb2
 from tests.softswitch import fake_switch
 from tests.softswitch.test_p4runtime import Backend, Client, _primary, embedded, server, update, write_errors
 

@@ -11,10 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf import text_format
-from google.rpc import code_pb2
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2
 
+from p4proto import code_pb2, p4info_pb2, p4runtime_pb2
 from softswitch.p4runtime.p4info_index import encode_int
 from tests.softswitch.test_p4runtime import Backend, Client, server, update
 

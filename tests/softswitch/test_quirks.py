@@ -14,9 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2
 
+from p4proto import p4info_pb2, p4runtime_pb2
 from softswitch import SoftSwitch
 from tests.softswitch.test_p4runtime import Backend, Client, _primary, embedded, server, update
 from tests.softswitch.test_vs_bmv2 import compare
