@@ -19,7 +19,16 @@ scaled by nccl.inc_collective's ratio for the same shape (a flat tree sends ever
 and gets every byte down for an all-gather, so the busier direction is the all-reduce's: ratio 1; hier-inc's
 NVLink stage runs once instead of twice); an in-network all-gather multicasts at the lanes' full width (int32:
 parameters cannot be narrowed).
-- all-to-all: costs.placeholder_alltoall, a bandwidth bound (PLACEHOLDER until the all-to-all model is merged).
+
+All-to-all (the expert-parallel groups): the simulator's `a2a-direct` and `a2a-hier` (simulation/alltoall.py), one
+`Evaluation` of the groups at once like the other dimensions, the slowest group's time.  Only the first
+EP_GROUPS_SOLVED groups are built (a2a-direct is n(n-1) flows a group: 1,536 groups of 64 are 6.2M flows at
+98,304 GPUs).  Why that is sound where it is used: ranks are placed in order, so under contiguous placement the
+first 64 groups of 64 are the first 4,096 GPUs, one pod of a radix-128 fat-tree or rail-optimised fat-tree and
+one Dragonfly+ group, and an expert group's 8 servers sit inside it: no all-to-all flow leaves its pod, pods
+share no link, and every pod holds the same arrangement (the others are translates).  Under scattered placement
+the groups are not alike and do share upper-tier links: the solved groups then see only each other's
+contention, so the time is a lower bound (docs/workload.md says which rows are).
 """
 
 from __future__ import annotations
@@ -33,11 +42,11 @@ import numpy as np
 from simulation import nccl, topologies
 from simulation.engine import Engine, FlowSet
 from simulation.fabric import Fabric
-from simulation.methods import INC_METHODS, METHODS, NCCL_METHODS, canonical_method, groups_of
+from simulation.methods import A2A_METHODS, INC_METHODS, METHODS, NCCL_METHODS, canonical_method, groups_of
 from simulation.model import Evaluation, Scenario
 from simulation.params import Preset
 from simulation.placement import Job, place
-from simulation.workload.costs import CollectiveError, GroupShape, placeholder_alltoall
+from simulation.workload.costs import CollectiveError, GroupShape
 
 LOG = logging.getLogger(__name__)
 
@@ -48,6 +57,7 @@ BF16 = "-bf16"  # an NCCL method reducing bf16 elements (TP activations); withou
 WIRE_BYTES |= {m: 4 for m in NCCL_METHODS} | {m + BF16: 2 for m in NCCL_METHODS}
 RING_FAMILY = ("ring-1nic", "ring-addr", "ring-1nic-bf16", "hier", "hier-rail", "rd")
 P2P_SALT = 7  # the flow hash's salt for pipeline sends (any fixed value: one ECMP choice per flow)
+EP_GROUPS_SOLVED = 64  # expert-parallel groups built and solved (module doc)
 INC_LANES = {"inc-int32": "int32", "inc-int16": "int16", "inc-int8": "int8", "hier-inc": "int32"}
 
 
@@ -115,8 +125,9 @@ class SimCollectives:
         self.dims[dim] = d
         if shape.size < 2:
             return
-        if dim == "ep":  # the all-to-all placeholder needs only the shape
-            return
+        if dim == "ep":  # the all-to-alls, on a few groups (module doc)
+            groups = groups[:EP_GROUPS_SOLVED]
+            methods = tuple(m for m in A2A_METHODS if m in methods) or A2A_METHODS
         if dim == "pp":
             pairs = [(self.rank_gpu[g[i]], self.rank_gpu[g[i + 1]]) for g in groups for i in range(len(g) - 1)]
             paths = [self.fabric.links_of(self.fabric.path(a, b, P2P_SALT)) for a, b in pairs]
@@ -138,6 +149,8 @@ class SimCollectives:
                 shapes.add((len(per), max(len(x) for x in per)))
             d.nccl_shapes = tuple(sorted(shapes))
         sim_methods = tuple(dict.fromkeys(nccl_base(m) or m for m in methods if m != "adaptive"))
+        if dim != "ep" and any(m in A2A_METHODS for m in sim_methods):
+            raise CollectiveError(f"{dim}: the all-to-alls ({', '.join(A2A_METHODS)}) are not reductions")
         if shape.per_server == 1 and "hier-inc" in sim_methods:  # one GPU a server: no NVLink stage to add
             sim_methods = tuple(m for m in sim_methods if m != "hier-inc")
             d.skipped["hier-inc"] = "one GPU a server in these groups: hier-inc is inc-int32 without an NVLink stage"
@@ -260,19 +273,23 @@ class SimCollectives:
         return self.allreduce(method, nbytes / WIRE_BYTES[method], dim) / 2
 
     def alltoall(self, method: str, nbytes: float, dim: str) -> float:
-        """PLACEHOLDER (costs.placeholder_alltoall): a bandwidth bound, no fabric contention."""
+        """The simulator's all-to-all, `nbytes` sent by each rank in all: the slowest solved group's time."""
         d = self._dim(dim)
-        p = self.preset
-        hops = 6 * (p.switch_latency + p.cable_latency)  # up and down three tiers
-        return placeholder_alltoall(
-            method,
-            nbytes,
-            d.shape,
-            p.nic_bw,
-            p.nvlink_bw or p.nic_bw,
-            p.step_overhead + hops,
-            p.nvlink_step_overhead + p.nvlink_latency,
-        )
+        if d.shape.size < 2 or nbytes <= 0:
+            return 0.0
+        if method not in A2A_METHODS:
+            raise CollectiveError(f"unknown all-to-all method {method!r}: choose from {', '.join(A2A_METHODS)}")
+        key = (dim, method, float(nbytes))
+        if key not in self._cache:
+            if d.ev is None:
+                raise CollectiveError(f"{dim}: no all-to-all was prepared")
+            if method in d.skipped:
+                raise CollectiveError(f"{method} does not apply to the {dim} groups: {d.skipped[method]}")
+            plans = [p for p in d.ev.plans if p.method == method]
+            if not plans:
+                raise CollectiveError(f"{dim}: method {method!r} was not prepared")
+            self._cache[key] = max(d.ev.times(p, max(1, int(round(nbytes)))) for p in plans)
+        return self._cache[key]
 
     def p2p(self, nbytes: float, dim: str = "pp") -> float:
         d = self._dim(dim)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from simulation import methods as methods_mod
 from simulation import nccl
 from simulation.engine import Engine
 from simulation.model import Scenario, evaluate
 from simulation.params import H100
-from simulation.workload import hardware, runs
+from simulation.workload import costs as costs_mod
+from simulation.workload import hardware, runs, simcosts
 from simulation.workload.costs import CollectiveError
 from simulation.workload.layout import Layout
 from simulation.workload.simcosts import SimCollectives
 from tests.simulation.conftest import needs_simgrid
 
 pytestmark = needs_simgrid
+A2A = ("a2a-direct", "a2a-hier")
 
 
 def test_one_group_costs_what_the_simulator_says_for_that_job(engine: Engine) -> None:
@@ -56,6 +59,35 @@ def test_nccl_methods_run_nccls_own_reduce_scatter_and_all_gather(engine: Engine
     assert costs.allreduce("ring", elements, "dp") == costs.allreduce("ring-1nic", elements, "dp")
     with pytest.raises(CollectiveError, match="not prepared"):
         costs.allreduce("inc-int8", elements, "dp")
+
+
+def test_alltoall_is_the_simulators_for_the_group_and_pods_apart_are_alike(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An expert-parallel group's all-to-all is the simulator's a2a-direct/a2a-hier for that job; four groups,
+    each a pod of a radix-16 fat-tree (contiguous), cost what the first alone costs (simcosts' reduction)."""
+    assert costs_mod.A2A_METHODS == methods_mod.A2A_METHODS
+    lo = Layout(dp=256, ep=64)
+    rows = evaluate(
+        Scenario(topology="clos:radix=16", gpus=64, cluster_gpus=256, preset="h100", methods=A2A, sizes=(1 << 24,)),
+        engine,
+    ).rows
+    every = SimCollectives("clos:radix=16", H100, 256, engine=engine)
+    every.prepare("ep", lo.groups("ep"), A2A)
+    for r in rows:
+        assert every.alltoall(r.method, 1 << 24, "ep") == pytest.approx(r.time_s, rel=1e-9)
+    monkeypatch.setattr(simcosts, "EP_GROUPS_SOLVED", 1)
+    first = SimCollectives("clos:radix=16", H100, 256, engine=engine)
+    first.prepare("ep", lo.groups("ep"), A2A)
+    assert len(first.dims["ep"].ev.plans) == 2 and len(every.dims["ep"].ev.plans) == 8  # type: ignore[union-attr]
+    for m in A2A:
+        assert first.alltoall(m, 1 << 24, "ep") == pytest.approx(every.alltoall(m, 1 << 24, "ep"), rel=1e-9)
+    # scattered, the groups share the pods' upper links and are not alike: the reduction does not hold there
+    spread = SimCollectives("clos:radix=16", H100, 256, "scattered", seed=1, engine=engine)
+    spread.prepare("ep", lo.groups("ep"), A2A)
+    assert spread.alltoall("a2a-direct", 1 << 24, "ep") > every.alltoall("a2a-direct", 1 << 24, "ep")
+    with pytest.raises(CollectiveError, match="choose from"):
+        every.alltoall("a2a-ring", 1 << 24, "ep")
 
 
 def test_groups_sharing_links_are_slower_than_one_alone(engine: Engine) -> None:
