@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -201,8 +201,16 @@ class SimCollectives:
             base = "nccl-ring"
         size = max(1, int(round(nbytes)))
         server = self._server()
+        per_server = self.preset.gpus_per_server
         try:
-            return max(nccl.nccl_collective(coll, server, n, size, base, g).time_s for n, g in d.nccl_shapes)
+            # a group with g of a server's GPUs gets g of its NICs: the server's other GPUs are in the dimension's
+            # other groups, reducing at the same time through theirs (one GPU a server: one NIC, not eight)
+            return max(
+                nccl.nccl_collective(
+                    coll, replace(server, nics=max(1, server.nics * g // per_server)), n, size, base, g
+                ).time_s
+                for n, g in d.nccl_shapes
+            )
         except nccl.NcclError as ex:
             raise CollectiveError(f"{dim}: {method}: {ex}") from ex
 

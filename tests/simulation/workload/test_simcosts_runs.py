@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simulation import methods as methods_mod
@@ -59,6 +61,19 @@ def test_nccl_methods_run_nccls_own_reduce_scatter_and_all_gather(engine: Engine
     assert costs.allreduce("ring", elements, "dp") == costs.allreduce("ring-1nic", elements, "dp")
     with pytest.raises(CollectiveError, match="not prepared"):
         costs.allreduce("inc-int8", elements, "dp")
+
+
+def test_a_group_of_one_gpu_a_server_gets_one_nic(engine: Engine) -> None:
+    """TP 8 fills a server, so each of its 8 data-parallel groups has one GPU there and all 8 reduce at once:
+    NCCL's time is that of a server with one NIC, not of one GPU driving all eight."""
+    lo = Layout(tp=8, dp=8)
+    costs = SimCollectives("rail:radix=16", H100, lo.gpus, engine=engine)
+    costs.prepare("dp", lo.groups("dp"), ("nccl",))
+    server = nccl.Server.of_preset(H100)
+    one = replace(server, nics=1)
+    want = nccl.nccl_collective("reduce-scatter", one, 8, 1 << 28, "nccl", 1).time_s
+    assert costs.reduce_scatter("nccl", (1 << 28) / 4, "dp") == pytest.approx(want, rel=1e-9)
+    assert want > 4 * nccl.nccl_collective("reduce-scatter", server, 8, 1 << 28, "nccl", 1).time_s
 
 
 def test_alltoall_is_the_simulators_for_the_group_and_pods_apart_are_alike(
