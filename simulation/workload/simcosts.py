@@ -7,7 +7,8 @@ their flows once, and every size is then composed from those rates (model.Evalua
 point-to-point sends are one flow set (every stage boundary at once).
 
 NCCL's methods (`nccl-ring`, `nccl-tree`, `nccl`; simulation/nccl.py) are closed forms of the group's servers and
-GPUs a server: their all-reduce, reduce-scatter and all-gather are NCCL's own for that shape (a tree has no
+GPUs a server: their all-reduce, reduce-scatter and all-gather are NCCL's own for that shape, on as many of
+the server's NICs as the group has GPUs there (a tree has no
 reduce-scatter or all-gather in NCCL, so `nccl-tree` runs them as NCCL's ring, as NCCL_ALGO=Tree falls back).
 They reduce in the framework's dtype: fp32 by default, bf16 with the `-bf16` suffix (`nccl-bf16`: a TP group's
 activations), as `ring-1nic` and `ring-1nic-bf16` differ.  An all-gather moves bytes whatever the method.
