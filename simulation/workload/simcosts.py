@@ -47,6 +47,7 @@ from simulation.methods import A2A_METHODS, INC_METHODS, METHODS, NCCL_METHODS, 
 from simulation.model import Evaluation, Scenario
 from simulation.params import Preset
 from simulation.placement import Job, place
+from simulation.trees import TreeError
 from simulation.workload.costs import CollectiveError, GroupShape
 
 LOG = logging.getLogger(__name__)
@@ -168,7 +169,15 @@ class SimCollectives:
         )
         jobs = [Job(i, tuple(self.rank_gpu[r] for r in g)) for i, g in enumerate(groups)]
         ev = Evaluation(scenario, self.preset, self.engine, fabric=self.fabric, jobs=jobs)
-        ev.build()
+        try:
+            ev.build()
+        except TreeError as ex:  # e.g. rail-only: no switch joins the rails, so no aggregation tree spans them
+            inc = [m for m in sim_methods if m in INC_METHODS]
+            for m in inc:
+                d.skipped[m] = f"no aggregation tree for these groups on {self.fabric.name}: {ex}"
+            scenario = replace(scenario, methods=tuple(m for m in sim_methods if m not in inc))
+            ev = Evaluation(scenario, self.preset, self.engine, fabric=self.fabric, jobs=jobs)
+            ev.build()
         ev.solve()
         d.ev = ev
         d.skipped.update(ev.skipped)

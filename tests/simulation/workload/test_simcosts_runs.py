@@ -149,3 +149,13 @@ def test_the_validation_can_fail(engine: Engine, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(runs, "get_gpu", lambda name: slow[name])
     v = runs.validate(engine, runs=tuple(r for r in runs.RUNS if r.model in ("gpt-530b", "llama3-405b")))
     assert v.max_rel_error > runs.WORKLOAD_TOLERANCE
+
+
+def test_a_tree_that_cannot_span_the_rails_is_skipped_not_fatal(engine: Engine) -> None:
+    """Rail-only has no switch joining the rails: a group of whole servers gets no aggregation tree, NCCL runs."""
+    costs = SimCollectives("rail-only:radix=16", H100, 64, engine=engine)
+    costs.prepare("dp", [tuple(range(64))], ("nccl", "inc-int32"))
+    assert "inc-int32" in costs.skipped("dp") and costs.methods("dp") == ("nccl",)
+    assert costs.allreduce("nccl", 1e6, "dp") > 0
+    with pytest.raises(CollectiveError, match="does not apply"):
+        costs.allreduce("inc-int32", 1e6, "dp")
