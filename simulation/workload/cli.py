@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -53,11 +54,20 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     gpu = get_gpu(args.gpu)
     methods = tuple(x.strip() for x in args.dp_methods.split(",") if x.strip()) if args.dp_methods else ()
     methods = methods or (layout.dp_method,)
-    from simulation.methods import METHODS
+    from simulation.methods import METHODS, canonical_method
 
-    bad = [m for m in methods if m not in METHODS]
+    canon = []
+    for m in methods:
+        new, deprecated = canonical_method(m)
+        if deprecated:
+            print(f"p4ina simulate: warning: --dp-methods: {deprecated}", file=sys.stderr)
+        canon.append(new)
+    methods = tuple(canon)
+    bad = [m for m in methods if m not in METHODS or m in A2A_METHODS]
     if bad:
-        raise CollectiveError(f"--dp-methods {', '.join(bad)}: choose from {', '.join(METHODS)}")
+        raise CollectiveError(
+            f"--dp-methods {', '.join(bad)}: choose from {', '.join(m for m in METHODS if m not in A2A_METHODS)}"
+        )
     if layout.a2a_method not in A2A_METHODS:
         raise LayoutError(f"layout: a2a_method={layout.a2a_method!r}: choose from {', '.join(A2A_METHODS)}")
     if layout.gpus < 2:
@@ -107,8 +117,8 @@ def run(args: argparse.Namespace, checked: dict[str, Any]) -> int:
             + " ".join(f"{r.breakdown.get(k, 0.0):>17.4f}" for k in keys)
         )
     print(
-        "(seconds; exposed communication per collective, the bubble's idle slots; all-to-all and reduce-scatter/"
-        f"all-gather costs are bandwidth-bound placeholders, see docs/workload.md) [{time.perf_counter() - t0:.1f} s]"
+        "(seconds; exposed communication per collective, the bubble's idle slots; see docs/workload.md) "
+        f"[{time.perf_counter() - t0:.1f} s]"
     )
     return 0
 

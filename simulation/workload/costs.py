@@ -10,8 +10,6 @@ SimGrid; an NCCL-faithful or all-to-all model is another implementation of the s
 Units: a reduction is given in elements (the method decides what goes on the wire: `ring` float32,
 `ring-bf16` bfloat16, `inc-int8` int8 lanes); a move (all-gather, all-to-all, point-to-point) in bytes per
 GPU as the framework sends them.  Times are seconds: the slowest group's, since a step waits for all.
-
-Where the simulator has no model yet, `placeholder_alltoall` is a bandwidth bound (below), to be replaced.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-# the all-to-all branch's names (hosts/alltoall.py there): the placeholder answers for them until it is merged
+# the all-to-alls' names (hosts/alltoall.py; simulation.methods.A2A_METHODS, a test keeps them equal)
 A2A_METHODS = ("a2a-direct", "a2a-hier")
 
 
@@ -50,26 +48,3 @@ class CollectiveCosts(Protocol):
     def alltoall(self, method: str, nbytes: float, dim: str) -> float: ...
 
     def p2p(self, nbytes: float, dim: str) -> float: ...
-
-
-def placeholder_alltoall(
-    method: str, nbytes: float, shape: GroupShape, nic_bw: float, nvlink_bw: float, alpha: float, nv_alpha: float
-) -> float:
-    """A bandwidth-bound all-to-all (PLACEHOLDER until the all-to-all model is merged): each rank sends
-    `nbytes` split evenly over the group, the off-server share through its own NIC at line rate, the rest over
-    NVLink; the fabric is taken to carry it without contention (no spine, no rail crossing, no placement
-    effect: all three are what the all-to-all model adds).
-    - a2a-direct: every pair at once (NCCL's grouped send/recv): the NIC's and NVLink's shares overlap;
-    - a2a-hier: the off-server bytes first gathered per destination rail over NVLink (PXN/DeepEP-style), then
-      sent NIC to NIC on the rail, pipelined: NVLink carries every byte once more, and one more latency.
-    """
-    g, local = shape.size, min(shape.per_server, shape.size)
-    if g <= 1:
-        return 0.0
-    off = nbytes * (g - local) / g
-    on = nbytes * (local - 1) / g
-    if method == "a2a-direct":
-        return max(off / nic_bw, on / nvlink_bw) + (alpha if off else nv_alpha)
-    if method == "a2a-hier":
-        return max(off / nic_bw, (on + off) / nvlink_bw) + alpha + nv_alpha
-    raise CollectiveError(f"unknown all-to-all method {method!r}: choose from {', '.join(A2A_METHODS)}")

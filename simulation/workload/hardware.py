@@ -53,8 +53,8 @@ def flop_byte_ratio(gpu: GpuSpec) -> float:
 # Fitted by simulation.workload.runs.fit_compute (tests/simulation/workload/test_runs.py refits them):
 # A100 to Narayanan et al. 2021 Table 1's gpt-145b and gpt-1t rows, H100's gemm_flops to the Llama 3 paper's
 # 8,192-GPU row with A100's h_half scaled by the H100's FLOP/byte ratio over the A100's (989/3.35 : 312/1.555).
-A100_GEMM, A100_H_HALF = 229.96e12, 3251.1
-H100_GEMM = 709.42e12
+A100_GEMM, A100_H_HALF = 224.69e12, 2217.6
+H100_GEMM = 686.72e12
 H100_H_HALF = A100_H_HALF * (989e12 / 3.35e12) / (312e12 / 1.555e12)
 
 GPUS: dict[str, GpuSpec] = {

@@ -10,10 +10,14 @@ parallelism).  A layout's groups are rank tuples; the system layer maps ranks to
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from simulation.methods import canonical_method
 from simulation.workload.models import ModelSpec
+
+LOG = logging.getLogger(__name__)
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 SHARDING = ("ddp", "zero1", "zero2", "fsdp")
@@ -41,9 +45,11 @@ class Layout:
     )
     recompute: str = "none"  # activation recomputation: none, selective (attention core), full (every layer's forward)
     sequence_parallel: bool = True  # TP's activations sharded between its all-gathers and reduce-scatters
-    dp_method: str = "ring"  # the all-reduce (or reduce-scatter) method of the gradients, a simulation method
-    ag_method: str = "ring-bf16"  # the all-gather of bf16 parameters (zero1/2, fsdp)
-    tp_method: str = "ring-bf16"  # the TP all-reduces of bf16 activations (NVLink inside a server)
+    # the strongest baseline a user runs is NCCL: its tuner for the fp32 gradients and the parameters' all-gather,
+    # and for TP's bf16 activations on NVLink (`-bf16`: bf16 elements); any simulation method otherwise
+    dp_method: str = "nccl"  # the all-reduce (or reduce-scatter) method of the gradients
+    ag_method: str = "nccl"  # the all-gather of bf16 parameters (zero1/2, fsdp)
+    tp_method: str = "nccl-bf16"  # the TP all-reduces of bf16 activations (NVLink inside a server)
     a2a_method: str = "a2a-direct"  # the MoE dispatch/combine all-to-all
     dp_overlap: bool = True  # DDP/FSDP: buckets all-reduced while the backward pass goes on
     bucket_bytes: int = 25 << 20  # DDP's bucket_cap_mb default (25 MiB), in bytes of the reduced tensor
@@ -53,6 +59,11 @@ class Layout:
     pp_fewer_layers: int = 0  # layers fewer on the first and on the last stage (Llama 3: 1, for the embedding/head)
 
     def __post_init__(self) -> None:
+        for f in ("dp_method", "ag_method", "tp_method"):  # old names read as the simulator reads them
+            new, deprecated = canonical_method(getattr(self, f))
+            if deprecated:
+                LOG.warning("layout %s: %s", f, deprecated)
+                object.__setattr__(self, f, new)
         for f in ("tp", "pp", "dp", "ep", "vpp", "microbatch"):
             if getattr(self, f) < 1:
                 raise LayoutError(f"layout: {f}={getattr(self, f)} must be >= 1")

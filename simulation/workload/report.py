@@ -64,30 +64,30 @@ def table(points: Sequence[dict[str, Any]]) -> str:
 
 
 def findings(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per model and scale (fat-tree, contiguous): MFU of the ring, the best method and what it is, and the
-    step's shares (bubble, exposed all-to-all, exposed gradient reduction) under the ring."""
+    """Per model and scale (fat-tree, contiguous): MFU of NCCL (its tuner, the baseline), the best method and
+    what it is, and the step's shares (bubble, exposed all-to-all, exposed gradient reduction) under NCCL."""
     rows = rows_of(points)
     out: dict[str, Any] = {}
     for p in points:
         if p["topology"].split(":")[0] != "clos" or p["placement"] != "contiguous" or not p["rows"]:
             continue
         by = {r["dp_method"]: r for r in p["rows"] if r["a2a_method"] == "a2a-direct"}
-        ring = by.get("ring")
-        if ring is None:
+        base = by.get("nccl")
+        if base is None:
             continue
         best = max(by.values(), key=lambda r: r["mfu"])
-        step = ring["step_s"]
-        bd = ring["breakdown"]
+        step = base["step_s"]
+        bd = base["breakdown"]
         dp = sum(v for k, v in bd.items() if k.startswith("dp-") or k in ("param-all-gather", "fsdp"))
         key = f"{p['model']}@{p['gpus']}"
         out[key] = {
-            "mfu_ring": ring["mfu"],
+            "mfu_nccl": base["mfu"],
             "mfu_best": best["mfu"],
             "best_method": best["dp_method"],
             "share_bubble": bd.get("bubble", 0.0) / step,
             "share_a2a": bd.get("a2a", 0.0) / step,
             "share_tp": bd.get("tp", 0.0) / step,
-            "share_dp_exposed_ring": dp / step,
+            "share_dp_exposed_nccl": dp / step,
             "share_compute": bd.get("compute", 0.0) / step,
         }
     # the spread over fabrics and placements per model, scale and method
@@ -156,7 +156,7 @@ def plot(points: Sequence[dict[str, Any]], folder: Path) -> list[str]:
             and r["placement"] == "contiguous"
             and r["topology"].startswith("clos")
             and r["a2a_method"] == "a2a-direct"
-            and r["dp_method"] in ("ring", "tree", "inc-int32", "inc-int8", "adaptive")
+            and r["dp_method"] in ("nccl", "ring-1nic", "inc-int32", "inc-int8", "adaptive")
         ]
         bottom = [0.0] * len(sel)
         for k, part in enumerate(BREAKDOWN_ORDER):

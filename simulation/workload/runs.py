@@ -33,15 +33,15 @@ WORKLOAD_TOLERANCE = 0.10
 LLAMA3_T4 = "Llama 3 paper (arXiv:2407.21783) Table 4: 405B, TP 8, CP 1, PP 16, sequence 8192, 16M tokens a batch"
 NARAYANAN_T1 = "Narayanan et al. 2021 (SC'21, arXiv:2104.04473) Table 1, A100s on Selene, achieved teraFLOP/s a GPU"
 LLAMA3_ASSUMED = (
-    "microbatch 1 sequence and interleaved 1F1B with 4 chunks a stage (the paper names the interleaved "
-    "schedule, not its depth); FSDP as ZeRO-2 (parameters not resharded after the forward), gradients "
-    "reduce-scattered in fp32 with NCCL's ring, overlapped; one layer fewer on the first and last stage "
-    "(as the paper says); a non-blocking 3-tier Clos of 400 Gb/s (the paper's RoCE fabric is 1:7 oversubscribed "
-    "above its 3,072-GPU pods, which its scheduler keeps the data-parallel traffic inside)"
+    "microbatch 1 sequence and interleaved 1F1B with 4 chunks a stage (the paper names the interleaved schedule, not "
+    "its depth); FSDP as ZeRO-2 (parameters not resharded after the forward), gradients reduce-scattered in fp32 by "
+    "NCCL (its tuner: a ring, its only reduce-scatter), overlapped; one layer fewer on the first and last stage (as "
+    "the paper says); a non-blocking 3-tier Clos of 400 Gb/s (the paper's RoCE fabric is 1:7 oversubscribed above its"
+    " 3,072-GPU pods, which its scheduler keeps the data-parallel traffic inside)"
 )
 NARAYANAN_ASSUMED = (
-    "microbatch 1, non-interleaved 1F1B (PipeDream-Flush), full activation recomputation (the paper's FLOP "
-    "count includes it), fp32 gradients all-reduced by NCCL's ring after the backward pass (Megatron-LM of "
+    "microbatch 1, non-interleaved 1F1B (PipeDream-Flush), full activation recomputation (the paper's FLOP count "
+    "includes it), fp32 gradients all-reduced by NCCL (its tuner's choice) after the backward pass (Megatron-LM of "
     "2021 did not overlap it), fp16 TP all-reduces on NVLink; DGX A100 servers on a non-blocking HDR fat-tree "
     "(radix-32 switches, so a leaf holds whole servers; Selene's have 40 ports)"
 )
@@ -76,7 +76,7 @@ def _llama(gpus: int, dp: int, published: float, role: str) -> PublishedRun:
         microbatch=1,
         global_batch=2048,
         sharding="zero2",
-        dp_method="ring",
+        dp_method="nccl",
         pp_fewer_layers=1,
     )
     return PublishedRun(
@@ -96,7 +96,7 @@ def _gpt(model: str, gpus: int, pp: int, batch: int, published: float, role: str
         sharding="ddp",
         recompute="full",
         sequence_parallel=False,
-        dp_method="ring",
+        dp_method="nccl",
         dp_overlap=False,
     )
     return PublishedRun(

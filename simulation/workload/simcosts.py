@@ -6,41 +6,73 @@ fabric, so all data-parallel groups reduce at the same time and share the links 
 their flows once, and every size is then composed from those rates (model.Evaluation.times).  A pipeline's
 point-to-point sends are one flow set (every stage boundary at once).
 
-What the simulator does not have yet is stated where it is used:
-- reduce-scatter and all-gather: derived from the all-reduce of the same network solve.  A ring all-reduce
-  is a reduce-scatter then an all-gather of the same steps, so each is half the ring's time (NCCL has only
-  ring reduce-scatter/all-gather, so `tree` falls back to the ring); an in-network reduce-scatter sends every
-  byte up the tree as the all-reduce does (only the way down shrinks), so it takes the all-reduce's time; an
-  in-network all-gather multicasts the bytes down at the lanes' full width (int32: parameters cannot be
-  narrowed), the inc-int32 all-reduce's time for those bytes.  (PLACEHOLDER until the NCCL model's
-  reduce-scatter/all-gather are merged.)
-- all-to-all: costs.placeholder_alltoall, a bandwidth bound (PLACEHOLDER until the all-to-all model is merged).
+NCCL's methods (`nccl-ring`, `nccl-tree`, `nccl`; simulation/nccl.py) are closed forms of the group's servers and
+GPUs a server: their all-reduce, reduce-scatter and all-gather are NCCL's own for that shape, on as many of
+the server's NICs as the group has GPUs there (a tree has no
+reduce-scatter or all-gather in NCCL, so `nccl-tree` runs them as NCCL's ring, as NCCL_ALGO=Tree falls back).
+They reduce in the framework's dtype: fp32 by default, bf16 with the `-bf16` suffix (`nccl-bf16`: a TP group's
+activations), as `ring-1nic` and `ring-1nic-bf16` differ.  An all-gather moves bytes whatever the method.
+
+The other methods have only an all-reduce in the simulator; their reduce-scatter and all-gather are derived
+from it (the same network solve, so the fabric and the placement count): a ring all-reduce is a reduce-scatter
+then an all-gather of the same steps, so each is half the ring's time; in-network, each is the all-reduce's time
+scaled by nccl.inc_collective's ratio for the same shape (a flat tree sends every byte up for a reduce-scatter
+and gets every byte down for an all-gather, so the busier direction is the all-reduce's: ratio 1; hier-inc's
+NVLink stage runs once instead of twice); an in-network all-gather multicasts at the lanes' full width (int32:
+parameters cannot be narrowed).
+
+All-to-all (the expert-parallel groups): the simulator's `a2a-direct` and `a2a-hier` (simulation/alltoall.py), one
+`Evaluation` of the groups at once like the other dimensions, the slowest group's time.  Only the first
+EP_GROUPS_SOLVED groups are built (a2a-direct is n(n-1) flows a group: 1,536 groups of 64 are 6.2M flows at
+98,304 GPUs).  Why that is sound where it is used: ranks are placed in order, so under contiguous placement the
+first 64 groups of 64 are the first 4,096 GPUs, one pod of a radix-128 fat-tree or rail-optimised fat-tree and
+one Dragonfly+ group, and an expert group's 8 servers sit inside it: no all-to-all flow leaves its pod, pods
+share no link, and every pod holds the same arrangement (the others are translates).  Under scattered placement
+the groups are not alike and do share upper-tier links: the solved groups then see only each other's
+contention, so the time is a lower bound (docs/workload.md says which rows are).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from simulation import topologies
+from simulation import nccl, topologies
 from simulation.engine import Engine, FlowSet
 from simulation.fabric import Fabric
-from simulation.methods import INC_METHODS, METHODS
+from simulation.methods import A2A_METHODS, INC_METHODS, METHODS, NCCL_METHODS, canonical_method, groups_of
 from simulation.model import Evaluation, Scenario
 from simulation.params import Preset
 from simulation.placement import Job, place
-from simulation.workload.costs import CollectiveError, GroupShape, placeholder_alltoall
+from simulation.trees import TreeError
+from simulation.workload.costs import CollectiveError, GroupShape
 
 LOG = logging.getLogger(__name__)
 
 # bytes on the wire per element, by method (what an all-gather of given bytes asks of the method)
-WIRE_BYTES = {"ring": 4, "ring-addr": 4, "ring-bf16": 2, "hier": 4, "hier-rail": 4, "tree": 4, "rd": 4}
+WIRE_BYTES = {"ring-1nic": 4, "ring-addr": 4, "ring-1nic-bf16": 2, "hier": 4, "hier-rail": 4, "tree-1nic": 4, "rd": 4}
 WIRE_BYTES |= {"inc-int32": 4, "inc-int16": 2, "inc-int8": 1, "hier-inc": 4}
-RING_FAMILY = ("ring", "ring-addr", "ring-bf16", "hier", "hier-rail", "rd")
+BF16 = "-bf16"  # an NCCL method reducing bf16 elements (TP activations); without it fp32 (gradients)
+WIRE_BYTES |= {m: 4 for m in NCCL_METHODS} | {m + BF16: 2 for m in NCCL_METHODS}
+RING_FAMILY = ("ring-1nic", "ring-addr", "ring-1nic-bf16", "hier", "hier-rail", "rd")
 P2P_SALT = 7  # the flow hash's salt for pipeline sends (any fixed value: one ECMP choice per flow)
+EP_GROUPS_SOLVED = 64  # expert-parallel groups built and solved (module doc)
+INC_LANES = {"inc-int32": "int32", "inc-int16": "int16", "inc-int8": "int8", "hier-inc": "int32"}
+
+
+def workload_method(method: str) -> tuple[str, str | None]:
+    """A workload method in its one spelling, and the deprecation line for an old one (the simulator's rule:
+    ring -> ring-1nic, ring-bf16 -> ring-1nic-bf16, tree -> tree-1nic)."""
+    return canonical_method(method)
+
+
+def nccl_base(method: str) -> str | None:
+    """The NCCL method behind `method` (nccl-bf16 -> nccl), or None when it is not one of NCCL's."""
+    base = method.removesuffix(BF16)
+    return base if base in NCCL_METHODS else None
 
 
 @dataclass
@@ -50,6 +82,7 @@ class _Dim:
     skipped: dict[str, str] = field(default_factory=dict)
     rate: float = math.inf  # p2p: the slowest flow's rate
     latency: float = 0.0  # p2p: the longest path's latency
+    nccl_shapes: tuple[tuple[int, int], ...] = ()  # (servers, GPUs a server) of the groups: NCCL's closed forms
 
 
 class SimCollectives:
@@ -73,6 +106,15 @@ class SimCollectives:
         self.rank_gpu = place(self.fabric, [gpus], placement, seed)[0].gpus
         self.dims: dict[str, _Dim] = {}
         self._cache: dict[tuple[str, str, float], float] = {}
+        self._nccl_server: nccl.Server | None = None
+
+    def _server(self) -> nccl.Server:
+        if self._nccl_server is None:
+            try:
+                self._nccl_server = nccl.Server.of_preset(self.preset)
+            except nccl.NcclError as ex:
+                raise CollectiveError(f"NCCL's methods on preset {self.preset.name}: {ex}") from ex
+        return self._nccl_server
 
     def _shape(self, groups: list[tuple[int, ...]]) -> GroupShape:
         first = [self.rank_gpu[r] for r in groups[0]]
@@ -85,8 +127,9 @@ class SimCollectives:
         self.dims[dim] = d
         if shape.size < 2:
             return
-        if dim == "ep":  # the all-to-all placeholder needs only the shape
-            return
+        if dim == "ep":  # the all-to-alls, on a few groups (module doc)
+            groups = groups[:EP_GROUPS_SOLVED]
+            methods = tuple(m for m in A2A_METHODS if m in methods) or A2A_METHODS
         if dim == "pp":
             pairs = [(self.rank_gpu[g[i]], self.rank_gpu[g[i + 1]]) for g in groups for i in range(len(g) - 1)]
             paths = [self.fabric.links_of(self.fabric.path(a, b, P2P_SALT)) for a, b in pairs]
@@ -100,7 +143,16 @@ class SimCollectives:
         # a group inside one server never shares its NVLink with another group: one stands for all
         if shape.per_server == shape.size:
             groups = groups[:1]
-        sim_methods = tuple(m for m in dict.fromkeys(methods) if m != "adaptive")
+        methods = tuple(workload_method(m)[0] for m in methods)
+        if any(nccl_base(m) for m in methods):
+            shapes = set()
+            for g in groups:
+                per = groups_of(self.fabric, [self.rank_gpu[r] for r in g])
+                shapes.add((len(per), max(len(x) for x in per)))
+            d.nccl_shapes = tuple(sorted(shapes))
+        sim_methods = tuple(dict.fromkeys(nccl_base(m) or m for m in methods if m != "adaptive"))
+        if dim != "ep" and any(m in A2A_METHODS for m in sim_methods):
+            raise CollectiveError(f"{dim}: the all-to-alls ({', '.join(A2A_METHODS)}) are not reductions")
         if shape.per_server == 1 and "hier-inc" in sim_methods:  # one GPU a server: no NVLink stage to add
             sim_methods = tuple(m for m in sim_methods if m != "hier-inc")
             d.skipped["hier-inc"] = "one GPU a server in these groups: hier-inc is inc-int32 without an NVLink stage"
@@ -117,7 +169,15 @@ class SimCollectives:
         )
         jobs = [Job(i, tuple(self.rank_gpu[r] for r in g)) for i, g in enumerate(groups)]
         ev = Evaluation(scenario, self.preset, self.engine, fabric=self.fabric, jobs=jobs)
-        ev.build()
+        try:
+            ev.build()
+        except TreeError as ex:  # e.g. rail-only: no switch joins the rails, so no aggregation tree spans them
+            inc = [m for m in sim_methods if m in INC_METHODS]
+            for m in inc:
+                d.skipped[m] = f"no aggregation tree for these groups on {self.fabric.name}: {ex}"
+            scenario = replace(scenario, methods=tuple(m for m in sim_methods if m not in inc))
+            ev = Evaluation(scenario, self.preset, self.engine, fabric=self.fabric, jobs=jobs)
+            ev.build()
         ev.solve()
         d.ev = ev
         d.skipped.update(ev.skipped)
@@ -132,15 +192,45 @@ class SimCollectives:
         d = self._dim(dim)
         if d.ev is None:
             return ()
-        return tuple(dict.fromkeys(p.method for p in d.ev.plans))
+        closed = [m for m in d.ev.scenario.methods if m in NCCL_METHODS and m not in d.skipped]
+        return tuple(dict.fromkeys([p.method for p in d.ev.plans] + closed))
 
     def skipped(self, dim: str) -> dict[str, str]:
         return dict(self._dim(dim).skipped)
+
+    def _nccl(self, coll: str, method: str, nbytes: float, dim: str) -> float:
+        """NCCL's time for `coll` of `nbytes` (the whole buffer) in every group of `dim`: the slowest shape's."""
+        d = self._dim(dim)
+        base = nccl_base(method)
+        assert base is not None
+        if not d.nccl_shapes or d.ev is None or base not in d.ev.scenario.methods:
+            raise CollectiveError(f"{dim}: method {method!r} was not prepared")
+        if base in d.skipped:
+            raise CollectiveError(f"{base} does not apply to the {dim} groups: {d.skipped[base]}")
+        if coll != "all-reduce" and base == "nccl-tree":  # NCCL has no tree reduce-scatter/all-gather: its ring
+            base = "nccl-ring"
+        size = max(1, int(round(nbytes)))
+        server = self._server()
+        per_server = self.preset.gpus_per_server
+        try:
+            # a group with g of a server's GPUs gets g of its NICs: the server's other GPUs are in the dimension's
+            # other groups, reducing at the same time through theirs (one GPU a server: one NIC, not eight)
+            return max(
+                nccl.nccl_collective(
+                    coll, replace(server, nics=max(1, server.nics * g // per_server)), n, size, base, g
+                ).time_s
+                for n, g in d.nccl_shapes
+            )
+        except nccl.NcclError as ex:
+            raise CollectiveError(f"{dim}: {method}: {ex}") from ex
 
     def allreduce(self, method: str, elements: float, dim: str) -> float:
         d = self._dim(dim)
         if d.shape.size < 2 or elements <= 0:
             return 0.0
+        method = workload_method(method)[0]
+        if nccl_base(method):
+            return self._nccl("all-reduce", method, elements * WIRE_BYTES[method], dim)
         if method == "adaptive":  # the fastest of the methods evaluated for this size (an offload tuner)
             return min(self.allreduce(m, elements, dim) for m in self.methods(dim) if m != "ring-addr")
         key = (dim, method, float(elements))
@@ -156,22 +246,44 @@ class SimCollectives:
             self._cache[key] = max(d.ev.times(p, size) for p in plans)
         return self._cache[key]
 
+    def _inc_ratio(self, coll: str, method: str, dim: str) -> float:
+        """nccl.inc_collective's `coll` over its all-reduce for this dimension's shape (module doc)."""
+        d = self._dim(dim)
+        g = d.shape.per_server if method == "hier-inc" else 1
+        nodes = max(1, d.shape.size // g)
+        lanes, big = INC_LANES[method], 1 << 26
+        t = nccl.inc_collective(coll, self.preset, nodes, big, lanes, g).time_s
+        return t / nccl.inc_collective("all-reduce", self.preset, nodes, big, lanes, g).time_s
+
     def reduce_scatter(self, method: str, elements: float, dim: str) -> float:
-        """PLACEHOLDER (module doc): half a ring all-reduce; an in-network all-reduce's time; tree -> ring."""
+        """NCCL's reduce-scatter for its methods; the others derived from their all-reduce (module doc)."""
+        d = self._dim(dim)
+        if d.shape.size < 2 or elements <= 0:
+            return 0.0
+        method = workload_method(method)[0]
+        if nccl_base(method):
+            return self._nccl("reduce-scatter", method, elements * WIRE_BYTES[method], dim)
         if method in INC_METHODS:
-            return self.allreduce(method, elements, dim)
-        if method == "tree":
-            method = "ring"
+            return self.allreduce(method, elements, dim) * self._inc_ratio("reduce-scatter", method, dim)
+        if method == "tree-1nic":  # NCCL has only ring reduce-scatter: a tree's is the ring's
+            method = "ring-1nic"
         if method == "adaptive":
             return min(self.reduce_scatter(m, elements, dim) for m in self.methods(dim) if m != "ring-addr")
         return self.allreduce(method, elements, dim) / 2
 
     def all_gather(self, method: str, nbytes: float, dim: str) -> float:
-        """PLACEHOLDER (module doc): half a ring all-reduce of the same wire bytes; in-network: int32 multicast."""
+        """NCCL's all-gather of the bytes for its methods; the others derived from their all-reduce (module doc)."""
+        d = self._dim(dim)
+        if d.shape.size < 2 or nbytes <= 0:
+            return 0.0
+        method = workload_method(method)[0]
+        if nccl_base(method):
+            return self._nccl("all-gather", method, nbytes, dim)
         if method in INC_METHODS:
-            return self.allreduce("inc-int32", nbytes / 4, dim)
-        if method == "tree":
-            method = "ring"
+            lanes = "hier-inc" if method == "hier-inc" else "inc-int32"  # parameters are not narrowed
+            return self.allreduce(lanes, nbytes / 4, dim) * self._inc_ratio("all-gather", lanes, dim)
+        if method == "tree-1nic":
+            method = "ring-1nic"
         if method == "adaptive":
             return min(self.all_gather(m, nbytes, dim) for m in self.methods(dim) if m != "ring-addr")
         if method not in WIRE_BYTES:
@@ -179,19 +291,23 @@ class SimCollectives:
         return self.allreduce(method, nbytes / WIRE_BYTES[method], dim) / 2
 
     def alltoall(self, method: str, nbytes: float, dim: str) -> float:
-        """PLACEHOLDER (costs.placeholder_alltoall): a bandwidth bound, no fabric contention."""
+        """The simulator's all-to-all, `nbytes` sent by each rank in all: the slowest solved group's time."""
         d = self._dim(dim)
-        p = self.preset
-        hops = 6 * (p.switch_latency + p.cable_latency)  # up and down three tiers
-        return placeholder_alltoall(
-            method,
-            nbytes,
-            d.shape,
-            p.nic_bw,
-            p.nvlink_bw or p.nic_bw,
-            p.step_overhead + hops,
-            p.nvlink_step_overhead + p.nvlink_latency,
-        )
+        if d.shape.size < 2 or nbytes <= 0:
+            return 0.0
+        if method not in A2A_METHODS:
+            raise CollectiveError(f"unknown all-to-all method {method!r}: choose from {', '.join(A2A_METHODS)}")
+        key = (dim, method, float(nbytes))
+        if key not in self._cache:
+            if d.ev is None:
+                raise CollectiveError(f"{dim}: no all-to-all was prepared")
+            if method in d.skipped:
+                raise CollectiveError(f"{method} does not apply to the {dim} groups: {d.skipped[method]}")
+            plans = [p for p in d.ev.plans if p.method == method]
+            if not plans:
+                raise CollectiveError(f"{dim}: method {method!r} was not prepared")
+            self._cache[key] = max(d.ev.times(p, max(1, int(round(nbytes)))) for p in plans)
+        return self._cache[key]
 
     def p2p(self, nbytes: float, dim: str = "pp") -> float:
         d = self._dim(dim)

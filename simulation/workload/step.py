@@ -32,7 +32,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from simulation.workload.costs import CollectiveCosts
+from simulation.workload.costs import A2A_METHODS, CollectiveCosts
 from simulation.workload.hardware import GpuSpec
 from simulation.workload.layout import Layout
 from simulation.workload.models import ModelSpec
@@ -88,7 +88,12 @@ def prepare(costs: CollectiveCosts, model: ModelSpec, layout: Layout, dp_methods
     """Register every dimension's groups with the system layer (one network solve each)."""
     layout.check(model)
     for dim, groups in dims_of(model, layout).items():
-        methods = (layout.tp_method,) if dim == "tp" else tuple(dict.fromkeys((*dp_methods, layout.ag_method)))
+        if dim == "tp":
+            methods: tuple[str, ...] = (layout.tp_method,)
+        elif dim == "ep":  # every all-to-all: a study composes the step with each from one solve
+            methods = tuple(dict.fromkeys((layout.a2a_method, *A2A_METHODS)))
+        else:
+            methods = tuple(dict.fromkeys((*dp_methods, layout.ag_method)))
         costs.prepare(dim, groups, methods)
 
 

@@ -3,7 +3,7 @@ gradient-reduction method, all-to-all method and placement?
 
 A study point is one model at one scale on one fabric and placement: its cluster is built and every parallel
 dimension solved once (simcosts.SimCollectives), then the step is composed for each gradient-reduction method
-(the all-to-all fixed at `a2a-direct`) and for each all-to-all method (the reduction fixed at `ring`).  The layouts
+(the all-to-all fixed at `a2a-direct`) and for each all-to-all method (the reduction fixed at `nccl`).  The layouts
 scale the published ones by data parallelism: Llama 3 405B as its paper trained it (TP 8, PP 16, interleaved,
 ZeRO-2) and DeepSeek-V3 as its report did (PP 16, EP 64, ZeRO-1, no TP), each data-parallel rank running as
 many microbatches of one sequence as in the published run (Llama 3's 16,384-GPU row: 16; DeepSeek-V3: 15,360
@@ -30,7 +30,9 @@ from simulation.workload.step import prepare, simulate_step
 
 LOG = logging.getLogger(__name__)
 
-DP_METHODS = ("ring", "ring-bf16", "tree", "hier-rail", "inc-int32", "inc-int16", "inc-int8", "hier-inc", "adaptive")
+# NCCL as it runs (its tuner, and its ring and tree forced) first: the baseline every other method is compared with
+DP_METHODS = ("nccl", "nccl-ring", "nccl-tree", "ring-1nic", "hier-rail")
+DP_METHODS += ("inc-int32", "inc-int16", "inc-int8", "hier-inc", "adaptive")
 TOPOLOGIES = ("clos:radix=128", "rail:radix=128", "rail-only:radix=128", "dragonfly+:radix=128")
 PLACEMENTS = ("contiguous", "scattered")
 # (model, its layout without dp, microbatches a data-parallel rank): dp fills the GPUs
@@ -72,14 +74,14 @@ def run_point(point: Point, engine: Engine | None = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     dp_methods = tuple(m for m in point.dp_methods if m != "adaptive")
-    if layout.sharding != "ddp" and "tree" in dp_methods:  # reduce-scatter: NCCL's tree has none, the ring's row
-        dp_methods = tuple(m for m in dp_methods if m != "tree")
-        skipped["tree"] = "NCCL has no tree reduce-scatter (ZeRO reduce-scatters the gradients): the ring's row"
+    if layout.sharding != "ddp" and "nccl-tree" in dp_methods:  # reduce-scatter: NCCL's tree has none
+        dp_methods = tuple(m for m in dp_methods if m != "nccl-tree")
+        skipped["nccl-tree"] = "NCCL has no tree reduce-scatter (ZeRO reduce-scatters the gradients): nccl-ring's row"
     prepare(costs, model, layout, dp_methods)
     gpu = get_gpu("h100")
     a2a = point.a2a_methods if model.moe else ("a2a-direct",)
     combos = [(m, "a2a-direct") for m in point.dp_methods if m not in skipped]
-    combos += [("ring", a) for a in a2a if a != "a2a-direct"]
+    combos += [(layout.dp_method, a) for a in a2a if a != "a2a-direct"]
     for dp_method, a2a_method in combos:
         lo = replace(layout, dp_method=dp_method, a2a_method=a2a_method)
         try:

@@ -27,7 +27,7 @@ def _simulate(*args: str) -> subprocess.CompletedProcess[str]:
         (["--model", "llama3-7b"], "unknown model 'llama3-7b'"),
         (["--model", "llama3-8b", "--layout", "tp=8,bogus=1"], "unknown key 'bogus'"),
         (["--model", "llama3-8b", "--layout", "tp=8,dp=3,gbs=4"], "not a whole number"),
-        (["--model", "llama3-8b", "--layout", "tp=8,dp=2", "--dp-methods", "ring,nope"], "--dp-methods nope"),
+        (["--model", "llama3-8b", "--layout", "tp=8,dp=2", "--dp-methods", "nccl,nope"], "--dp-methods nope"),
         (["--model", "llama3-8b", "--layout", "tp=8,dp=2", "--gpu", "v100"], "unknown GPU 'v100'"),
         (["--model", "llama3-8b", "--layout", "tp=8,dp=2", "--topology", "torus:4"], "unknown topology"),
         (["--model", "deepseek-v3", "--layout", "dp=8,ep=3"], "ep=3 must divide dp=8"),
@@ -44,20 +44,20 @@ def test_bad_input_is_refused_in_one_line(args: list[str], words: str) -> None:
 def test_a_step_breakdown_is_printed_per_method() -> None:
     run = _simulate(
         "--model", "llama3-70b", "--layout", "tp=8,pp=2,dp=4,gbs=32,sharding=zero1", "--topology", "rail:radix=16",
-        "--dp-methods", "ring,inc-int8",
+        "--dp-methods", "nccl,inc-int8",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     out = run.stdout
     assert "llama3-70b" in out and "64 H100 GPUs" in out
-    rows = [line.split() for line in out.splitlines() if line.startswith(("ring ", "inc-int8 "))]
-    assert [r[0] for r in rows] == ["ring", "inc-int8"]
+    rows = [line.split() for line in out.splitlines() if line.startswith(("nccl ", "inc-int8 "))]
+    assert [r[0] for r in rows] == ["nccl", "inc-int8"]
     header = next(line.split() for line in out.splitlines() if line.startswith("dp method"))
     for r in rows:
         parts = dict(zip(header[4:], map(float, r[3:])))
         assert sum(parts.values()) == pytest.approx(float(r[1]), abs=1e-3)  # the split adds up to the step
         assert 0 < float(r[2].rstrip("%")) < 100
-    ring, inc = (float(r[1]) for r in rows)
-    assert inc <= ring
+    base, inc = (float(r[1]) for r in rows)
+    assert inc <= base
 
 
 @needs_simgrid
@@ -87,7 +87,7 @@ def test_make_simulate_adds_the_study_and_the_validation_to_summary(
 
     from simulation.workload import cli, study
 
-    small = study.Point("llama3-405b", 2048, "clos:radix=32", "contiguous", ("ring", "inc-int8", "adaptive"))
+    small = study.Point("llama3-405b", 2048, "clos:radix=32", "contiguous", ("nccl", "inc-int8", "adaptive"))
     monkeypatch.setattr(study, "points", lambda: [small])
     (tmp_path / "summary.json").write_text(json.dumps({"validation": {"closed_form_max_rel_error": 0.001}}))
     line = cli.study(tmp_path, 1, no_validate=False)

@@ -82,3 +82,14 @@ def test_layout_spec_is_parsed_and_bad_ones_refused_in_one_line() -> None:
         Layout(dp=8, ep=2).check(get_model("llama3-8b"))
     with pytest.raises(LayoutError, match="attention heads"):
         Layout(tp=3).check(get_model("llama3-8b"))
+
+
+def test_layout_defaults_are_nccl_and_old_names_read_with_a_deprecation(caplog: pytest.LogCaptureFixture) -> None:
+    """The baseline a user runs is NCCL; the single-NIC names of before read as the simulator reads them."""
+    lo = Layout()
+    assert (lo.dp_method, lo.ag_method, lo.tp_method) == ("nccl", "nccl", "nccl-bf16")
+    with caplog.at_level("WARNING"):
+        old = parse_layout("dp_method=ring,ag_method=ring-bf16,tp_method=tree")
+    assert (old.dp_method, old.ag_method, old.tp_method) == ("ring-1nic", "ring-1nic-bf16", "tree-1nic")
+    assert sum("is now" in r.getMessage() for r in caplog.records) == 3
+    assert Layout.from_dict(old.to_dict()) == old

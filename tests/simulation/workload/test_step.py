@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from simulation.workload.costs import GroupShape, placeholder_alltoall
 from simulation.workload.hardware import get_gpu
 from simulation.workload.layout import Layout
 from simulation.workload.models import get_model
@@ -103,14 +102,3 @@ def test_moe_all_to_all_is_on_the_critical_path_unless_hidden() -> None:
     layers = 31  # ceil(61 / 2) on the busiest stage
     per = 4096 * m.top_k * m.hidden * 2 * 1e-11
     assert r.breakdown["a2a"] == pytest.approx(4 * 4 * layers * m.moe_layers / m.layers * per, rel=1e-9)
-
-
-def test_placeholder_alltoall_is_its_bandwidth_bound() -> None:
-    shape = GroupShape(size=64, per_server=8, instances=1)
-    nic, nv = 50e9, 450e9
-    t = placeholder_alltoall("a2a-direct", 64e6, shape, nic, nv, 0.0, 0.0)
-    assert t == pytest.approx(64e6 * 56 / 64 / nic)
-    hier = placeholder_alltoall("a2a-hier", 64e6, shape, nic, nv, 0.0, 0.0)
-    assert hier == pytest.approx(t)  # NVLink is 9x the NIC: the forwarding hop hides
-    inside = placeholder_alltoall("a2a-direct", 64e6, GroupShape(8, 8, 1), nic, nv, 0.0, 0.0)
-    assert inside == pytest.approx(64e6 * 7 / 8 / nv)
