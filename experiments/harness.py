@@ -553,6 +553,16 @@ def results_dir(config: ExperimentConfig, when: datetime | None = None) -> Path:
     return config.results_root / f"{stamp}_{config.label()}"
 
 
+def open_results(config: ExperimentConfig, out_dir: Path | None = None) -> tuple[Path, Path]:
+    """The run's folder (a new dated one unless `out_dir` is given) and its logs/ folder, both made: every
+    experiment's results folder has the same shape."""
+    out = out_dir or results_dir(config)
+    out.mkdir(parents=True, exist_ok=True)
+    log_dir = out / "logs"
+    log_dir.mkdir(exist_ok=True)
+    return out, log_dir
+
+
 def environment(config: ExperimentConfig) -> dict[str, Any]:
     """Everything needed to tell two runs apart: software versions, back end, program hash, machine."""
 

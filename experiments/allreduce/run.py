@@ -25,7 +25,7 @@ from experiments.harness import (
     emulated_fabric,
     environment,
     method_order,
-    results_dir,
+    open_results,
     select_hosts,
     timeouts,
 )
@@ -112,10 +112,7 @@ def run_experiment(
                 rail_layout([model.host(h).switch for h in hosts])
             except ValueError as ex:
                 raise ConfigError(f"{n} hosts on {config.topology}: {ex}") from ex
-    out = out_dir or results_dir(config)
-    out.mkdir(parents=True, exist_ok=True)
-    log_dir = out / "logs"
-    log_dir.mkdir(exist_ok=True)
+    out, log_dir = open_results(config, out_dir)
     result = ExperimentResult(config, out_dir=out, environment=environment(config))
     result.environment["worker_timeouts_s"] = timeouts(config)
     t0 = clock.now()

@@ -21,7 +21,6 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from experiments.harness import (
     check_program,
     emulated_fabric,
     environment,
+    open_results,
     select_hosts,
 )
 from hosts import clock
@@ -179,11 +179,6 @@ class DdpRunner(Runner):
                     )
 
 
-def results_dir(config: DdpConfig, when: datetime | None = None) -> Path:
-    stamp = (when or datetime.now()).strftime("%Y-%m-%d_%H%M%S")
-    return config.fabric.results_root / f"{stamp}_{config.fabric.label()}"
-
-
 def run_ddp(
     config: DdpConfig, *, out_dir: Path | None = None, progress: ProgressFn | None = None, write: bool = True
 ) -> DdpResult:
@@ -194,10 +189,7 @@ def run_ddp(
     topo = load_topology(config.fabric.topology)
     for n in config.fabric.host_counts:
         select_hosts(topo, n)
-    out = out_dir or results_dir(config)
-    out.mkdir(parents=True, exist_ok=True)
-    log_dir = out / "logs"
-    log_dir.mkdir(exist_ok=True)
+    out, log_dir = open_results(config.fabric, out_dir)
     env = environment(config.fabric)
     try:
         env["packages"]["torch"] = metadata.version("torch")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from experiments.harness import (
     check_program,
     emulated_fabric,
     environment,
+    open_results,
     select_hosts,
 )
 from experiments.train import results as training
@@ -214,11 +214,6 @@ def _rank_step(n: int, method: str, rank: int, rec: dict[str, Any]) -> RankStep:
     )
 
 
-def results_dir(config: TrainingConfig, when: datetime | None = None) -> Path:
-    stamp = (when or datetime.now()).strftime("%Y-%m-%d_%H%M%S")
-    return config.fabric.results_root / f"{stamp}_{config.fabric.label()}"
-
-
 def run_training(
     config: TrainingConfig, *, out_dir: Path | None = None, progress: ProgressFn | None = None, write: bool = True
 ) -> TrainingResult:
@@ -229,10 +224,7 @@ def run_training(
     topo = load_topology(config.fabric.topology)
     for n in config.fabric.host_counts:
         select_hosts(topo, n)
-    out = out_dir or results_dir(config)
-    out.mkdir(parents=True, exist_ok=True)
-    log_dir = out / "logs"
-    log_dir.mkdir(exist_ok=True)
+    out, log_dir = open_results(config.fabric, out_dir)
     env = environment(config.fabric)
     try:
         env["packages"]["scikit-learn"] = metadata.version("scikit-learn")
