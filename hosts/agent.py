@@ -175,11 +175,17 @@ class Agent:
             return self._inc_worker(job)
         return self._host_method(m, ring)
 
-    def _inc_worker(self, job: JobTicket) -> Any:
+    def _inc_worker(self, job: JobTicket, rank: int | None = None, workers: int | None = None) -> Any:
+        """The worker of this install, as job rank `rank` of `workers` (None: the agent's own rank and count)."""
         from hosts.inc_worker import IncJob, IncWorker
         from hosts.transport import RawSocketTransport, interface_endpoint
 
+        rank = self.cfg.rank if rank is None else rank
+        workers = self.cfg.workers if workers is None else workers
         key = ("inc", job.job_id, job.install)
+        old_worker = self._workers.get(key)
+        if old_worker is not None and (old_worker.job.rank, old_worker.job.n_workers) != (rank, workers):
+            self._workers.pop(key).close()  # same install, other seat: never reuse its epochs or rank
         if key not in self._workers:
             if self._transport is None:
                 if not self.cfg.iface:
@@ -193,8 +199,8 @@ class Agent:
             self._workers[key] = IncWorker(
                 IncJob(
                     job_id=job.job_id,
-                    rank=self.cfg.rank,
-                    n_workers=self.cfg.workers,
+                    rank=rank,
+                    n_workers=workers,
                     slot_count=job.slots,
                     up_lanes=job.up_lanes,
                     down_lanes=job.down_lanes,
@@ -254,11 +260,21 @@ class Agent:
         return self._workers[key]
 
     # -- one step --------------------------------------------------------------------------------
-    def run_step(self, cmd: StepCommand) -> dict[str, Any]:
+    def run_step(self, cmd: StepCommand) -> dict[str, Any] | None:
+        """The step's report; None if this agent takes no part in it (a standby not called, a rank left out)."""
         step, m = cmd.step, method(cmd.method)
         size, iteration, kind, seed = cmd.size, cmd.iteration, cmd.input, cmd.seed
-        worker = self._worker(m, cmd.job, cmd.ring)
-        x = workload.make_input(kind, size, self.cfg.rank, seed, iteration)
+        seat = cmd.seat(self.cfg.rank, self.cfg.workers)
+        if seat is None:
+            return None
+        job_rank, job_workers, input_rank = seat
+        if m.in_network:
+            assert cmd.job is not None
+            worker = self._inc_worker(cmd.job, job_rank, job_workers)
+        else:
+            worker = self._worker(m, cmd.job, cmd.ring)
+        # a spare rebuilds the dead rank's input from the step's seed and iteration (hosts.workload)
+        x = workload.make_input(kind, size, input_rank, seed, iteration)
         _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
         failovers: list[dict[str, Any]] = []
         if m.in_network:
@@ -275,6 +291,10 @@ class Agent:
             "t_release": released,
             **stats.to_dict(),
             "digest": result_digest(result),
+            # whose inputs the result sums: every rank's, or the survivors' after a host died (never implied)
+            "sum_over": list(range(self.cfg.workers)) if cmd.inputs is None and cmd.members is None else
+            list(cmd.inputs if cmd.inputs is not None else cmd.members or ()),
+            "input_rank": input_rank,
         }
         report["latency_s"] = stats.t_done - released  # from the common start, on the shared clock
         if failovers:
@@ -288,7 +308,7 @@ class Agent:
             report["false_alarms"] = worker.false_alarms
         if cmd.checker == self.cfg.rank:
             used = method("ring") if report.get("fallback") == "ring" else m
-            report.update(self._check(used, result, kind, size, seed, iteration, worker))
+            report.update(self._check(used, result, kind, size, seed, iteration, worker, report["sum_over"]))
         kept = m.in_network and report.get("fallback") is None and getattr(worker, "last_partial", None) is not None
         self._finished = {"step": step, "cmd": cmd, "worker": worker, "report": report} if kept else None
         return report
@@ -307,7 +327,7 @@ class Agent:
                     f"was {done['step'] if done else 'none'}"
                 )
             cmd, worker, report = done["cmd"], done["worker"], dict(done["report"])
-            x = workload.make_input(cmd.input, cmd.size, self.cfg.rank, cmd.seed, cmd.iteration)
+            x = workload.make_input(cmd.input, cmd.size, int(report["input_rank"]), cmd.seed, cmd.iteration)
         except Exception as ex:  # the others wait at the barrier for this rank: tell them, then report
             with contextlib.suppress(Exception):
                 self.client.decided_exchange(
@@ -452,19 +472,28 @@ class Agent:
             cmd = dataclasses.replace(cmd, job=job)
             worker.on_stall = None
             worker.clear_notice()  # answered: a notice does not end the redo's wait (a later one will)
-            worker = self._inc_worker(job)  # the same worker on a false alarm (same install), else a new one
+            # the same worker on a false alarm (same install), else a new one; in the same seat of the job
+            worker = self._inc_worker(job, worker.job.rank, worker.job.n_workers)
             worker.realign()  # every rank from the same shadow copies (a rejoined one had advanced its own)
 
     def _check(
-        self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int, worker: Any
+        self,
+        m: Method,
+        result: np.ndarray,
+        kind: str,
+        size: int,
+        seed: int,
+        iteration: int,
+        worker: Any,
+        sum_over: list[int],
     ) -> dict[str, Any]:
-        """Against numpy's float64 sum of every rank's input for this iteration (not timed)."""
+        """Against numpy's float64 sum of the inputs of `sum_over` for this iteration (not timed)."""
         t0 = clock.now()
-        reference, magnitude = workload.reference_sum(kind, size, self.cfg.workers, seed, iteration)
+        reference, magnitude = workload.reference_sum(kind, size, len(sum_over), seed, iteration, ranks=sum_over)
         if m.in_network:
             bound = workload.inc_bound(reference, worker.last_plan)
         else:
-            bound = workload.ring_bound(magnitude, self.cfg.workers, m.wire)
+            bound = workload.ring_bound(magnitude, len(sum_over), m.wire)
         acc = workload.accuracy(result, reference, bound).to_dict()
         acc["rel_l2_target"] = m.rel_l2_target
         acc["check_s"] = clock.now() - t0
@@ -545,7 +574,10 @@ class Agent:
                 if cmd.get("op") == "train":
                     report = self.run_train(cmd)
                 else:
-                    report = self.run_step(StepCommand.from_dict(cmd))
+                    step_report = self.run_step(StepCommand.from_dict(cmd))
+                    if step_report is None:  # not this agent's step (a standby, a rank left out)
+                        continue
+                    report = step_report
             except Exception as ex:  # the step failed here; the runner decides what happens next
                 LOG.exception("step %d (%s) failed", last, cmd.get("method"))
                 report = {

@@ -84,7 +84,8 @@ class _LocalHub:
         on_release: Callable[[str], None] | None = None,
         decide: Callable[[str, list[Any]], Any] | None = None,
     ) -> None:
-        self.size = size
+        # the ranks a barrier waits for: 0..size-1 until the runner names the survivors (set_members)
+        self.members: tuple[int, ...] = tuple(range(size))
         self.decide = decide  # called by the last arrival with every rank's value; its answer goes to all
         self.decisions: dict[str, Any] = {}
         self.cond = threading.Condition()
@@ -94,10 +95,25 @@ class _LocalHub:
         self.on_release = on_release  # called by the last arrival, before anyone is released
         self.failure: str | None = None  # set when a rank gave up: nobody waits for it any more
 
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
     def fail(self, why: str) -> None:
         with self.cond:
             self.failure = self.failure or why
             self.cond.notify_all()
+
+    def set_members(self, members: Sequence[int]) -> None:
+        """Barriers from now on wait for these ranks (in this order in every answer), and a failure that named a
+        rank no longer among them is over: a job that goes on without a dead host, or with a spare in its place."""
+        with self.cond:
+            self.members = tuple(members)
+            self.failure = None
+            self.cond.notify_all()
+
+    def complete(self, tag: str) -> bool:
+        return all(r in self.values[tag] for r in self.members)
 
 
 class LocalGroup:
@@ -125,12 +141,14 @@ class LocalGroup:
         with hub.cond:
             if self.rank in hub.values[tag]:
                 raise CoordinationError(f"rank {self.rank} contributed to {tag!r} twice")
+            if self.rank not in hub.members:
+                raise CoordinationError(f"rank {self.rank} is not a member of {tag!r} (members {list(hub.members)})")
             hub.values[tag][self.rank] = value
-            if len(hub.values[tag]) == hub.size:
+            if hub.complete(tag):
                 if hub.on_release is not None:
                     hub.on_release(tag)
                 if hub.decide is not None:
-                    values = [hub.values[tag][r] for r in range(hub.size)]
+                    values = [hub.values[tag][r] for r in hub.members]
                     try:
                         hub.decisions[tag] = hub.decide(tag, values)
                     except Exception as ex:  # the ranks get the reason instead of a hang
@@ -138,12 +156,12 @@ class LocalGroup:
                         hub.decisions[tag] = {"error": f"{type(ex).__name__}: {ex}"}
                 hub.released[tag] = clock.now()
             hub.cond.notify_all()
-            arrived = hub.cond.wait_for(lambda: len(hub.values[tag]) == hub.size or hub.failure, self.timeout_s)
-            if hub.failure and len(hub.values[tag]) < hub.size:
+            arrived = hub.cond.wait_for(lambda: hub.complete(tag) or hub.failure, self.timeout_s)
+            if hub.failure and not hub.complete(tag):
                 raise CoordinationError(f"{tag!r}: {hub.failure}")
             if not arrived:
                 raise CoordinationError(f"{tag!r}: only ranks {sorted(hub.values[tag])} arrived in {self.timeout_s}s")
-            out = [hub.values[tag][r] for r in range(hub.size)]
+            out = [hub.values[tag][r] for r in hub.members]
             released = hub.released[tag]
             decision = hub.decisions.get(tag)
             hub.taken[tag] += 1
@@ -181,8 +199,12 @@ class CoordinatorServer:
         on_release: Callable[[str], None] | None = None,
         decide: Callable[[str, list[Any]], Any] | None = None,
         ask: Callable[[str, int, Any], Any] | None = None,
+        standby: int = 0,
     ) -> None:
         self.size = size
+        # hot-standby agents, ranks size..size+standby-1: they take no step until the runner names one a member
+        # (set_members) in a dead rank's place
+        self.standby = standby
         self.timeout_s = timeout_s
         self.ask = ask  # one rank's question, answered at once (no barrier): e.g. "is my job's tree alive?"
         self._hub = _LocalHub(size, on_release, decide)
@@ -239,8 +261,8 @@ class CoordinatorServer:
 
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
         rank = int(msg["rank"])
-        if not 0 <= rank < self.size:
-            raise CoordinationError(f"rank {rank} not in 0..{self.size - 1}")
+        if not 0 <= rank < self.size + self.standby:
+            raise CoordinationError(f"rank {rank} not in 0..{self.size + self.standby - 1}")
         if msg["op"] == "exchange":
             tag = str(msg["tag"])
             call_in = msg.get("call_in")
@@ -296,6 +318,23 @@ class CoordinatorServer:
         with self._notices_cond:
             self._notices_cond.wait_for(lambda: len(self._notices) > after, wait_s)
             return self._notices[after:]
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        """The ranks that barriers and step reports wait for."""
+        return self._hub.members
+
+    def set_members(self, members: Sequence[int]) -> None:
+        """Barriers and step reports wait for these ranks from now on (survivors, or survivors and a spare)."""
+        known = range(self.size + self.standby)
+        bad = [r for r in members if r not in known or r in self.lost]
+        if bad or len(set(members)) != len(members) or not members:
+            raise CoordinationError(
+                f"members {list(members)}: each rank once, none lost ({sorted(self.lost)}), all in 0..{known.stop - 1}"
+            )
+        self._hub.set_members(members)
+        with self._commands_cond:
+            self._commands_cond.notify_all()
 
     def start(self) -> CoordinatorServer:
         self._thread.start()
@@ -370,11 +409,15 @@ class CoordinatorServer:
     def step_reports(
         self, step: int, timeout_s: float, alive: Callable[[], bool] = lambda: True
     ) -> dict[int, dict[str, Any]]:
-        """Every rank's report of `step`; fewer if the timeout passes, `alive()` turns False or the ranks that
+        """Every member's report of `step`; fewer if the timeout passes, `alive()` turns False or the members that
         have not reported are gone (`lost`)."""
         deadline = clock.now() + timeout_s
         with self._commands_cond:
-            while len(set(self._step_reports[step]) | self.lost) < self.size and clock.now() < deadline and alive():
+            while (
+                not set(self.members) <= set(self._step_reports[step]) | self.lost
+                and clock.now() < deadline
+                and alive()
+            ):
                 self._commands_cond.wait(min(0.2, max(0.0, deadline - clock.now())))
             return dict(self._step_reports[step])
 
@@ -492,8 +535,13 @@ class CheckOutcome:
     problems: tuple[str, ...]
 
 
-def check_reports(reports: Sequence[dict[str, Any]], size: int | None = None) -> CheckOutcome:
+def check_reports(
+    reports: Sequence[dict[str, Any]], size: int | None = None, sum_over: Sequence[int] | None = None
+) -> CheckOutcome:
     """Every worker got the same sum, and each sum is within its error bound of numpy's.
+
+    sum_over: the input ranks the runner expects the sum to be over (every rank, or the survivors of a dead
+    host); a report that says otherwise (a survivors' sum passed off as the full one, or the reverse) fails.
 
     Each report carries 'digest' (of its result) and 'max_error_ratio': the
     largest |result - float64 numpy sum of all inputs| / bound over the
@@ -506,6 +554,10 @@ def check_reports(reports: Sequence[dict[str, Any]], size: int | None = None) ->
     if len(digests) != 1:
         problems.append(f"workers disagree on the sum: digests {sorted(map(str, digests))}")
     for r in reports:
+        if sum_over is not None and "error" not in r and sorted(r.get("sum_over") or ()) != sorted(sum_over):
+            problems.append(
+                f"rank {r.get('rank')}: reports a sum over ranks {r.get('sum_over')}, expected {sorted(sum_over)}"
+            )
         if "error" in r:
             problems.append(f"rank {r.get('rank')}: {r['error']}")
         elif not r.get("max_error_ratio", float("inf")) <= 1.0:
