@@ -101,6 +101,9 @@ class Agent:
         # other ranks detect after it finished calls it back to redo their missing chunks (rejoin)
         self._finished: dict[str, Any] | None = None
         self.notices: list[FailureNotice] = []  # every failure notice this agent's watcher took
+        # job id -> the next epoch of the last worker of that job this agent dropped (a redo after a host died
+        # goes on from there: hosts.agent.Agent.run_step)
+        self._last_epoch: dict[int, int] = {}
         self._watcher: threading.Thread | None = None
         self._watch_client: CoordinatorClient | None = None
         self._stop = threading.Event()
@@ -194,7 +197,9 @@ class Agent:
                 self._transport = RawSocketTransport(self.cfg.iface, self._endpoint.ip)
             # a reinstalled job (new token) starts its epochs afresh; the old worker is dropped
             for old in [k for k in self._workers if k[0] == "inc" and k[1] == job.job_id]:
-                self._workers.pop(old).close()
+                dropped = self._workers.pop(old)
+                self._last_epoch[job.job_id] = dropped.epoch
+                dropped.close()
             assert self._endpoint is not None
             self._workers[key] = IncWorker(
                 IncJob(
@@ -275,7 +280,20 @@ class Agent:
             worker = self._worker(m, cmd.job, cmd.ring)
         # a spare rebuilds the dead rank's input from the step's seed and iteration (hosts.workload)
         x = workload.make_input(kind, size, input_rank, seed, iteration)
-        _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
+        if cmd.members is None:
+            _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
+        else:
+            # A step redone after a host died runs on a new install. Frames of the interrupted one may still be in
+            # flight; started afresh from epoch 1 one could open a cell under an epoch the redo is yet to use and
+            # hold it. So the members agree to go on from the furthest epoch any of them reached (a spare has
+            # none), as a fail-over does; a ticket's own first_epoch wins.
+            mine = self._last_epoch.get(cmd.job.job_id, -1) if cmd.job is not None else -1
+            values, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [mine, size]))
+            same_size(values, f"step-{step}")
+            furthest = max(int(v[0]) for v in values)
+            if m.in_network and cmd.job is not None and cmd.job.first_epoch is None and furthest >= 0:
+                if worker.calls == 0:
+                    worker.job = dataclasses.replace(worker.job, first_epoch=furthest)
         failovers: list[dict[str, Any]] = []
         if m.in_network:
             result, worker = self._inc_allreduce(worker, x, cmd, step, failovers)
@@ -292,8 +310,7 @@ class Agent:
             **stats.to_dict(),
             "digest": result_digest(result),
             # whose inputs the result sums: every rank's, or the survivors' after a host died (never implied)
-            "sum_over": list(range(self.cfg.workers)) if cmd.inputs is None and cmd.members is None else
-            list(cmd.inputs if cmd.inputs is not None else cmd.members or ()),
+            "sum_over": self._sum_over(cmd),
             "input_rank": input_rank,
         }
         report["latency_s"] = stats.t_done - released  # from the common start, on the shared clock
@@ -312,6 +329,12 @@ class Agent:
         kept = m.in_network and report.get("fallback") is None and getattr(worker, "last_partial", None) is not None
         self._finished = {"step": step, "cmd": cmd, "worker": worker, "report": report} if kept else None
         return report
+
+    def _sum_over(self, cmd: StepCommand) -> list[int]:
+        """The input ranks the step's result sums: every rank's, or those of its members (a survivors' sum)."""
+        if cmd.members is None:
+            return list(range(self.cfg.workers))
+        return list(cmd.inputs if cmd.inputs is not None else cmd.members)
 
     def rejoin(self, call: dict[str, Any]) -> dict[str, Any]:
         """Called back to a switch-failure barrier of a step this agent finished: the others lack chunks whose

@@ -250,7 +250,13 @@ class CoordinatorServer:
         base = socketserver.ThreadingUnixStreamServer if family == socket.AF_UNIX else socketserver.ThreadingTCPServer
         base.allow_reuse_address = True
         base.daemon_threads = True
-        self._server = base(sockaddr, Handler)
+
+        class Server(base):  # type: ignore[valid-type,misc]
+            # every agent opens two connections (commands, notices), standby agents too, all at start: the
+            # default backlog of 5 refuses a Unix socket's connect with EAGAIN while the accept thread catches up
+            request_queue_size = 128
+
+        self._server = Server(sockaddr, Handler)
         if family == socket.AF_UNIX:
             self.address = f"unix:{sockaddr}"
         else:
@@ -565,4 +571,31 @@ def check_reports(
                 f"rank {r.get('rank')}: error {r.get('max_abs_error')} exceeds its bound "
                 f"(ratio {r.get('max_error_ratio')})"
             )
+    return CheckOutcome(not problems, tuple(problems))
+
+
+def check_step(
+    reports: dict[int, dict[str, Any]], members: Sequence[int], sum_over: Sequence[int], checker: int
+) -> CheckOutcome:
+    """One step of agents (hosts.agent) as the runner judges it: every member reported without an error, all
+    hold the same sum, the checker's comparison with numpy is within its bound, and every report says the sum is
+    over exactly `sum_over`, the inputs the runner expects (after a host died: the survivors', unless a spare
+    took its place). A survivors' sum passed off as the full one fails here, twice: the checker compares it with
+    the sum of the inputs it claims, and the claim is not the runner's."""
+    problems = [f"member {r} did not report" for r in members if r not in reports]
+    problems += [f"rank {r} is no member of the step" for r in reports if r not in members]
+    got = [reports[r] for r in members if r in reports]
+    problems += [f"rank {r.get('rank')}: {r['error']}" for r in got if "error" in r]
+    if len({r.get("digest") for r in got}) > 1:
+        problems.append(f"members disagree on the sum: digests {sorted({str(r.get('digest')) for r in got})}")
+    expected = sorted(sum_over)
+    for r in got:
+        if "error" not in r and sorted(r.get("sum_over") or ()) != expected:
+            problems.append(f"rank {r.get('rank')}: reports a sum over ranks {r.get('sum_over')}, expected {expected}")
+    check = reports.get(checker, {})
+    if "error" not in check and not check.get("max_error_ratio", float("inf")) <= 1.0:
+        problems.append(
+            f"checker rank {checker}: error {check.get('max_abs_error')} exceeds its bound "
+            f"(ratio {check.get('max_error_ratio')})"
+        )
     return CheckOutcome(not problems, tuple(problems))

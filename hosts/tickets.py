@@ -124,7 +124,9 @@ class _Checked:
         out: dict[str, Any] = {}
         for f in _fields(self):
             value = getattr(self, f.name)
-            out[f.name] = value.to_dict() if isinstance(value, _Checked) else list(value) if isinstance(value, tuple) else value
+            out[f.name] = (
+                value.to_dict() if isinstance(value, _Checked) else list(value) if isinstance(value, tuple) else value
+            )
         return out
 
     @classmethod
@@ -218,7 +220,9 @@ class StepCommand(_Checked):
             if not self.members or len(set(self.members)) != len(self.members):
                 raise TicketError(f"StepCommand.members: {list(self.members)}: each agent once, at least one")
             if not METHODS[self.method].in_network:
-                raise TicketError(f"StepCommand.members: {self.method} is a host method; only in-network jobs change members")
+                raise TicketError(
+                    f"StepCommand.members: {self.method} is a host method; only in-network jobs change members"
+                )
         if self.inputs is not None:
             if self.members is None or len(self.inputs) != len(self.members):
                 raise TicketError("StepCommand.inputs: one input rank per member (and members given)")
