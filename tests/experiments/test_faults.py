@@ -129,6 +129,13 @@ def test_faults_cli_refuses_a_bad_loss_rate(tmp_path: Path) -> None:
     assert done.returncode == 2 and "fractions in (0, 1)" in done.stderr, done.stderr
 
 
+def test_faults_cli_refuses_a_bad_host_policy(tmp_path: Path) -> None:
+    done = faults_cli(tmp_path, "--host-policy", "shrink,respawn")
+    assert done.returncode == 2 and "unknown host policy respawn" in done.stderr, done.stderr
+    done = faults_cli(tmp_path, "--hosts", "4", "--host-policy", "shrink", "--host-runs", "3")
+    assert done.returncode == 2 and "fewer than 2 of 4 hosts" in done.stderr, done.stderr
+
+
 def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_check: None) -> None:
     # no loss sweep, no flips, no kill: every link end copies 3% of its packets and holds 5% back
     cfg = FaultsConfig(
