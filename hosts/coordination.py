@@ -541,13 +541,8 @@ class CheckOutcome:
     problems: tuple[str, ...]
 
 
-def check_reports(
-    reports: Sequence[dict[str, Any]], size: int | None = None, sum_over: Sequence[int] | None = None
-) -> CheckOutcome:
+def check_reports(reports: Sequence[dict[str, Any]], size: int | None = None) -> CheckOutcome:
     """Every worker got the same sum, and each sum is within its error bound of numpy's.
-
-    sum_over: the input ranks the runner expects the sum to be over (every rank, or the survivors of a dead
-    host); a report that says otherwise (a survivors' sum passed off as the full one, or the reverse) fails.
 
     Each report carries 'digest' (of its result) and 'max_error_ratio': the
     largest |result - float64 numpy sum of all inputs| / bound over the
@@ -560,10 +555,6 @@ def check_reports(
     if len(digests) != 1:
         problems.append(f"workers disagree on the sum: digests {sorted(map(str, digests))}")
     for r in reports:
-        if sum_over is not None and "error" not in r and sorted(r.get("sum_over") or ()) != sorted(sum_over):
-            problems.append(
-                f"rank {r.get('rank')}: reports a sum over ranks {r.get('sum_over')}, expected {sorted(sum_over)}"
-            )
         if "error" in r:
             problems.append(f"rank {r.get('rank')}: {r['error']}")
         elif not r.get("max_error_ratio", float("inf")) <= 1.0:
