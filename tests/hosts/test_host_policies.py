@@ -227,3 +227,20 @@ def test_step_command_members_and_inputs() -> None:
             dataclasses.replace(plain, **bad)
     with pytest.raises(TicketError, match="expected a list"):
         StepCommand.from_dict({**cmd.to_dict(), "members": 3})
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rank", "1", "--workers", "3", "--standby"], "a standby agent's rank follows the workers'"),
+        (["--rank", "3", "--workers", "3"], "ranks of 3 workers are 0..2"),
+    ],
+)
+def test_the_agent_command_refuses_a_standby_among_the_workers(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hosts.cli import main
+
+    with pytest.raises(SystemExit) as ex:
+        main(["agent", "--coord", "unix:/nonexistent", *argv])
+    assert ex.value.code == 2 and message in capsys.readouterr().err
