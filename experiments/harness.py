@@ -253,6 +253,7 @@ class Runner:
         self.problems: list[str] = []
         self._snaps: dict[str, Snapshot] = {}
         self._agents: list[tuple[str, subprocess.Popen[Any]]] = []
+        self._killed: set[int] = set()  # PIDs of agents killed on purpose (kill_agent): not a failed run
         self._lock = threading.Lock()
         # answers the agents' barriers that need a verdict (a switch-failure report: hosts.coordination)
         self.decide: Callable[[str, list[Any]], Any] | None = None
@@ -367,11 +368,19 @@ class Runner:
             self.ctl.remove_job(plan.job_id)
 
     @contextmanager
-    def agents(self, hosts: tuple[str, ...], tag: str) -> Iterator[CoordinatorServer]:
-        """One agent per host, driven by a coordinator on a Unix socket; all stopped (by PID) on the way out."""
+    def agents(self, hosts: tuple[str, ...], tag: str, standby: tuple[str, ...] = ()) -> Iterator[CoordinatorServer]:
+        """One agent per host, driven by a coordinator on a Unix socket; all stopped (by PID) on the way out.
+
+        standby: hosts whose agents start idle (ranks after the workers'), a pool of hot spares for a dead host."""
         sock = self.sock_dir / f"{tag}.sock"
         server = CoordinatorServer(
-            f"unix:{sock}", len(hosts), timeout_s=600, on_release=self._on_release, decide=self.decide, ask=self.ask
+            f"unix:{sock}",
+            len(hosts),
+            timeout_s=600,
+            on_release=self._on_release,
+            decide=self.decide,
+            ask=self.ask,
+            standby=len(standby),
         )
         # a dropped agent connection is logged at debug, not printed by socketserver; hosts.coordination has no
         # public hook for it yet
@@ -383,7 +392,7 @@ class Runner:
         groups = ",".join(self.model.host(h).switch for h in hosts)
         self._agents = []
         try:
-            for rank, h in enumerate(hosts):
+            for rank, h in enumerate(hosts + standby):
                 cmd = [
                     sys.executable,
                     "-m",
@@ -401,6 +410,7 @@ class Runner:
                     peers,
                     "--groups",
                     groups,
+                    *(["--standby"] if rank >= len(hosts) else []),
                 ]
                 self._agents.append((h, self.net.popen(h, cmd, log=self.log_dir / f"agent-{tag}-{h}.log")))
             yield server
@@ -412,8 +422,15 @@ class Runner:
             server.close()
 
     def alive(self) -> bool:
-        """Every agent of the current group still running."""
-        return all(p.poll() is None for _h, p in self._agents)
+        """Every agent of the current group still running (but those the runner killed on purpose)."""
+        return all(p.poll() is None for _h, p in self._agents if p.pid not in self._killed)
+
+    def kill_agent(self, rank: int) -> str:
+        """SIGKILL rank's agent (a host that dies mid all-reduce), by its PID; returns its host."""
+        host, proc = self._agents[rank]
+        self._killed.add(proc.pid)
+        proc.kill()
+        return host
 
     def take_snapshot(self, step: int) -> Snapshot | None:
         """The snapshot taken at `step`'s release, removed (None if the release was never seen)."""

@@ -105,6 +105,9 @@ class Agent:
         # other ranks detect after it finished calls it back to redo their missing chunks (rejoin)
         self._finished: dict[str, Any] | None = None
         self.notices: list[FailureNotice] = []  # every failure notice this agent's watcher took
+        # job id -> the next epoch of the last worker of that job this agent dropped (a redo after a host died
+        # goes on from there: hosts.agent.Agent.run_step)
+        self._last_epoch: dict[int, int] = {}
         self._watcher: threading.Thread | None = None
         self._watch_client: CoordinatorClient | None = None
         self._stop = threading.Event()
@@ -185,11 +188,17 @@ class Agent:
             return self._inc_worker(job)
         return self._host_method(m, ring)
 
-    def _inc_worker(self, job: JobTicket) -> Any:
+    def _inc_worker(self, job: JobTicket, rank: int | None = None, workers: int | None = None) -> Any:
+        """The worker of this install, as job rank `rank` of `workers` (None: the agent's own rank and count)."""
         from hosts.inc_worker import IncJob, IncWorker
         from hosts.transport import RawSocketTransport, interface_endpoint
 
+        rank = self.cfg.rank if rank is None else rank
+        workers = self.cfg.workers if workers is None else workers
         key = ("inc", job.job_id, job.install)
+        old_worker = self._workers.get(key)
+        if old_worker is not None and (old_worker.job.rank, old_worker.job.n_workers) != (rank, workers):
+            self._workers.pop(key).close()  # same install, other seat: never reuse its epochs or rank
         if key not in self._workers:
             if self._transport is None:
                 if not self.cfg.iface:
@@ -198,13 +207,15 @@ class Agent:
                 self._transport = RawSocketTransport(self.cfg.iface, self._endpoint.ip)
             # a reinstalled job (new token) starts its epochs afresh; the old worker is dropped
             for old in [k for k in self._workers if k[0] == "inc" and k[1] == job.job_id]:
-                self._workers.pop(old).close()
+                dropped = self._workers.pop(old)
+                self._last_epoch[job.job_id] = dropped.epoch
+                dropped.close()
             assert self._endpoint is not None
             self._workers[key] = IncWorker(
                 IncJob(
                     job_id=job.job_id,
-                    rank=self.cfg.rank,
-                    n_workers=self.cfg.workers,
+                    rank=rank,
+                    n_workers=workers,
                     slot_count=job.slots,
                     up_lanes=job.up_lanes,
                     down_lanes=job.down_lanes,
@@ -275,15 +286,38 @@ class Agent:
         return self._workers[key]
 
     # -- one step --------------------------------------------------------------------------------
-    def run_step(self, cmd: StepCommand) -> dict[str, Any]:
+    def run_step(self, cmd: StepCommand) -> dict[str, Any] | None:
+        """The step's report; None if this agent takes no part in it (a standby not called, a rank left out)."""
         step, m = cmd.step, method(cmd.method)
         size, iteration, kind, seed = cmd.size, cmd.iteration, cmd.input, cmd.seed
-        worker = self._worker(m, cmd.job, cmd.ring)
+        seat = cmd.seat(self.cfg.rank, self.cfg.workers)
+        if seat is None:
+            return None
+        job_rank, job_workers, input_rank = seat
+        if m.in_network:
+            assert cmd.job is not None
+            worker = self._inc_worker(cmd.job, job_rank, job_workers)
+        else:
+            worker = self._worker(m, cmd.job, cmd.ring)
         if m.alltoall:  # its own input: blocks that say where they come from and go (hosts.alltoall.block)
             x = alltoall.send_buffer(self.cfg.rank, self.cfg.workers, size, seed, iteration)
         else:
-            x = workload.make_input(kind, size, self.cfg.rank, seed, iteration)
-        _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
+            # a spare rebuilds the dead rank's input from the step's seed and iteration (hosts.workload)
+            x = workload.make_input(kind, size, input_rank, seed, iteration)
+        if cmd.members is None:
+            _, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [size]))
+        else:
+            # A step redone after a host died runs on a new install. Frames of the interrupted one may still be in
+            # flight; started afresh from epoch 1 one could open a cell under an epoch the redo is yet to use and
+            # hold it. So the members agree to go on from the furthest epoch any of them reached (a spare has
+            # none), as a fail-over does; a ticket's own first_epoch wins.
+            mine = self._last_epoch.get(cmd.job.job_id, -1) if cmd.job is not None else -1
+            values, released = self._serviced(lambda: self.client.timed_exchange(f"step-{step}", [mine, size]))
+            same_size(values, f"step-{step}")
+            furthest = max(int(v[0]) for v in values)
+            if m.in_network and cmd.job is not None and cmd.job.first_epoch is None and furthest >= 0:
+                if worker.calls == 0:
+                    worker.job = dataclasses.replace(worker.job, first_epoch=furthest)
         failovers: list[dict[str, Any]] = []
         if m.alltoall:
             result = worker.alltoall(x, call=step)
@@ -301,6 +335,9 @@ class Agent:
             "t_release": released,
             **stats.to_dict(),
             "digest": result_digest(result),
+            # whose inputs the result sums: every rank's, or the survivors' after a host died (never implied)
+            "sum_over": self._sum_over(cmd),
+            "input_rank": input_rank,
         }
         report["latency_s"] = stats.t_done - released  # from the common start, on the shared clock
         if failovers:
@@ -316,10 +353,16 @@ class Agent:
             report.update(self._check_blocks(m, result, size, seed, iteration))
         elif cmd.checker == self.cfg.rank:
             used = method("ring") if report.get("fallback") == "ring" else m
-            report.update(self._check(used, result, kind, size, seed, iteration, worker))
+            report.update(self._check(used, result, kind, size, seed, iteration, worker, report["sum_over"]))
         kept = m.in_network and report.get("fallback") is None and getattr(worker, "last_partial", None) is not None
         self._finished = {"step": step, "cmd": cmd, "worker": worker, "report": report} if kept else None
         return report
+
+    def _sum_over(self, cmd: StepCommand) -> list[int]:
+        """The input ranks the step's result sums: every rank's, or those of its members (a survivors' sum)."""
+        if cmd.members is None:
+            return list(range(self.cfg.workers))
+        return list(cmd.inputs if cmd.inputs is not None else cmd.members)
 
     def rejoin(self, call: dict[str, Any]) -> dict[str, Any]:
         """Called back to a switch-failure barrier of a step this agent finished: the others lack chunks whose
@@ -335,7 +378,7 @@ class Agent:
                     f"was {done['step'] if done else 'none'}"
                 )
             cmd, worker, report = done["cmd"], done["worker"], dict(done["report"])
-            x = workload.make_input(cmd.input, cmd.size, self.cfg.rank, cmd.seed, cmd.iteration)
+            x = workload.make_input(cmd.input, cmd.size, int(report["input_rank"]), cmd.seed, cmd.iteration)
         except Exception as ex:  # the others wait at the barrier for this rank: tell them, then report
             with contextlib.suppress(Exception):
                 self.client.decided_exchange(
@@ -480,7 +523,8 @@ class Agent:
             cmd = dataclasses.replace(cmd, job=job)
             worker.on_stall = None
             worker.clear_notice()  # answered: a notice does not end the redo's wait (a later one will)
-            worker = self._inc_worker(job)  # the same worker on a false alarm (same install), else a new one
+            # the same worker on a false alarm (same install), else a new one; in the same seat of the job
+            worker = self._inc_worker(job, worker.job.rank, worker.job.n_workers)
             worker.realign()  # every rank from the same shadow copies (a rejoined one had advanced its own)
 
     def _check_blocks(self, m: Method, result: np.ndarray, size: int, seed: int, iteration: int) -> dict[str, Any]:
@@ -504,15 +548,23 @@ class Agent:
         }
 
     def _check(
-        self, m: Method, result: np.ndarray, kind: str, size: int, seed: int, iteration: int, worker: Any
+        self,
+        m: Method,
+        result: np.ndarray,
+        kind: str,
+        size: int,
+        seed: int,
+        iteration: int,
+        worker: Any,
+        sum_over: list[int],
     ) -> dict[str, Any]:
-        """Against numpy's float64 sum of every rank's input for this iteration (not timed)."""
+        """Against numpy's float64 sum of the inputs of `sum_over` for this iteration (not timed)."""
         t0 = clock.now()
-        reference, magnitude = workload.reference_sum(kind, size, self.cfg.workers, seed, iteration)
+        reference, magnitude = workload.reference_sum(kind, size, len(sum_over), seed, iteration, ranks=sum_over)
         if m.in_network:
             bound = workload.inc_bound(reference, worker.last_plan)
         else:
-            bound = workload.ring_bound(magnitude, self.cfg.workers, m.wire)
+            bound = workload.ring_bound(magnitude, len(sum_over), m.wire)
         acc = workload.accuracy(result, reference, bound).to_dict()
         acc["rel_l2_target"] = m.rel_l2_target
         acc["check_s"] = clock.now() - t0
@@ -593,7 +645,10 @@ class Agent:
                 if cmd.get("op") == "train":
                     report = self.run_train(cmd)
                 else:
-                    report = self.run_step(StepCommand.from_dict(cmd))
+                    step_report = self.run_step(StepCommand.from_dict(cmd))
+                    if step_report is None:  # not this agent's step (a standby, a rank left out)
+                        continue
+                    report = step_report
             except Exception as ex:  # the step failed here; the runner decides what happens next
                 LOG.exception("step %d (%s) failed", last, cmd.get("method"))
                 report = {

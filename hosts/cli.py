@@ -47,7 +47,10 @@ def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What the command line alone shows to be wrong, refused before a socket is opened (exit 2)."""
     if args.workers < 1:
         ap.error(f"--workers {args.workers}: a job has at least one worker")
-    if not 0 <= args.rank < args.workers:
+    if getattr(args, "standby", False):
+        if args.rank < args.workers:
+            ap.error(f"--rank {args.rank} --standby: a standby agent's rank follows the workers' ({args.workers} up)")
+    elif not 0 <= args.rank < args.workers:
         ap.error(f"--rank {args.rank}: ranks of {args.workers} workers are 0..{args.workers - 1}")
     if args.cmd != "agent" and args.workers > 1 and not args.coord:
         ap.error(f"--coord is required with {args.workers} workers (the workers must agree and start together)")
@@ -91,6 +94,11 @@ def build_parser(prog: str = "p4ina host") -> argparse.ArgumentParser:
     agent.add_argument("--iface", help="the host's interface towards its switch (in-network methods)")
     agent.add_argument("--peers", help="comma-separated IPv4 addresses of ranks 0..n-1 (host methods)")
     agent.add_argument("--groups", help="comma-separated group (edge switch) per rank: rings keep groups together")
+    agent.add_argument(
+        "--standby",
+        action="store_true",
+        help="a hot spare (rank >= --workers): idle until the runner seats it in a dead rank's place",
+    )
     agent.add_argument("-v", "--verbose", action="store_true")
     inc = sub.add_parser("inc", help="in-network all-reduce worker")
     _common(inc)

@@ -84,7 +84,8 @@ class _LocalHub:
         on_release: Callable[[str], None] | None = None,
         decide: Callable[[str, list[Any]], Any] | None = None,
     ) -> None:
-        self.size = size
+        # the ranks a barrier waits for: 0..size-1 until the runner names the survivors (set_members)
+        self.members: tuple[int, ...] = tuple(range(size))
         self.decide = decide  # called by the last arrival with every rank's value; its answer goes to all
         self.decisions: dict[str, Any] = {}
         self.cond = threading.Condition()
@@ -94,10 +95,25 @@ class _LocalHub:
         self.on_release = on_release  # called by the last arrival, before anyone is released
         self.failure: str | None = None  # set when a rank gave up: nobody waits for it any more
 
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
     def fail(self, why: str) -> None:
         with self.cond:
             self.failure = self.failure or why
             self.cond.notify_all()
+
+    def set_members(self, members: Sequence[int]) -> None:
+        """Barriers from now on wait for these ranks (in this order in every answer), and a failure that named a
+        rank no longer among them is over: a job that goes on without a dead host, or with a spare in its place."""
+        with self.cond:
+            self.members = tuple(members)
+            self.failure = None
+            self.cond.notify_all()
+
+    def complete(self, tag: str) -> bool:
+        return all(r in self.values[tag] for r in self.members)
 
 
 class LocalGroup:
@@ -125,12 +141,14 @@ class LocalGroup:
         with hub.cond:
             if self.rank in hub.values[tag]:
                 raise CoordinationError(f"rank {self.rank} contributed to {tag!r} twice")
+            if self.rank not in hub.members:
+                raise CoordinationError(f"rank {self.rank} is not a member of {tag!r} (members {list(hub.members)})")
             hub.values[tag][self.rank] = value
-            if len(hub.values[tag]) == hub.size:
+            if hub.complete(tag):
                 if hub.on_release is not None:
                     hub.on_release(tag)
                 if hub.decide is not None:
-                    values = [hub.values[tag][r] for r in range(hub.size)]
+                    values = [hub.values[tag][r] for r in hub.members]
                     try:
                         hub.decisions[tag] = hub.decide(tag, values)
                     except Exception as ex:  # the ranks get the reason instead of a hang
@@ -138,12 +156,12 @@ class LocalGroup:
                         hub.decisions[tag] = {"error": f"{type(ex).__name__}: {ex}"}
                 hub.released[tag] = clock.now()
             hub.cond.notify_all()
-            arrived = hub.cond.wait_for(lambda: len(hub.values[tag]) == hub.size or hub.failure, self.timeout_s)
-            if hub.failure and len(hub.values[tag]) < hub.size:
+            arrived = hub.cond.wait_for(lambda: hub.complete(tag) or hub.failure, self.timeout_s)
+            if hub.failure and not hub.complete(tag):
                 raise CoordinationError(f"{tag!r}: {hub.failure}")
             if not arrived:
                 raise CoordinationError(f"{tag!r}: only ranks {sorted(hub.values[tag])} arrived in {self.timeout_s}s")
-            out = [hub.values[tag][r] for r in range(hub.size)]
+            out = [hub.values[tag][r] for r in hub.members]
             released = hub.released[tag]
             decision = hub.decisions.get(tag)
             hub.taken[tag] += 1
@@ -181,8 +199,12 @@ class CoordinatorServer:
         on_release: Callable[[str], None] | None = None,
         decide: Callable[[str, list[Any]], Any] | None = None,
         ask: Callable[[str, int, Any], Any] | None = None,
+        standby: int = 0,
     ) -> None:
         self.size = size
+        # hot-standby agents, ranks size..size+standby-1: they take no step until the runner names one a member
+        # (set_members) in a dead rank's place
+        self.standby = standby
         self.timeout_s = timeout_s
         self.ask = ask  # one rank's question, answered at once (no barrier): e.g. "is my job's tree alive?"
         self._hub = _LocalHub(size, on_release, decide)
@@ -228,7 +250,13 @@ class CoordinatorServer:
         base = socketserver.ThreadingUnixStreamServer if family == socket.AF_UNIX else socketserver.ThreadingTCPServer
         base.allow_reuse_address = True
         base.daemon_threads = True
-        self._server = base(sockaddr, Handler)
+
+        class Server(base):  # type: ignore[valid-type,misc]
+            # every agent opens two connections (commands, notices), standby agents too, all at start: the
+            # default backlog of 5 refuses a Unix socket's connect with EAGAIN while the accept thread catches up
+            request_queue_size = 128
+
+        self._server = Server(sockaddr, Handler)
         if family == socket.AF_UNIX:
             self.address = f"unix:{sockaddr}"
         else:
@@ -239,8 +267,8 @@ class CoordinatorServer:
 
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
         rank = int(msg["rank"])
-        if not 0 <= rank < self.size:
-            raise CoordinationError(f"rank {rank} not in 0..{self.size - 1}")
+        if not 0 <= rank < self.size + self.standby:
+            raise CoordinationError(f"rank {rank} not in 0..{self.size + self.standby - 1}")
         if msg["op"] == "exchange":
             tag = str(msg["tag"])
             call_in = msg.get("call_in")
@@ -296,6 +324,23 @@ class CoordinatorServer:
         with self._notices_cond:
             self._notices_cond.wait_for(lambda: len(self._notices) > after, wait_s)
             return self._notices[after:]
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        """The ranks that barriers and step reports wait for."""
+        return self._hub.members
+
+    def set_members(self, members: Sequence[int]) -> None:
+        """Barriers and step reports wait for these ranks from now on (survivors, or survivors and a spare)."""
+        known = range(self.size + self.standby)
+        bad = [r for r in members if r not in known or r in self.lost]
+        if bad or len(set(members)) != len(members) or not members:
+            raise CoordinationError(
+                f"members {list(members)}: each rank once, none lost ({sorted(self.lost)}), all in 0..{known.stop - 1}"
+            )
+        self._hub.set_members(members)
+        with self._commands_cond:
+            self._commands_cond.notify_all()
 
     def start(self) -> CoordinatorServer:
         self._thread.start()
@@ -370,11 +415,15 @@ class CoordinatorServer:
     def step_reports(
         self, step: int, timeout_s: float, alive: Callable[[], bool] = lambda: True
     ) -> dict[int, dict[str, Any]]:
-        """Every rank's report of `step`; fewer if the timeout passes, `alive()` turns False or the ranks that
+        """Every member's report of `step`; fewer if the timeout passes, `alive()` turns False or the members that
         have not reported are gone (`lost`)."""
         deadline = clock.now() + timeout_s
         with self._commands_cond:
-            while len(set(self._step_reports[step]) | self.lost) < self.size and clock.now() < deadline and alive():
+            while (
+                not set(self.members) <= set(self._step_reports[step]) | self.lost
+                and clock.now() < deadline
+                and alive()
+            ):
                 self._commands_cond.wait(min(0.2, max(0.0, deadline - clock.now())))
             return dict(self._step_reports[step])
 
@@ -513,4 +562,31 @@ def check_reports(reports: Sequence[dict[str, Any]], size: int | None = None) ->
                 f"rank {r.get('rank')}: error {r.get('max_abs_error')} exceeds its bound "
                 f"(ratio {r.get('max_error_ratio')})"
             )
+    return CheckOutcome(not problems, tuple(problems))
+
+
+def check_step(
+    reports: dict[int, dict[str, Any]], members: Sequence[int], sum_over: Sequence[int], checker: int
+) -> CheckOutcome:
+    """One step of agents (hosts.agent) as the runner judges it: every member reported without an error, all
+    hold the same sum, the checker's comparison with numpy is within its bound, and every report says the sum is
+    over exactly `sum_over`, the inputs the runner expects (after a host died: the survivors', unless a spare
+    took its place). A survivors' sum passed off as the full one fails here, twice: the checker compares it with
+    the sum of the inputs it claims, and the claim is not the runner's."""
+    problems = [f"member {r} did not report" for r in members if r not in reports]
+    problems += [f"rank {r} is no member of the step" for r in reports if r not in members]
+    got = [reports[r] for r in members if r in reports]
+    problems += [f"rank {r.get('rank')}: {r['error']}" for r in got if "error" in r]
+    if len({r.get("digest") for r in got}) > 1:
+        problems.append(f"members disagree on the sum: digests {sorted({str(r.get('digest')) for r in got})}")
+    expected = sorted(sum_over)
+    for r in got:
+        if "error" not in r and sorted(r.get("sum_over") or ()) != expected:
+            problems.append(f"rank {r.get('rank')}: reports a sum over ranks {r.get('sum_over')}, expected {expected}")
+    check = reports.get(checker, {})
+    if "error" not in check and not check.get("max_error_ratio", float("inf")) <= 1.0:
+        problems.append(
+            f"checker rank {checker}: error {check.get('max_abs_error')} exceeds its bound "
+            f"(ratio {check.get('max_error_ratio')})"
+        )
     return CheckOutcome(not problems, tuple(problems))

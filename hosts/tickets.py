@@ -53,6 +53,11 @@ def _check_value(where: str, value: Any, hint: Any, meta: Mapping[str, Any]) -> 
             return None
         (inner,) = [a for a in get_args(hint) if a is not type(None)]
         return _check_value(where, value, inner, meta)
+    if origin is tuple:  # tuple[int, ...]: a JSON list, each item checked as the item type with this field's range
+        if not isinstance(value, list | tuple):
+            raise TicketError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+        item = get_args(hint)[0]
+        return tuple(_check_value(f"{where}[{i}]", v, item, meta) for i, v in enumerate(value))
     if origin is Literal:
         if value not in get_args(hint):
             old = ' ("none" is int32 now)' if value == "none" and "int32" in get_args(hint) else ""
@@ -119,7 +124,9 @@ class _Checked:
         out: dict[str, Any] = {}
         for f in _fields(self):
             value = getattr(self, f.name)
-            out[f.name] = value.to_dict() if isinstance(value, _Checked) else value
+            out[f.name] = (
+                value.to_dict() if isinstance(value, _Checked) else list(value) if isinstance(value, tuple) else value
+            )
         return out
 
     @classmethod
@@ -198,11 +205,39 @@ class StepCommand(_Checked):
     checker: int | None = field(default=None, metadata=_range(0))  # the rank that compares with numpy (None: none)
     ring: RingSettings = field(default_factory=RingSettings)
     job: JobTicket | None = None  # the in-network methods' job
+    # After a host died: the agents (coordinator ranks) that take this step, in the order of their ranks in the job
+    # (a member's rank is its index, the job's worker count their number); None: ranks 0..workers-1, each its own
+    members: tuple[int, ...] | None = field(default=None, metadata=_range(0))
+    # whose input each member contributes (hosts.workload's rank), in the members' order: a spare takes the dead
+    # rank's; None: each member its own. The step's sum is over exactly these inputs, and is reported so
+    inputs: tuple[int, ...] | None = field(default=None, metadata=_range(0))
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if METHODS[self.method].in_network and self.job is None:
             raise TicketError(f"StepCommand.job: {self.method} runs through the switches and needs its job ticket")
+        if self.members is not None:
+            if not self.members or len(set(self.members)) != len(self.members):
+                raise TicketError(f"StepCommand.members: {list(self.members)}: each agent once, at least one")
+            if not METHODS[self.method].in_network:
+                raise TicketError(
+                    f"StepCommand.members: {self.method} is a host method; only in-network jobs change members"
+                )
+        if self.inputs is not None:
+            if self.members is None or len(self.inputs) != len(self.members):
+                raise TicketError("StepCommand.inputs: one input rank per member (and members given)")
+            if len(set(self.inputs)) != len(self.inputs):
+                raise TicketError(f"StepCommand.inputs: {list(self.inputs)}: each input once (a sum counts it once)")
+
+    def seat(self, agent: int, workers: int) -> tuple[int, int, int] | None:
+        """(rank in the job, the job's worker count, input rank) of coordinator rank `agent` of a job of `workers`
+        in this step; None if it takes no part (a standby agent not called, or a rank left out)."""
+        if self.members is None:
+            return (agent, workers, agent) if agent < workers else None
+        if agent not in self.members:
+            return None
+        i = self.members.index(agent)
+        return i, len(self.members), (self.inputs[i] if self.inputs is not None else agent)
 
 
 @dataclass(frozen=True)

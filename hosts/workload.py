@@ -9,6 +9,7 @@ it regenerates every worker's input and sums them in float64.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,12 +39,13 @@ def make_input(kind: str, size: int, rank: int, seed: int = 0, iteration: int = 
 
 
 def reference_sum(
-    kind: str, size: int, n_workers: int, seed: int = 0, iteration: int = 0
+    kind: str, size: int, n_workers: int, seed: int = 0, iteration: int = 0, ranks: Sequence[int] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(float64 sum of all workers' inputs, float64 sum of their magnitudes)."""
+    """(float64 sum of all workers' inputs, float64 sum of their magnitudes); with `ranks`, of those ranks' inputs
+    only (the survivors of a dead host)."""
     total = np.zeros(size)
     magnitude = np.zeros(size)
-    for rank in range(n_workers):
+    for rank in range(n_workers) if ranks is None else ranks:
         x = make_input(kind, size, rank, seed, iteration).astype(np.float64)
         total += x
         magnitude += np.abs(x)

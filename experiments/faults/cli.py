@@ -24,7 +24,7 @@ from experiments.cli import (
     tear_down_on_sigterm,
     topology_of,
 )
-from experiments.faults.run import FaultsConfig, FaultsError
+from experiments.faults.run import HOST_POLICIES, FaultsConfig, FaultsError
 from experiments.results import human_size
 
 PROG = "p4ina faults"
@@ -67,6 +67,20 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="no failure monitor: failures are found by the workers' failure timeout only (the detector off)",
     )
     ap.add_argument(
+        "--host-policy",
+        type=_policies,
+        default=D.host_policies,
+        help="a host's agent killed mid all-reduce, then the job goes on by each of these: shrink (the survivors' "
+        "sum), spare (a standby host takes the rank; needs --host-runs hosts beyond --hosts); comma-separated "
+        "(default none)",
+    )
+    ap.add_argument(
+        "--host-runs",
+        type=int,
+        default=D.host_runs,
+        help=f"host crashes per policy, placed early, middle and late in turn (default {D.host_runs})",
+    )
+    ap.add_argument(
         "--victim", default=D.victim, help=f"root, aggregation or a switch name to kill (default {D.victim})"
     )
     ap.add_argument(
@@ -90,6 +104,16 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return ap
 
 
+def _policies(text: str) -> tuple[str, ...]:
+    names = tuple(p for p in text.split(",") if p)
+    bad = [p for p in names if p not in HOST_POLICIES]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown host policy {', '.join(bad)}; choose from {', '.join(HOST_POLICIES)}"
+        )
+    return names
+
+
 def config_from_args(args: argparse.Namespace) -> FaultsConfig:
     return FaultsConfig(
         topology=topology_of(args),
@@ -102,6 +126,8 @@ def config_from_args(args: argparse.Namespace) -> FaultsConfig:
         victim=args.victim,
         failure_runs=args.failure_runs,
         signals=not args.no_signals,
+        host_policies=args.host_policy,
+        host_runs=args.host_runs,
         sdc_flips=args.flips,
         dup_rate=args.dup / 100,
         reorder_rate=args.reorder / 100,

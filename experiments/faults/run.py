@@ -68,7 +68,7 @@ from experiments import harness as R
 from experiments.config import ExperimentConfig
 from experiments.harness import Step
 from hosts import clock
-from hosts.coordination import CoordinatorServer
+from hosts.coordination import CoordinatorServer, check_step
 from hosts.inc_worker import IncJob
 from hosts.tickets import JobTicket, RingSettings, StepCommand
 from wireformat import AGG
@@ -82,6 +82,9 @@ AGG_PREFIX = "P4inaIngress.aggregation."
 
 class FaultsError(RuntimeError):
     """The faults experiment could not run; the message says which part."""
+
+
+HOST_POLICIES = ("shrink", "spare")  # what a job does when a host dies (issue 36): failures.host_crash_<policy>
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,12 @@ class FaultsConfig:
     # the controller's failure monitor (controller.monitor): a broken P4Runtime stream or a port that goes down
     # notifies the workers at once; False: only the failure timeout finds a failure (the detector off)
     signals: bool = True
+    # a host's agent killed mid all-reduce, host_runs times per policy: "shrink" (the survivors go on, their sum
+    # reported as theirs) and/or "spare" (a standby host's agent takes the dead rank's place and input; a pool
+    # of host_runs spares, the hosts after the job's). Each run leaves the job as it made it (one rank fewer, or
+    # a spare in place), so these come after the switch and link failures
+    host_policies: tuple[str, ...] = ()
+    host_runs: int = 2
     # no result for this long (and >= 2 timeouts): a switch is suspected; None: failure_rtos timer floors (a
     # window of slots in flight returns results many times per round trip, so silence for 3 floors is loud), at
     # least failure_min_s (loss alone rarely stalls every slot that long; a false alarm costs one P4Runtime probe:
@@ -149,6 +158,15 @@ class FaultsConfig:
                 "points fractions in (0, 1)"
             )
 
+        bad = [p for p in self.host_policies if p not in HOST_POLICIES]
+        if bad or self.host_runs < 1:
+            raise FaultsError(
+                f"host policies {list(self.host_policies)} and host_runs {self.host_runs}: policies from "
+                f"{', '.join(HOST_POLICIES)}, at least one run"
+            )
+        if "shrink" in self.host_policies and self.hosts - self.host_runs < 2:
+            raise FaultsError(f"{self.host_runs} host crashes with shrink leave fewer than 2 of {self.hosts} hosts")
+
     def label(self) -> str:
         return f"faults_{self.topology.replace(':', '')}_h{self.hosts}_bw{self.bw_mbps:g}"
 
@@ -169,6 +187,13 @@ class FaultsRun:
         self, cfg: FaultsConfig, net: EmulatedNetwork, ctl: Controller, runner: R.Runner, hosts: tuple[str, ...]
     ) -> None:
         self.cfg, self.net, self.ctl, self.runner, self.hosts = cfg, net, ctl, runner, hosts
+        # who takes part, after a host died: coordinator ranks in job order, each one's input rank, and the hosts
+        # the job is installed on (None: every rank of `hosts`, its own input)
+        self.members: tuple[int, ...] | None = None
+        self.inputs: tuple[int, ...] | None = None
+        self.job_hosts: tuple[str, ...] = hosts
+        self.spares: list[tuple[int, str]] = []  # (coordinator rank, host) of the idle standby agents
+        self.spares_all: list[tuple[int, str]] = []  # and those already seated
         self.server: CoordinatorServer | None = None
         self.installs = 0
         self.job: JobTicket | None = None  # the current install's (None: not installed yet)
@@ -212,17 +237,22 @@ class FaultsRun:
     def on_agent_lost(self, rank: int) -> None:
         """A host's agent is gone (hosts.coordination): the job's other workers stop waiting for its contribution
         (the step fails, naming it; no shrink or spare policy yet)."""
-        self.signals.append({"kind": "host", "what": self.hosts[rank], "at": clock.now()})
+        self.signals.append({"kind": "host", "what": self.host_of(rank), "at": clock.now()})
         if self.job is not None and self.server is not None:
-            what = f"{self.hosts[rank]} (rank {rank})"
+            what = f"{self.host_of(rank)} (rank {rank})"
             notice = {"job_id": JOB_ID, "install": self.job.install, "kind": "host", "what": what, "at": clock.now()}
             self.server.notify(notice)
+
+    def host_of(self, rank: int) -> str:
+        """The host of a coordinator rank (a worker's, or a standby agent's)."""
+        spare = dict(self.spares_all)
+        return self.hosts[rank] if rank < len(self.hosts) else spare.get(rank, f"standby {rank}")
 
     # -- jobs ----------------------------------------------------------------------------------
     def install(self, timeout_s: float, min_timeout_s: float) -> None:
         if self.plan is not None:
             self.ctl.remove_job(JOB_ID)
-        self.plan = self.ctl.install_job(JOB_ID, self.hosts, "int32", slots=self.cfg.slots)
+        self.plan = self.ctl.install_job(JOB_ID, self.job_hosts, "int32", slots=self.cfg.slots)
         self.installs += 1
         self.job = R.job_ticket(
             self.plan,
@@ -354,6 +384,8 @@ class FaultsRun:
             checker=0,
             ring=RingSettings(window=64, timeout_s=self.tmo["ring"]),
             job=self.job,
+            members=self.members,
+            inputs=self.inputs,
         )
         self.server.post(step, cmd.to_dict())
         LOG.debug("step %d: %s", step, phase)  # the runner's label (Step.phase); the agents need none
@@ -369,11 +401,12 @@ class FaultsRun:
             if self.failover_events:
                 self.failover_events[-1]["reroute_s"] = clock.now() - t0
         snap = self.runner.take_snapshot(step)
-        s = Step(step, phase, reports, len(self.hosts), snap.t if snap else None)
+        members = self.server.members
+        s = Step(step, phase, reports, len(members), snap.t if snap else None)
         self.steps.append(s)
-        if len(reports) < len(self.hosts):  # an agent is gone or stuck: nothing after this step can be measured
+        if not set(members) <= set(reports) | self.server.lost:  # stuck: nothing after this can be measured
             raise FaultsError(
-                f"step {step} ({phase}): only ranks {sorted(reports)} of {len(self.hosts)} reported; "
+                f"step {step} ({phase}): only ranks {sorted(reports)} of {list(members)} reported; "
                 f"agent logs in {self.runner.log_dir}"
             )
         if s.errors:
@@ -675,6 +708,103 @@ class FaultsRun:
             runs.append(out)
         return series_summary(runs)
 
+    # -- a host that dies: failures.host_crash_<policy> ------------------------------------------------
+    def host_crash_series(self, policy: str) -> dict[str, Any]:
+        """host_runs agents killed (SIGKILL) mid all-reduce, each placed early, in the middle or late in turn; the
+        job goes on by `policy` ("shrink" or "spare")."""
+        runs = []
+        for i in range(self.cfg.host_runs):
+            point = self.cfg.failure_points[i % len(self.cfg.failure_points)]
+            out = self._host_crash(policy, point)
+            out["point"] = point
+            runs.append(out)
+        return series_summary(runs)
+
+    def _host_crash(self, policy: str, point: float) -> dict[str, Any]:
+        """A reference all-reduce, then one whose victim's agent is killed `point` of the way in. Every survivor's
+        step fails naming the host (the coordinator saw its connection close; the notice ended their wait); the
+        runner re-plans the job over the survivors, or over them and a spare in the victim's place, names the new
+        members on the coordinator and posts the step again (same iteration, same inputs). The redo's result must
+        be the sum over exactly the inputs the policy says: the survivors', or everyone's (check_step)."""
+        assert self.server is not None and self.job is not None
+        members = self.members or tuple(range(len(self.hosts)))
+        inputs = self.inputs or members
+        # the last of the job's own hosts still in it: never the checker (rank 0), never a seated spare
+        victim = [r for r in members if 0 < r < len(self.hosts)][-1]
+        size = self.cfg.size * self.cfg.failure_size_factor
+        reference = self.run("host-crash-lossless", size)
+        step = self.post(f"host-crash-{policy}", size)
+        released = self.wait_release(step)
+        threading.Event().wait(point * reference.latency_s)
+        t_kill = clock.now()
+        host = self.runner.kill_agent(victim)
+        LOG.warning("host %s (rank %d) killed %.3f s into step %d", host, victim, t_kill - released, step)
+        failed = self.collect(step, f"host-crash-{policy}")
+        t_reported = clock.now()  # every survivor's failed report is in: each stopped waiting
+        named = all(f"rank {victim}" in str(r.get("error", "")) for r in failed.reports.values())
+        finished_anyway = [r for r, rep in failed.reports.items() if "error" not in rep]
+        t0 = clock.now()
+        slot = members.index(victim)
+        if policy == "shrink":
+            new_members = members[:slot] + members[slot + 1 :]
+            new_inputs = inputs[:slot] + inputs[slot + 1 :]
+            seated = None
+        else:
+            if not self.spares:
+                raise FaultsError(f"no standby host left to take rank {victim}'s place")
+            seated = self.spares.pop(0)
+            new_members = members[:slot] + (seated[0],) + members[slot + 1 :]
+            new_inputs = inputs  # the spare contributes the dead rank's input, rebuilt from seed and iteration
+        self.job_hosts = tuple(self.host_of(r) for r in new_members)
+        self.server.set_members(new_members)
+        self.members, self.inputs = new_members, new_inputs
+        self.install(self.job.timeout_s, self.job.min_timeout_s)  # the controller re-plans over the new hosts
+        replan_s = clock.now() - t0
+        # the step again: same iteration (so the same inputs) under a new step number
+        self.runner.step += 1
+        redo_step = self.runner.step
+        cmd = StepCommand(
+            step=redo_step,
+            method=METHOD,
+            size=size,
+            iteration=step,
+            input="ones",
+            seed=self.cfg.seed,
+            checker=0,
+            ring=RingSettings(window=64, timeout_s=self.tmo["ring"]),
+            job=self.job,
+            members=self.members,
+            inputs=self.inputs,
+        )
+        self.server.post(redo_step, cmd.to_dict())
+        redo = self.collect(redo_step, f"host-crash-{policy}-redo")
+        expected = sorted(new_inputs)
+        outcome = check_step(redo.reports, new_members, expected, checker=0)
+        if not outcome.ok:
+            self.problems.extend(f"host crash ({policy}): {p}" for p in outcome.problems[:5])
+        after = self.run("after-host-crash")
+        after_ok = check_step(after.reports, new_members, expected, checker=0).ok
+        t_done = redo.t_done()
+        return {
+            "victim": host,
+            "victim_rank": victim,
+            "spare": seated[1] if seated else None,
+            "members": len(new_members),
+            "sum_over": expected,
+            "full_sum": expected == list(range(len(self.hosts))),
+            "killed_after_s": t_kill - released,
+            "named": named and not finished_anyway,
+            "detected_s": t_reported - t_kill,
+            "replan_s": replan_s,
+            "recovery_s": t_done - t_kill if outcome.ok else None,
+            "step_over_lossless": (t_done - released) / reference.latency_s if outcome.ok else None,
+            "lossless_allreduce_s": reference.latency_s,
+            "redo_s": redo.latency_s,
+            "exact": outcome.ok and redo.exact,
+            "problems": list(outcome.problems[:5]),
+            "later_exact": after_ok and after.exact,
+        }
+
     def tree_link(self) -> tuple[str, str]:
         assert self.plan is not None
         root = self.plan.on(self.plan.root)
@@ -909,6 +1039,8 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
     R.check_program()
     model = load_topology(cfg.topology)
     hosts = R.select_hosts(model, cfg.hosts)
+    n_spares = cfg.host_runs if "spare" in cfg.host_policies else 0
+    spares = R.select_hosts(model, cfg.hosts + n_spares)[cfg.hosts :] if n_spares else ()
     out = out_dir or cfg.results_root / f"{datetime.now():%Y-%m-%d_%H%M%S}_{cfg.label()}"
     out.mkdir(parents=True, exist_ok=True)
     log_dir = out / "logs"
@@ -950,8 +1082,10 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                 if cfg.isolation:
                     iso = isolation_phase(cfg, net, ctl, runner, sock_dir, log_dir)
                 try:
-                    with runner.agents(hosts, "faults") as server:
+                    with runner.agents(hosts, "faults", standby=spares) as server:
                         run.server = server
+                        run.spares = [(len(hosts) + i, h) for i, h in enumerate(spares)]
+                        run.spares_all = list(run.spares)
                         server.on_agent_lost = run.on_agent_lost
                         lossless = run.lossless()
                         loss = run.loss_sweep(lossless["latency_s"])
@@ -967,6 +1101,8 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                         if cfg.link_failure:
                             failures["link_down"] = run.failure_series("link_down")
                             link = failures["link_down"]["detail"][0]
+                        for policy in cfg.host_policies:
+                            failures[f"host_crash_{policy}"] = run.host_crash_series(policy)
                         if cfg.edge_failure:
                             edge = run.edge_failure()
                 finally:

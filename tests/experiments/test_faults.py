@@ -129,6 +129,13 @@ def test_faults_cli_refuses_a_bad_loss_rate(tmp_path: Path) -> None:
     assert done.returncode == 2 and "fractions in (0, 1)" in done.stderr, done.stderr
 
 
+def test_faults_cli_refuses_a_bad_host_policy(tmp_path: Path) -> None:
+    done = faults_cli(tmp_path, "--host-policy", "shrink,respawn")
+    assert done.returncode == 2 and "unknown host policy respawn" in done.stderr, done.stderr
+    done = faults_cli(tmp_path, "--hosts", "4", "--host-policy", "shrink", "--host-runs", "3")
+    assert done.returncode == 2 and "fewer than 2 of 4 hosts" in done.stderr, done.stderr
+
+
 def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_check: None) -> None:
     # no loss sweep, no flips, no kill: every link end copies 3% of its packets and holds 5% back
     cfg = FaultsConfig(
@@ -199,3 +206,44 @@ def test_four_jobs_and_a_ring_at_once_stay_exact_and_isolated(tmp_path: Path, le
     assert iso["exact"] and iso["isolated"] and s["ok"]
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert set(saved["isolation"]["slowdowns"]) == set(iso["jobs"]) | {"ring"}
+
+
+@pytest.mark.parametrize("policy", ["shrink", "spare"])
+def test_a_host_killed_mid_allreduce_is_survived_by_policy(tmp_path: Path, leak_check: None, policy: str) -> None:
+    """failures.host_crash_<policy>: the last host's agent is SIGKILLed mid all-reduce; every other rank's step
+    fails naming it, the job is re-planned over the survivors (shrink: their sum, reported as theirs) or over
+    them and a standby host's agent in its place (spare: the full sum, its input rebuilt), and the redone step
+    and the next are checked against numpy's sum over exactly those inputs."""
+    cfg = FaultsConfig(
+        topology="leaf-spine:2x2x3",  # h1-h3 on l1, h4 on l2; the spare is h5, on l2 too
+        hosts=4,
+        size=4096,
+        reps=1,
+        loss_rates=(),
+        sdc_flips=0,
+        dup_rate=0.0,
+        reorder_rate=0.0,
+        isolation=False,
+        switch_failure=False,
+        link_failure=False,
+        edge_failure=False,
+        signals=False,
+        host_policies=(policy,),
+        host_runs=1,
+        results_root=tmp_path,
+    )
+    result = run_faults(cfg, out_dir=tmp_path / "run")
+    s = result.summary
+    assert not s["problems"], s["problems"]
+    v = s["failures"][f"host_crash_{policy}"]
+    (run,) = v["detail"]
+    assert v["runs"] == 1 and v["exact"], v
+    assert run["victim"] == "h4" and run["victim_rank"] == 3 and run["named"], run
+    if policy == "shrink":
+        assert run["sum_over"] == [0, 1, 2] and not run["full_sum"] and run["members"] == 3, run
+    else:
+        assert run["sum_over"] == [0, 1, 2, 3] and run["full_sum"] and run["spare"] == "h5", run
+    assert run["detected_s"] > 0 and run["step_over_lossless"] > 1.0, run
+    for key in ("detection_s", "recovery_s", "step_over_lossless"):
+        assert {"median", "worst"} <= set(v[key]), v
+    assert s["ok"]

@@ -67,6 +67,8 @@ GOLDEN_COMMAND = {
     "checker": 0,
     "ring": {"window": 64, "timeout_s": 0.5},
     "job": GOLDEN_TICKET,
+    "members": None,
+    "inputs": None,
 }
 
 
