@@ -370,15 +370,13 @@ class FaultsRun:
         return {"job": self.job.to_dict(), "failed": failed_names, "root": self.plan.root}
 
     # -- steps ---------------------------------------------------------------------------------
-    def post(self, phase: str, size: int | None = None) -> int:
-        assert self.server is not None
-        self.runner.step += 1
-        step = self.runner.step
-        cmd = StepCommand(
+    def command(self, step: int, iteration: int, size: int) -> StepCommand:
+        """Step `step` of the job as it stands (its install, members and inputs); a redo keeps its iteration."""
+        return StepCommand(
             step=step,
             method=METHOD,
-            size=size or self.cfg.size,
-            iteration=step,
+            size=size,
+            iteration=iteration,
             input="ones",
             seed=self.cfg.seed,
             checker=0,
@@ -387,7 +385,12 @@ class FaultsRun:
             members=self.members,
             inputs=self.inputs,
         )
-        self.server.post(step, cmd.to_dict())
+
+    def post(self, phase: str, size: int | None = None) -> int:
+        assert self.server is not None
+        self.runner.step += 1
+        step = self.runner.step
+        self.server.post(step, self.command(step, step, size or self.cfg.size).to_dict())
         LOG.debug("step %d: %s", step, phase)  # the runner's label (Step.phase); the agents need none
         return step
 
@@ -763,20 +766,7 @@ class FaultsRun:
         # the step again: same iteration (so the same inputs) under a new step number
         self.runner.step += 1
         redo_step = self.runner.step
-        cmd = StepCommand(
-            step=redo_step,
-            method=METHOD,
-            size=size,
-            iteration=step,
-            input="ones",
-            seed=self.cfg.seed,
-            checker=0,
-            ring=RingSettings(window=64, timeout_s=self.tmo["ring"]),
-            job=self.job,
-            members=self.members,
-            inputs=self.inputs,
-        )
-        self.server.post(redo_step, cmd.to_dict())
+        self.server.post(redo_step, self.command(redo_step, step, size).to_dict())
         redo = self.collect(redo_step, f"host-crash-{policy}-redo")
         expected = sorted(new_inputs)
         outcome = check_step(redo.reports, new_members, expected, checker=0)
