@@ -33,7 +33,7 @@ class SwitchCounters:
         }
 
 
-def _request(schema: P4Schema, job_index: int) -> list[p4runtime_pb2.Entity]:
+def request(schema: P4Schema, job_index: int) -> list[p4runtime_pb2.Entity]:
     ents = []
     for name in N.JOB_COUNTERS.values():
         ents.append(
@@ -76,7 +76,7 @@ def read_switch(fabric: Fabric, switch: str, job_index: int) -> SwitchCounters:
     schema = fabric.schema
     if schema is None:
         raise ValueError("reading counters needs the P4Info")
-    return parse(switch, job_index, schema, list(fabric.client(switch).read(_request(schema, job_index))))
+    return parse(switch, job_index, schema, list(fabric.client(switch).read(request(schema, job_index))))
 
 
 def read_job(fabric: Fabric, plan: JobPlan) -> dict[str, SwitchCounters]:

@@ -99,3 +99,15 @@ JOB_COUNTERS = {
 def drop_index(job_index: int, reason: int) -> int:
     """Index of (job, reason) in the drops counter."""
     return job_index * NUM_DROP_REASONS + reason
+
+
+# -- registers (a slot's two shadow cells: cell = 2 * slot + v) -------------------------------
+R_SLOT_STATE = "P4inaIngress.aggregation.slot_state"
+R_SLOT_BITMAP = "P4inaIngress.aggregation.slot_bitmap"
+R_SLOT_EPOCH = "P4inaIngress.aggregation.slot_epoch"
+R_SLOT_TOKEN = "P4inaIngress.aggregation.slot_token"
+CELLS_PER_SLOT = 2
+STATE_AGGREGATING = 0  # the low two bits of slot_state: the cell's phase
+STATE_SENT_UP = 1
+STATE_FINAL = 2
+STATE_PHASE_MASK = 3

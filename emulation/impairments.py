@@ -94,8 +94,40 @@ def set_bpf_loss(run: Callable[..., str], dev: str, fraction: float, sink: str, 
         )
 
 
+def set_blackhole(run: Callable[..., str], dev: str, hook: str, on: bool, sink: str) -> None:
+    """Make every frame through `dev`'s clsact `hook` ("ingress": arriving, "egress": leaving) vanish, or stop.
+
+    A gray failure: the carrier stays up and nothing is reported, the frames just go. The clsact qdisc and the
+    down `sink` veth must exist (set_bpf_loss made them); the filter runs before the random loss.
+    """
+    if hook not in ("ingress", "egress"):
+        raise ValueError(f"hook {hook!r}: ingress or egress")
+    _del_filter(run, dev, BLACKHOLE_PREF, hook)
+    if on:
+        run(
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            dev,
+            hook,
+            "pref",
+            str(BLACKHOLE_PREF),
+            "bpf",
+            "bytecode",
+            "1,6 0 0 4294967295",
+            "action",
+            "mirred",
+            "egress",
+            "redirect",
+            "dev",
+            sink,
+        )
+
+
 # clsact egress filters run by preference: loss first (a lost packet is neither duplicated nor held), then
 # duplication; the reorder filter sits on the root HTB qdisc, which sees the packets after clsact
+BLACKHOLE_PREF = 5  # a gray failure's 100% loss, before everything else
 LOSS_PREF = 10
 DUP_PREF = 20
 REORDER_PREF = 30

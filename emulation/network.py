@@ -21,7 +21,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,14 @@ from typing import Any
 from controller.topology import Topology, link_key
 from emulation import cleanup
 from emulation.commands import NetnsError, interface_counters, sh
-from emulation.impairments import add_random_loss, set_bpf_dup, set_bpf_loss, set_reorder, tc_counts
+from emulation.impairments import (
+    add_random_loss,
+    set_blackhole,
+    set_bpf_dup,
+    set_bpf_loss,
+    set_reorder,
+    tc_counts,
+)
 from emulation.mininet_compat import Host, Link, Mininet, setLogLevel
 from emulation.nodes import (
     BACKENDS,
@@ -352,6 +359,46 @@ class EmulatedNetwork:
         for intf in (link.intf1, link.intf2):
             sh("ip", "link", "set", "dev", intf.name, "up" if up else "down")
         LOG.info("link %s-%s %s", a, b, "up" if up else "down")
+
+    def ready_impairments(self) -> None:
+        """The clsact hooks and loss sinks on every link end, no loss: a later set_gray_* is a filter each end."""
+        if not self._runtime_loss:
+            self.set_loss(0.0)
+
+    def _blackhole(self, where: Iterable[tuple[int, int, str]], on: bool) -> None:
+        """(link index, end, hook) of link ends whose frames vanish (on) or pass again; the loss hooks first."""
+        assert self.net is not None
+        self.ready_impairments()
+        for i, j, hook in where:
+            link = self.net.links[i]
+            intf = (link.intf1, link.intf2)[j]
+            set_blackhole(self._runner(intf.node), intf.name, hook, on, f"{IFACE_PREFIX}{self.tag}-R{i}{j}")
+
+    def set_gray_link(self, a: str, b: str, on: bool) -> None:
+        """A gray link: every frame switch a sends to switch b vanishes (on), the other direction and both
+        carriers untouched, nothing reported; or the link heals (off)."""
+        link = self._switch_link(a, b)
+        i = self.net.links.index(link) if self.net is not None else 0
+        j = 0 if link.intf1.node.name == a else 1
+        self._blackhole([(i, j, "egress")], on)
+        LOG.info("link %s->%s %s", a, b, "drops every frame (gray)" if on else "healed")
+
+    def set_gray_switch(self, name: str, on: bool) -> None:
+        """A gray switch: its process runs and answers P4Runtime, its ports keep their carrier, and every frame
+        that arrives on them vanishes (on), as a switch whose pipeline drops the job's packets; or it heals."""
+        assert self.net is not None
+        # at the far end of each of its links, on the way out: a switch reading its ports with packet sockets sees
+        # a frame before tc's ingress hook could drop it
+        ends = [
+            (i, 1 - j, "egress")
+            for i, link in enumerate(self.net.links)
+            for j, intf in enumerate((link.intf1, link.intf2))
+            if intf.node.name == name
+        ]
+        if not ends:
+            raise NetworkError(f"no switch named {name!r} with links")
+        self._blackhole(ends, on)
+        LOG.info("switch %s %s", name, "drops every frame it receives (gray)" if on else "healed")
 
     def down_links(self, switches: Sequence[str] | None = None) -> set[tuple[str, str]]:
         """Switch-to-switch links (of these switches, or all) whose interface at either end has no carrier: the

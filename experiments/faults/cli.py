@@ -59,12 +59,23 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--failure-runs",
         type=int,
         default=D.failure_runs,
-        help=f"switch crashes and link failures each, placed early, middle and late in turn (default {D.failure_runs})",
+        help=f"switch crashes, link failures, gray switches and gray links each, placed early, middle and late in turn "
+        f"(default {D.failure_runs})",
     )
     ap.add_argument(
         "--no-signals",
         action="store_true",
         help="no failure monitor: failures are found by the workers' failure timeout only (the detector off)",
+    )
+    ap.add_argument(
+        "--no-gray",
+        action="store_true",
+        help="no gray failures (a switch dropping every frame it receives, one direction of a link dropping all)",
+    )
+    ap.add_argument(
+        "--no-gray-detection",
+        action="store_true",
+        help="do not read the tree's slot registers at a stall: gray failures go unlocalised (the detector off)",
     )
     ap.add_argument(
         "--host-policy",
@@ -126,6 +137,8 @@ def config_from_args(args: argparse.Namespace) -> FaultsConfig:
         victim=args.victim,
         failure_runs=args.failure_runs,
         signals=not args.no_signals,
+        gray_failure=not args.no_gray,
+        gray_detection=not args.no_gray_detection,
         host_policies=args.host_policy,
         host_runs=args.host_runs,
         sdc_flips=args.flips,

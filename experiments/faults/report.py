@@ -52,6 +52,13 @@ def table(s: dict[str, Any]) -> str:
                 if r
                 else "no failed step completed"
             )
+            + (
+                f"; verdict {v['verdict_s']['median'] * 1e3:.0f} ms after the failure (worst "
+                f"{v['verdict_s']['worst'] * 1e3:.0f}, bound {v['bound_s'] * 1e3:.0f}), localised {v['localised']}, "
+                f"{v.get('false_alarms_under_loss', 0)} false alarm(s) under the loss sweep"
+                if v.get("verdict_s")
+                else ""
+            )
         )
     e = s.get("edge_failure")
     if e:

@@ -55,6 +55,8 @@ from typing import Any
 from controller.api import Controller
 from controller.client import SwitchClient
 from controller.counters import totals
+from controller.evidence import StallEvidence, confirm, stall_evidence
+from controller.fabric import FabricError
 from controller.installer import RemoveError
 from controller.monitor import FailureMonitor, FailureSignal
 from controller.planner import HostsCutOffError, JobDoesNotFitError, JobPlan
@@ -84,7 +86,30 @@ class FaultsError(RuntimeError):
     """The faults experiment could not run; the message says which part."""
 
 
+# fail-overs answered "false alarm, same tree" in one step before the step fails: a stall that neither the
+# signals, the probe nor the registers explain, again and again, is a failure nothing here localises
+FALSE_ALARM_LIMIT = 4
+# A gray failure is decided at the second stall: at most two failure timeouts after the last result, plus a
+# retransmission timer each for the rounds in flight, plus this for the control plane's part (the first stall's
+# probe and register reading, the barrier, the second reading): one TCP connect and four register Reads per
+# tree switch, the switches in parallel
+GRAY_READ_ALLOWANCE_S = 0.25
 HOST_POLICIES = ("shrink", "spare")  # what a job does when a host dies (issue 36): failures.host_crash_<policy>
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One reading of the tree's registers at a stall: when, how long it took, on which install, at the stall's
+    first question or at the fail-over barrier, and what it said."""
+
+    t: float
+    seconds: float
+    install: int
+    at: str
+    evidence: StallEvidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t": self.t, "seconds": self.seconds, "install": self.install, "at": self.at, **self.evidence.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -125,6 +150,11 @@ class FaultsConfig:
     # the controller's failure monitor (controller.monitor): a broken P4Runtime stream or a port that goes down
     # notifies the workers at once; False: only the failure timeout finds a failure (the detector off)
     signals: bool = True
+    # gray failures (failures.gray_switch, failures.gray_link), failure_runs of each after the link failures: the
+    # root's frames dropped on arrival (process, P4Runtime and carriers fine), then one direction of the root's
+    # link to a child switch dropping every frame; found from the tree's slot registers (controller.evidence)
+    gray_failure: bool = True
+    gray_detection: bool = True  # False: the register evidence is not read (the detector off)
     # a host's agent killed mid all-reduce, host_runs times per policy: "shrink" (the survivors go on, their sum
     # reported as theirs) and/or "spare" (a standby host's agent takes the dead rank's place and input; a pool
     # of host_runs spares, the hosts after the job's). Each run leaves the job as it made it (one rank fewer, or
@@ -203,6 +233,7 @@ class FaultsRun:
         self.problems: list[str] = []
         self.reroute_pending = False
         self.stall_questions = 0
+        self.false_alarms: dict[int, int] = {}  # step -> fail-overs answered "false alarm, same tree"
         self._probe: tuple[float, set[str], set[tuple[str, str]]] | None = None
         self.probes: list[tuple[float, float]] = []  # (start, seconds) of every probe made
         self._probe_lock = threading.Lock()
@@ -210,6 +241,9 @@ class FaultsRun:
         self.failure_timeout_s = cfg.failure_timeout_s or 1.5  # until the timer floor is measured
         self.monitor: FailureMonitor | None = None
         self.signals: list[dict[str, Any]] = []  # every failure signal and what the run did with it
+        # the slot registers' verdict at each stall a live tree did not explain: (when, install, evidence)
+        self.evidence: list[Reading] = []
+        self.gray_verdicts: list[dict[str, Any]] = []  # every fail-over decided on that evidence
 
     # -- signals -------------------------------------------------------------------------------
     def start_monitor(self) -> None:
@@ -297,11 +331,58 @@ class FaultsRun:
             return None
         self.stall_questions += 1
         failed, links = self.failed_parts()
+        if not failed and not links:
+            self.read_evidence("stall")
         return {
             "alive": not failed and not links,
             "failed": sorted(failed),
             "links": ["-".join(ln) for ln in sorted(links)],
         }
+
+    def read_evidence(self, at: str) -> StallEvidence | None:
+        """The tree's slot registers and counters (controller.evidence), read at a stall's first question ("stall":
+        once for all the ranks that ask, until the next decision) or at the fail-over barrier ("barrier"); None
+        when the detector is off or the switches cannot say (BMv2 reads no registers)."""
+        if not self.cfg.gray_detection or self.plan is None or self.job is None:
+            return None
+        with self._probe_lock:
+            if at == "stall" and self.stall_reading() is not None:
+                return self.stall_reading()
+            t0 = clock.now()
+            try:
+                ev = stall_evidence(self.ctl.fabric, self.plan)
+            except (FabricError, LookupError, ValueError) as ex:  # no register reads (BMv2): stays a false alarm
+                LOG.warning("stall evidence unavailable: %s", ex)
+                return None
+            self.evidence.append(Reading(t0, clock.now() - t0, self.job.install, at, ev))
+            LOG.info("stall evidence (%s): %s", at, ev.why)
+            return ev
+
+    def stall_reading(self) -> StallEvidence | None:
+        """This install's reading at the first stall since the last fail-over decision, if taken."""
+        assert self.job is not None
+        since = self.failover_events[-1]["t_reported"] if self.failover_events else 0.0
+        return next(
+            (r.evidence for r in self.evidence if r.at == "stall" and r.t >= since and r.install == self.job.install),
+            None,
+        )
+
+    def gray_suspect(self, since: float) -> tuple[StallEvidence, StallEvidence] | None:
+        """A gray failure: the registers at the barrier, every rank stopped, point at the same place as at the
+        stall's first question (a failure timeout earlier, every worker retransmitting in between)."""
+        assert self.job is not None
+        first = next(
+            (r.evidence for r in self.evidence if r.at == "stall" and r.t >= since and r.install == self.job.install),
+            None,
+        )
+        if first is None or self.plan is None:
+            return None
+        now = self.read_evidence("barrier")
+        if now is None:
+            return None
+        self.failover_events[-1]["readings"] = {"first": first.to_dict(), "now": now.to_dict()}
+        verdict = confirm(self.plan, first, now)
+        return (first, verdict) if verdict is not None else None
 
     def decide(self, tag: str, values: list[Any]) -> Any:
         """The agents' switch-failure barrier: find the dead switch, re-plan around it, hand out the new job."""
@@ -320,13 +401,34 @@ class FaultsRun:
         event["evidence"] = "signalled" if failed or links else "probe"
         if not failed and not links:
             failed, links = self.failed_parts()
-        event["failed"] = sorted(failed)
-        event["failed_links"] = ["-".join(ln) for ln in sorted(links)]
-        event["probe_s"] = clock.now() - t0
         phases: dict[str, float] = {}
         event["replan_phases"] = phases
         assert self.job is not None
+        if not failed and not links:
+            since = self.failover_events[-2]["t_reported"] if len(self.failover_events) > 1 else 0.0
+            gray = self.gray_suspect(since)
+            if gray is not None:
+                first, now = gray
+                event["evidence"] = "data plane"
+                event["gray"] = {"first": first.to_dict(), "now": now.to_dict(), "t_verdict": clock.now()}
+                self.gray_verdicts.append({"t": clock.now(), "what": now.what, "tag": tag})
+                failed = {now.switch} if now.switch else set()
+                links = {now.link} if now.link else set()
+                LOG.warning("gray failure: %s (%s)", now.what, now.why)
+        event["failed"] = sorted(failed)
+        event["failed_links"] = ["-".join(ln) for ln in sorted(links)]
+        event["probe_s"] = clock.now() - t0
         if not failed and not links:  # a false alarm (a long loss burst, a lost round): redo the missing chunks
+            step = int(tag.split("-")[1])
+            self.false_alarms[step] = self.false_alarms.get(step, 0) + 1
+            if self.false_alarms[step] > FALSE_ALARM_LIMIT:
+                why = (
+                    f"step {step} stalled {self.false_alarms[step]} times on a tree where every switch answers and "
+                    "every link is up, and the switches' registers do not say where: a failure no detector here "
+                    "localises (a gray edge switch, a host's link)"
+                )
+                event["verdict"] = why
+                return {"error": why, "failed": []}
             event["verdict"] = "false alarm: every switch answers, every link is up; same tree"
             return {"job": self.job.to_dict(), "failed": []}
         failed_names = sorted(failed) + event["failed_links"]
@@ -455,6 +557,7 @@ class FaultsRun:
         try:
             for rate in self.cfg.loss_rates:
                 self.net.set_loss(rate)
+                gray0, events0, readings0 = len(self.gray_verdicts), len(self.failover_events), len(self.evidence)
                 steps = [self.run(f"loss-{rate:g}") for _ in range(self.cfg.reps)]
                 lat = (
                     statistics.median(s.latency_s for s in steps if s.reports)
@@ -471,6 +574,10 @@ class FaultsRun:
                     "latency_over_lossless": lat / lossless_s if lat else None,
                     "latencies_s": [s.latency_s for s in steps if s.reports],
                     "false_alarms": sum(int(r.get("false_alarms", 0)) for s in steps for r in s.reports.values()),
+                    # fail-overs with no failure: a tree moved because random loss looked like a gray failure
+                    "gray_false_alarms": len(self.gray_verdicts) - gray0,
+                    "failovers": len(self.failover_events) - events0,
+                    "register_readings": len(self.evidence) - readings0,
                     "errors": [e for s in steps for e in s.errors][:5],
                 }
         finally:
@@ -564,6 +671,7 @@ class FaultsRun:
         thread = threading.Thread(target=flipper, name="sdc-flipper", daemon=True)
         steps: list[Step] = []
         events_before = len(self.failover_events)
+        gray0, readings0 = len(self.gray_verdicts), len(self.evidence)
         if self.cfg.sdc_loss:
             self.net.set_loss(self.cfg.sdc_loss)
         # a lost contribution must hold its round open for a timer floor (the flipper's reads and write take a
@@ -602,6 +710,9 @@ class FaultsRun:
             "false_alarm_redos": sum(
                 1 for e in self.failover_events[events_before:] if str(e.get("verdict", "")).startswith("false alarm")
             ),
+            # the stalls the flips caused, read as a gray failure would be: a tree moved is a false alarm
+            "register_readings": len(self.evidence) - readings0,
+            "gray_false_alarms": len(self.gray_verdicts) - gray0,
             "flips": landed[:50],
         }
 
@@ -674,6 +785,12 @@ class FaultsRun:
             "signal_s": (min(heard) - t_kill) if heard else None,
             "triggers": sorted({str(f.get("trigger")) for f in events if not f.get("rejoined")}),
             "evidence": decision.get("evidence"),
+            # a gray failure: where the registers pointed, and when the verdict came (failure to verdict)
+            "gray_what": (decision.get("gray") or {}).get("now", {}).get("switch")
+            or "-".join((decision.get("gray") or {}).get("now", {}).get("link") or ()),
+            "gray_towards": (decision.get("gray") or {}).get("now", {}).get("towards"),
+            "verdict_s": decision["gray"]["t_verdict"] - t_kill if decision.get("gray") else None,
+            "gray_bound_s": 2 * (self.failure_timeout_s + self.job.min_timeout_s) + GRAY_READ_ALLOWANCE_S,
             "step_s": s.latency_s,
             # what the failure cost the step: its time over the reference's, and what of it was the wait for
             # the last rank to stop (detection), its barrier, the re-plan, and the rest (the redo of what was in
@@ -690,6 +807,8 @@ class FaultsRun:
         """failure_runs failures of one kind ("switch_crash": the root killed; "link_down": the root's link to
         its first switch child cut), each placed early, in the middle or late in turn and repaired after."""
         runs: list[dict[str, Any]] = []
+        if kind.startswith("gray"):
+            self.net.ready_impairments()  # so that the failure strikes when it is made, not a few tc calls later
         for i in range(self.cfg.failure_runs):
             point = self.cfg.failure_points[i % len(self.cfg.failure_points)]
             if kind == "switch_crash":
@@ -700,13 +819,40 @@ class FaultsRun:
                 out["victim"] = victim
                 out["tier"] = self.ctl.topo.switch(victim).tier
                 self.restore_switch(victim)
-            else:
+            elif kind == "link_down":
                 link = self.tree_link()
                 out = self._interrupted(
                     "link-failure", f"link {'-'.join(link)}", lambda ln=link: self.net.set_link(*ln, up=False), point, 1
                 )
                 out["link"] = "-".join(link)
                 self.restore_link(link)
+            elif kind == "gray_switch":
+                victim = self.victim()
+                out = self._interrupted(
+                    "gray-switch",
+                    f"switch {victim} (gray)",
+                    lambda v=victim: self.net.set_gray_switch(v, True),
+                    point,
+                    1,
+                )
+                out["victim"] = victim
+                out["localised"] = out.get("gray_what") == victim
+                self.net.set_gray_switch(victim, False)
+                self.restore_switch(victim, restart=True)  # replaced: its cells and entries start afresh
+            elif kind == "gray_link":
+                parent, child = self.tree_link_from_root()
+                # every other run the frames up (child -> root) vanish, the others the results down
+                a, b = (child, parent) if i % 2 == 0 else (parent, child)
+                out = self._interrupted(
+                    "gray-link", f"link {a}->{b} (gray)", lambda a=a, b=b: self.net.set_gray_link(a, b, True), point, 1
+                )
+                out["link"] = f"{a}->{b}"
+                out["localised"] = out.get("gray_what") == "-".join(link_key(a, b)) and out.get("gray_towards") == b
+                self.net.set_gray_link(a, b, False)
+                self.ctl.revive(links=[link_key(a, b)])
+                self.ctl.install_routes()
+            else:
+                raise FaultsError(f"failure kind {kind!r}: switch_crash, link_down, gray_switch or gray_link")
             out["point"] = point
             runs.append(out)
         return series_summary(runs)
@@ -796,16 +942,23 @@ class FaultsRun:
         }
 
     def tree_link(self) -> tuple[str, str]:
+        return link_key(*self.tree_link_from_root())
+
+    def tree_link_from_root(self) -> tuple[str, str]:
+        """(root, its first child switch) of the job's tree."""
         assert self.plan is not None
         root = self.plan.on(self.plan.root)
         switches = {sp.switch for sp in self.plan.switches}
         child = next((c.node for c in root.children if c.node in switches), None)
         if child is None:
             raise FaultsError(f"job {JOB_ID}'s root {root.switch} has no switch below it: no link to take down")
-        return link_key(root.switch, child)
+        return root.switch, child
 
-    def restore_switch(self, name: str) -> None:
-        """The killed switch back: restarted on its address, program and routes pushed, watched again."""
+    def restore_switch(self, name: str, restart: bool = False) -> None:
+        """The killed switch back: restarted on its address, program and routes pushed, watched again.
+        restart: kill it first (a live switch replaced)."""
+        if restart:
+            self.net.kill_switch(name)
         self.net.restart_switch(name)
         self.ctl.revive([name])
         if self.monitor is not None:
@@ -878,6 +1031,18 @@ def series_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         and ratio["worst"] <= GOAL_WORST,
         "triggers": sorted({t for r in runs for t in r.get("triggers", [])}),
         "exact": all(bool(r["exact"] and r["later_exact"]) for r in runs),
+        **(
+            {
+                # gray failures: failure to the verdict, against the stated bound; every run named the right place
+                "verdict_s": _spread(values("verdict_s")),
+                "bound_s": max(values("gray_bound_s")),
+                "bound_met": len(values("verdict_s")) == len(runs)
+                and all(r["verdict_s"] <= r["gray_bound_s"] for r in runs),
+                "localised": all(bool(r.get("localised")) for r in runs),
+            }
+            if any("localised" in r for r in runs)
+            else {}
+        ),
         "detail": runs,
     }
 
@@ -949,9 +1114,11 @@ def summarize(
         and (link is None or bool(link["exact"] and link["later_exact"]))
         and (dup_reorder is None or dup_reorder["exact"])
         and (isolation is None or "skipped" in isolation or bool(isolation["exact"] and isolation["isolated"]))
-        and (sdc is None or (sdc["exact"] and sdc["detected"] >= sdc["injected"]))
+        and (sdc is None or (sdc["exact"] and sdc["detected"] >= sdc["injected"] and not sdc["gray_false_alarms"]))
         and (edge is None or edge["reported"])
         and all(f["exact"] for f in (failures or {}).values())
+        and all(f.get("localised", True) and f.get("bound_met", True) for f in (failures or {}).values())
+        and all(v.get("gray_false_alarms", 0) == 0 for v in loss.values())
     )
     return out
 
@@ -1091,6 +1258,12 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                         if cfg.link_failure:
                             failures["link_down"] = run.failure_series("link_down")
                             link = failures["link_down"]["detail"][0]
+                        if cfg.gray_failure:
+                            for kind in ("gray_switch", "gray_link"):
+                                failures[kind] = run.failure_series(kind)
+                                failures[kind]["false_alarms_under_loss"] = sum(
+                                    v["gray_false_alarms"] for v in loss.values()
+                                )
                         for policy in cfg.host_policies:
                             failures[f"host_crash_{policy}"] = run.host_crash_series(policy)
                         if cfg.edge_failure:
@@ -1107,7 +1280,16 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                     if run.monitor is not None:
                         run.monitor.close()
                     (out / "failovers.json").write_text(
-                        json.dumps({"failovers": run.failover_events, "signals": run.signals}, indent=1, default=str)
+                        json.dumps(
+                            {
+                                "failovers": run.failover_events,
+                                "signals": run.signals,
+                                # every register reading at a stall: when, on which install, what it said, how long
+                                "stall_readings": [r.to_dict() for r in run.evidence],
+                            },
+                            indent=1,
+                            default=str,
+                        )
                         + "\n"
                     )
     except Exception as ex:

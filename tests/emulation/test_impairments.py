@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from emulation.impairments import set_bpf_dup, set_reorder, tc_counts
+from emulation.impairments import set_blackhole, set_bpf_dup, set_reorder, tc_counts
 from emulation.netns import NetnsLab, enter
 from emulation.shaping import Shaping
 
@@ -144,3 +144,26 @@ def test_a_copy_mirred_could_not_send_is_not_counted_as_duplicated() -> None:
     assert _sent_line(" Sent 1382734 bytes 1327 pkt (dropped 0, overlimits 1326 requeues 0)") == (1327, 1326)
     assert _sent_line("") == (0, 0)
     assert tc_counts(lambda *cmd: show if "filter" in cmd else "", "eth0") == {"duplicated": 727, "held": 0}
+
+
+def test_a_gray_link_end_drops_every_frame_one_way_with_its_carrier_up(lab: NetnsLab) -> None:
+    """set_blackhole: every datagram leaving a (egress) or arriving at b (ingress) vanishes, the carriers stay up;
+    off again, every one arrives."""
+    a, b, run = link(lab)
+    run("ip", "link", "add", "sink0", "type", "veth", "peer", "name", "sink0p")
+
+    def run_b(*cmd: str) -> str:
+        return lab.run(b, *cmd)
+
+    run_b("tc", "qdisc", "add", "dev", "eth0", "clsact")
+    run_b("ip", "link", "add", "sink1", "type", "veth", "peer", "name", "sink1p")
+    set_blackhole(run, "eth0", "egress", True, "sink0")
+    assert send_numbered(lab, a, b) == []
+    assert lab.run(a, "cat", "/sys/class/net/eth0/carrier").strip() == "1"
+    set_blackhole(run, "eth0", "egress", False, "sink0")
+    set_blackhole(run_b, "eth0", "ingress", True, "sink1")
+    assert send_numbered(lab, a, b) == []
+    set_blackhole(run_b, "eth0", "ingress", False, "sink1")
+    assert send_numbered(lab, a, b) == list(range(N_PACKETS))
+    with pytest.raises(ValueError, match="ingress or egress"):
+        set_blackhole(run, "eth0", "both", True, "sink0")

@@ -61,6 +61,11 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
     for kind in ("switch_crash", "link_down"):
         v = s["failures"][kind]
         assert v["runs"] == 1 and v["exact"] and v["triggers"] == ["timeout"], v
+    for kind in ("gray_switch", "gray_link"):  # one of each, by default; random loss moved no tree
+        v = s["failures"][kind]
+        assert v["runs"] == 1 and v["exact"] and v["localised"] and v["bound_met"], v
+        assert v["false_alarms_under_loss"] == 0, s["loss"]
+    assert all(p["gray_false_alarms"] == 0 for p in s["loss"].values()), s["loss"]
     assert s["ok"]
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     for key in ("recovery_s", "exact", "detect_bound_s"):
@@ -89,6 +94,7 @@ def test_crashes_and_cut_links_are_acted_on_when_the_switches_announce_them(
         edge_failure=False,
         failure_runs=2,
         signals=signals,
+        gray_failure=False,
         results_root=tmp_path,
     )
     result = run_faults(cfg, out_dir=tmp_path / "run")
@@ -112,6 +118,54 @@ def test_crashes_and_cut_links_are_acted_on_when_the_switches_announce_them(
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert set(saved["failures"]) == {"switch_crash", "link_down"}
     assert {"median", "worst"} <= set(saved["failures"]["link_down"]["step_over_lossless"])
+
+
+@pytest.mark.parametrize("detect", [True, False], ids=["registers", "registers-off"])
+def test_gray_switches_and_links_are_found_in_the_registers_and_routed_around(
+    tmp_path: Path, leak_check: None, detect: bool
+) -> None:
+    """failures.gray_<kind>: the root drops every frame it receives (P4Runtime, carriers and process fine), then
+    one direction of the new root's link to a leaf drops everything (up, then down). Nothing is announced and the
+    probe finds the tree alive; the slot registers, read at the first stall and again at the barrier, name the
+    switch or the link and its direction, and the job moves around it within the stated bound, every sum exact.
+    With the register reading off the stalls stay false alarms on the same tree, and the step fails."""
+    cfg = FaultsConfig(
+        topology="leaf-spine:2x3x2",
+        hosts=4,
+        size=4096,
+        reps=1,
+        loss_rates=(),
+        sdc_flips=0,
+        dup_rate=0.0,
+        reorder_rate=0.0,
+        isolation=False,
+        edge_failure=False,
+        switch_failure=False,
+        link_failure=False,
+        failure_runs=2,
+        gray_detection=detect,
+        results_root=tmp_path,
+    )
+    result = run_faults(cfg, out_dir=tmp_path / "run")
+    s = result.summary
+    if not detect:
+        assert not s["ok"]
+        assert any(
+            "registers do not say where" in e for r in s["failures"]["gray_switch"]["detail"] for e in r["errors"]
+        )
+        return
+    assert not s["problems"], s["problems"]
+    sw, ln = s["failures"]["gray_switch"], s["failures"]["gray_link"]
+    for v in (sw, ln):
+        assert v["runs"] == 2 and v["exact"] and v["localised"] and v["bound_met"], v
+        for r in v["detail"]:
+            assert r["evidence"] == "data plane" and r["verdict"].startswith("re-planned"), r
+            assert r["later_on_new_tree"] and r["verdict_s"] <= r["gray_bound_s"], r
+    assert [r["victim"] for r in sw["detail"]] == [r["old_root"] for r in sw["detail"]]
+    assert all(r["new_root"] != r["victim"] for r in sw["detail"])
+    up, down = (r["link"].split("->") for r in ln["detail"])
+    assert up[1] == ln["detail"][0]["old_root"] and down[0] == ln["detail"][1]["old_root"], ln["detail"]
+    assert s["ok"]
 
 
 def faults_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -147,6 +201,7 @@ def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_ch
         sdc_flips=0,
         switch_failure=False,
         link_failure=False,
+        gray_failure=False,
         edge_failure=False,
         dup_rate=0.03,
         reorder_rate=0.05,
@@ -185,6 +240,7 @@ def test_four_jobs_and_a_ring_at_once_stay_exact_and_isolated(tmp_path: Path, le
         reorder_rate=0.0,
         switch_failure=False,
         link_failure=False,
+        gray_failure=False,
         edge_failure=False,
         isolation_reps=2,
         results_root=tmp_path,
@@ -226,6 +282,7 @@ def test_a_host_killed_mid_allreduce_is_survived_by_policy(tmp_path: Path, leak_
         isolation=False,
         switch_failure=False,
         link_failure=False,
+        gray_failure=False,
         edge_failure=False,
         signals=False,
         host_policies=(policy,),
