@@ -1,10 +1,12 @@
 """The controller's gNMI port-status client (controller.portstatus.GnmiPortStatus, finsy's GNMIClient) against the
 embedded switch's gNMI service over loopback, on a feed set by hand (no root): the initial values are in when
 subscribe() returns, each change follows, cancel() is quiet, a switch that stops ends the stream with on_end,
-and a switch that serves no port status (BMv2's gNMI) or serves a wrong value is refused with the reason."""
+and a switch that serves no port status (BMv2's gNMI) or serves a wrong value is refused with the reason; the
+monitor says so once for all its switches."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -14,7 +16,11 @@ from typing import Any
 import grpc
 import pytest
 
+from controller.api import Controller
+from controller.fattree import fat_tree
+from controller.monitor import FailureMonitor
 from controller.portstatus import GnmiPortStatus, PortStatusUnavailable, update_value
+from emulation.localnet import embedded_switches
 from p4proto import gnmi_pb2, gnmi_pb2_grpc
 from p4proto.gnmi import GNMIPath, GNMIUpdate
 from softswitch.p4runtime.gnmi import GnmiService, leaf_path
@@ -229,3 +235,18 @@ def test_update_values_of_each_encoding() -> None:
     assert update_value(GNMIUpdate(1, path, gnmi_pb2.TypedValue(json_ietf_val=b"7"))) == 7
     with pytest.raises(ValueError, match="no value"):
         update_value(GNMIUpdate(1, path, None))
+
+
+def test_the_monitor_says_once_that_no_switch_publishes_port_status(caplog: pytest.LogCaptureFixture) -> None:
+    """Switches whose server has no gNMI port status (embedded switches without ports here; BMv2 alike): every
+    one is listed in no_port_status with the reason, and one warning names them all."""
+    with embedded_switches(fat_tree(2)) as (live, _), Controller(live, timeout=WAIT_S * 6) as ctl:
+        mon = FailureMonitor(ctl.fabric, lambda _sig: None)
+        with caplog.at_level(logging.WARNING, logger="controller.monitor"):
+            mon.watch()
+        mon.close()
+    names = sorted(s.name for s in live.switches)
+    assert sorted(mon.no_port_status) == names and len(names) == 5
+    assert all("UNIMPLEMENTED" in why and "BMv2" in why for why in mon.no_port_status.values())
+    (warning,) = [r for r in caplog.records if r.name == "controller.monitor"]
+    assert all(n in warning.getMessage() for n in names), warning.getMessage()
