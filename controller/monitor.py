@@ -5,7 +5,8 @@ Two signals, both pushed by the switches, neither a timeout:
   (controller.client: every session is a stream, for arbitration) ends with an error at once; any stream that
   ends while the session is open is a dead switch (a stream the controller closes itself says nothing);
 - a link whose carrier drops changes its ports' oper-status, which each end's switch publishes ON_CHANGE
-  (controller.portstatus); a switch-to-switch port that is not UP is a link down, and UP again is it back.
+  (over gNMI, controller.portstatus); a switch-to-switch port that is not UP is a link down, and UP again is
+  it back.
 
 `FailureMonitor` keeps a stream and a port-status subscription to every switch, and calls `on_signal` once per
 new failure (from the reader threads: the callback must be quick or hand off). What failed so far is kept
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from controller.fabric import Fabric
-from controller.portstatus import JsonPortStatus, PortStatusSource, PortStatusUnavailable, Subscription
+from controller.portstatus import GnmiPortStatus, PortStatusSource, PortStatusUnavailable, Subscription
 from controller.topology import link_key
 from wireformat.portstatus import PortStatus
 
@@ -44,8 +45,9 @@ class FailureSignal:
 class FailureMonitor:
     """Streams to every switch of `fabric` (or of `switches`) turned into FailureSignals.
 
-    port_status: where the ports' oper-status comes from (None: switch deaths only). now: the clock of
-    FailureSignal.at (the experiments pass the clock their workers share)."""
+    port_status: where the ports' oper-status comes from (default: the switches' gNMI, GnmiPortStatus; JsonPortStatus
+    reads the embedded switch's JSON stream). now: the clock of FailureSignal.at (the experiments pass the clock
+    their workers share)."""
 
     def __init__(
         self,
@@ -56,7 +58,7 @@ class FailureMonitor:
     ) -> None:
         self.fabric = fabric
         self.on_signal = on_signal
-        self.port_status = JsonPortStatus() if port_status is None else port_status
+        self.port_status = GnmiPortStatus() if port_status is None else port_status
         self.now = now
         self._lock = threading.Lock()
         self._failed: set[str] = set()
@@ -80,6 +82,7 @@ class FailureMonitor:
         """Hold a P4Runtime stream and a port-status subscription to each switch (all by default), from now on."""
         names = list(switches) if switches is not None else [s.name for s in self.fabric.topo.switches]
         self.fabric.connect(names)
+        unavailable: list[str] = []
         for name in names:
             cl = self.fabric.client(name)
             cl.on_stream_lost = self._stream_lost
@@ -93,7 +96,14 @@ class FailureMonitor:
                 self._subs[name] = self.port_status.subscribe(name, addr, self._port)
             except PortStatusUnavailable as ex:
                 self.no_port_status[name] = str(ex)
-                LOG.warning("%s", ex)
+                unavailable.append(name)
+        if unavailable:  # once, not per switch: with BMv2 it is every switch, for one reason
+            LOG.warning(
+                "%d switch(es) publish no port status (%s): link failures are not announced, switch deaths are; %s",
+                len(unavailable),
+                ", ".join(unavailable),
+                self.no_port_status[unavailable[0]],
+            )
 
     def revive(self, switches: Iterable[str] = (), links: Iterable[tuple[str, str]] = ()) -> None:
         """Forget failures that were repaired (a switch restarted: call watch() for it again; a link back up)."""

@@ -1,14 +1,16 @@
-"""The controller's side of the switches' port status: one small interface, one transport behind it.
+"""The controller's side of the switches' port status: one small interface, two transports behind it.
 
 `PortStatusSource.subscribe(...)` streams one switch's port oper-status (wireformat.portstatus: every port's
 value, a sync marker, then each change, ON_CHANGE as gNMI's `/interfaces/interface/state/oper-status`) to a
-callback until cancelled. `JsonPortStatus` speaks the embedded switch's JSON transport on the P4Runtime
-address. A gNMI client (a Subscribe of that leaf, mode STREAM/ON_CHANGE) is a second implementation of the
-same protocol: controller.monitor takes any PortStatusSource and needs nothing else.
+callback until cancelled. `GnmiPortStatus` is a gNMI client (Subscribe, STREAM mode, ON_CHANGE), what a real
+switch answers and the embedded switch serves (softswitch.p4runtime.gnmi); `JsonPortStatus` reads the embedded
+switch's older JSON stream. controller.monitor takes either and needs nothing else.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -16,6 +18,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from p4proto.gnmi import GNMIClient, GNMIClientError, GNMIPath, GNMIUpdate
 from wireformat.portstatus import SUBSCRIBE, PortStatus, PortStatusError
 
 LOG = logging.getLogger(__name__)
@@ -40,7 +43,8 @@ class PortStatusSource(Protocol):
 
 
 class PortStatusUnavailable(RuntimeError):
-    """The switch does not publish its port status (BMv2 without gNMI, an older embedded switch)."""
+    """The switch does not publish its port status (BMv2, whose gNMI answers UNIMPLEMENTED; an older embedded
+    switch)."""
 
 
 def _raw(b: Any) -> Any:
@@ -106,7 +110,161 @@ class JsonPortStatus:
         if not sub.synced.wait(synced_timeout_s) or sub.error is not None:
             sub.cancel()
             raise PortStatusUnavailable(
-                f"switch {switch} at {address} publishes no port status ({sub.error or 'no answer'}): the embedded "
-                "switch serves it; BMv2 needs a gNMI transport (controller.portstatus)"
+                f"switch {switch} at {address} publishes no port status over the JSON stream "
+                f"({sub.error or 'no answer'}): only the embedded switch serves it; BMv2 serves none"
+            )
+        return sub
+
+
+# the leaves subscribed: the oper-status, and the P4Runtime port number of each interface (openconfig-p4rt's id),
+# which names the port in the controller's topology
+OPER_STATUS = GNMIPath("/interfaces/interface[name=*]/state/oper-status")
+PORT_ID = GNMIPath("/interfaces/interface[name=*]/state/id")
+
+
+def update_value(update: GNMIUpdate) -> Any:
+    """A gNMI update's value: the scalar of a PROTO-encoded one, the parsed text of a JSON or JSON_IETF one."""
+    tv = update.typed_value
+    kind = tv.WhichOneof("value") if tv is not None else None
+    if tv is None or kind is None:
+        raise PortStatusError(f"gNMI update of {update.path} carries no value")
+    if kind in ("json_val", "json_ietf_val"):
+        try:
+            return json.loads(getattr(tv, kind))
+        except ValueError as ex:
+            raise PortStatusError(f"gNMI update of {update.path}: {kind} is not JSON: {ex}") from ex
+    return getattr(tv, kind)
+
+
+class _GnmiSubscription:
+    """One switch's gNMI subscription, run by finsy's asyncio client on an event loop of its own thread (one
+    thread a switch, as the JSON reader; callbacks run there)."""
+
+    def __init__(
+        self,
+        switch: str,
+        address: str,
+        on_status: Callable[[str, PortStatus], None],
+        on_end: Callable[[str, str], None] | None,
+    ) -> None:
+        self.switch, self.address = switch, address
+        self._on_status, self._on_end = on_status, on_end
+        self.synced = threading.Event()
+        self.error: str | None = None
+        self._cancelled = False
+        self._ports: dict[str, int] = {}  # interface -> P4 port (state/id)
+        self._waiting: dict[str, tuple[str, int]] = {}  # interface -> (oper-status, ns) that came before its id
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run_loop, name=f"gnmi-{switch}", daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def _run_loop(self) -> None:
+        try:
+            asyncio.run(self._main())  # which also ends the grpc tasks left when the stream is cancelled
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._started.set()
+
+    async def _main(self) -> None:
+        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        self._started.set()
+        await self._read()
+
+    def _take(self, update: GNMIUpdate) -> None:
+        try:
+            interface, leaf = update.path["interface", "name"], update.path[-1]
+        except (KeyError, IndexError, ValueError) as ex:
+            raise PortStatusError(f"gNMI update of an unexpected path {update.path}") from ex
+        value = update_value(update)
+        if leaf == "id":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise PortStatusError(f"gNMI {update.path}: expected an integer, got {value!r}")
+            self._ports[interface] = value
+            if interface in self._waiting:
+                oper, ts = self._waiting.pop(interface)
+                self._emit(interface, oper, ts)
+        elif leaf == "oper-status":
+            if not isinstance(value, str):
+                raise PortStatusError(f"gNMI {update.path}: expected a string, got {value!r}")
+            if interface in self._ports:
+                self._emit(interface, value, update.timestamp)
+            else:
+                self._waiting[interface] = (value, update.timestamp)
+
+    def _emit(self, interface: str, oper: str, timestamp_ns: int) -> None:
+        # gNMI names interfaces, not P4Runtime devices: device_id 0 (the subscription is to one switch anyway)
+        self._on_status(self.switch, PortStatus(0, self._ports[interface], interface, oper, timestamp_ns))
+
+    async def _read(self) -> None:
+        why = "the switch ended the subscription"
+        try:
+            async with GNMIClient(self.address) as client:
+                sub = client.subscribe()
+                sub.on_change(OPER_STATUS, PORT_ID)
+                # finsy's synchronize() ends at the sync marker (or at an end of the stream before it, which the
+                # next read meets at once: on_end then follows subscribe()'s return)
+                async for update in sub.synchronize():
+                    self._take(update)
+                for interface in self._waiting:
+                    LOG.warning(
+                        "%s: interface %s has no P4 port id (state/id); its status is ignored", self.switch, interface
+                    )
+                self.synced.set()
+                async for update in sub.updates():
+                    self._take(update)
+        except asyncio.CancelledError:
+            if not self._cancelled:
+                raise
+            return
+        except GNMIClientError as ex:
+            why = f"{ex.code.name} {ex.message}".strip()
+        except PortStatusError as ex:
+            why = str(ex)
+        except Exception as ex:  # a callback's fault: this switch's port status is no longer read; say so
+            LOG.exception("%s: reading the port status failed", self.switch)
+            why = f"the port-status reader failed: {ex!r}"
+        self.error = why
+        self.synced.set()  # wakes a subscribe() still waiting
+        if not self._cancelled and self._on_end is not None:
+            self._on_end(self.switch, why)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop is closed: the stream had ended already
+                pass
+        if threading.current_thread() is not self._thread:  # a callback may cancel its own subscription
+            self._thread.join(2)
+
+
+class GnmiPortStatus:
+    """The switch's gNMI (Subscribe, STREAM, ON_CHANGE of the ports' oper-status and P4 port id) on its P4Runtime
+    address, where the embedded switch serves it (softswitch.p4runtime.gnmi).
+
+    The client library is finsy's GNMIClient (asyncio; through p4proto.gnmi), each subscription on an event
+    loop of its own thread, so the callbacks come from a thread as JsonPortStatus's do."""
+
+    def subscribe(
+        self,
+        switch: str,
+        address: str,
+        on_status: Callable[[str, PortStatus], None],
+        on_end: Callable[[str, str], None] | None = None,
+        synced_timeout_s: float = 5.0,
+    ) -> Subscription:
+        sub = _GnmiSubscription(switch, address, on_status, on_end)
+        if not sub.synced.wait(synced_timeout_s) or sub.error is not None:
+            sub.cancel()
+            raise PortStatusUnavailable(
+                f"switch {switch} at {address} publishes no port status over gNMI "
+                f"({sub.error or f'no answer in {synced_timeout_s:g} s'}): the embedded switch serves it; BMv2's gNMI "
+                "serves none (it answers UNIMPLEMENTED)"
             )
         return sub

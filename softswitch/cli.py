@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from softswitch.errors import SoftSwitchError
-from softswitch.p4runtime.portstatus import PortStatusService
+from softswitch.p4runtime.gnmi import GnmiService
+from softswitch.p4runtime.portstatus import JsonPortStatusService, NetlinkPortStatus
 from softswitch.p4runtime.server import NonLoopbackAddressError, P4RuntimeServer, parse_loopback_address
 from softswitch.runtime import heap
 from softswitch.runtime.delayline import DelaySpecError, PortDelays, parse_delay
@@ -62,7 +63,7 @@ class RunningSwitch:
         switch: SoftSwitch,
         server: P4RuntimeServer,
         ports: PortIO | None,
-        port_status: PortStatusService | None = None,
+        port_status: NetlinkPortStatus | None = None,
     ) -> None:
         self.switch = switch
         self.server = server
@@ -116,9 +117,11 @@ def start_switch(
     )
     if program_json is not None:
         switch.load_program(program_json)
-    # the ports' oper-status, published ON_CHANGE on the P4Runtime server's port (a switch with ports only)
-    status = PortStatusService(device_id, ports).start() if ports else None
-    server = P4RuntimeServer({device_id: switch}, grpc_addr, extra_handlers=[status.handler()] if status else ())
+    # the ports' oper-status, published ON_CHANGE on the P4Runtime server's port (a switch with ports only):
+    # one netlink feed, served over gNMI and over the older JSON stream
+    status = NetlinkPortStatus(device_id, ports).start() if ports else None
+    handlers = [GnmiService(status).handler(), JsonPortStatusService(status).handler()] if status else []
+    server = P4RuntimeServer({device_id: switch}, grpc_addr, extra_handlers=handlers)
     try:
         server.start()
     except BaseException:

@@ -3,9 +3,9 @@
 The model is OpenConfig's, as gNMI serves it: the leaf `/interfaces/interface[name=N]/state/oper-status` (UP,
 DOWN, LOWER_LAYER_DOWN, ...), subscribed ON_CHANGE: first every port's current value, then a sync marker,
 then one update per change. The embedded switch serves it beside P4Runtime on the same 127.0.0.1 port
-(softswitch.p4runtime.portstatus) and the controller subscribes (controller.portstatus). The transport is a
-small JSON stream over gRPC for now; a gNMI Subscribe carries the same leaf, so a gNMI transport replaces it
-behind controller.portstatus.PortStatusSource without changing what either side means.
+and the controller subscribes (controller.portstatus), over gNMI (softswitch.p4runtime.gnmi) or over the
+older JSON stream of this module (softswitch.p4runtime.portstatus); either way the controller is handed a
+PortStatus.
 
 Defined here, below both, so the switch and the controller share one definition of the message.
 """

@@ -4,9 +4,11 @@ A switch ASIC's port reports its link state; a real switch publishes it over gNM
 (`/interfaces/interface/state/oper-status`, ON_CHANGE). Here the ports are Linux interfaces, so the kernel's
 own link events are the source: one rtnetlink socket subscribed to RTMGRP_LINK tells this process the moment
 an interface's operational state changes (a cable cut: the veth peer loses its carrier; a port taken down).
-Nothing polls. The state is served on the P4Runtime server's own port (as Stratum serves P4Runtime and gNMI
-on one port) by the JSON transport of wireformat.portstatus; a gNMI service can be added to the same server
-and publish the same leaf.
+Nothing polls. `PortStatusFeed` holds each port's current value and its subscribers; `NetlinkPortStatus` is
+the feed of a running switch, one netlink socket however many subscribe. Two services on the P4Runtime
+server's own port (as Stratum serves P4Runtime and gNMI on one port) read that one feed: gNMI
+(softswitch.p4runtime.gnmi, what a real switch speaks) and the older JSON stream of wireformat.portstatus
+(`JsonPortStatusService`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,19 +81,73 @@ def parse_link_events(data: bytes) -> Iterator[tuple[int, int | None, int]]:
         at += (length + 3) & ~3
 
 
-class PortStatusService:
-    """Watches the switch's interfaces and serves their oper-status to subscribers (wireformat.portstatus)."""
+class PortStatusFeed:
+    """Each port's current oper-status and the queues of those listening for its changes (ON_CHANGE).
 
-    def __init__(self, device_id: int, ports: Mapping[int, str]) -> None:
+    What the port-status services serve; `set` publishes a change. A running switch's feed is
+    NetlinkPortStatus (the kernel sets it); a test sets it by hand."""
+
+    def __init__(self, device_id: int, ports: Mapping[int, str], initial: Mapping[int, str] | None = None) -> None:
+        """ports: P4 port -> interface name; initial: P4 port -> oper-status (UNKNOWN where not given)."""
         self.device_id = device_id
         self.ports = dict(ports)
-        self._index = {socket.if_nametoindex(iface): port for port, iface in self.ports.items()}
         self._lock = threading.Lock()
-        self._status: dict[int, PortStatus] = {p: self._read_sysfs(p) for p in self.ports}
-        self._subscribers: list[queue.Queue[PortStatus | None]] = []
+        given = initial or {}
+        self._status: dict[int, PortStatus] = {p: self._status_of(p, given.get(p, "UNKNOWN")) for p in self.ports}
+        self._listeners: list[queue.Queue[PortStatus | None]] = []
+        self._stop = threading.Event()
+
+    def _status_of(self, port: int, oper: str) -> PortStatus:
+        return PortStatus(self.device_id, port, self.ports[port], oper, time.time_ns())
+
+    def set(self, port: int, oper: str) -> None:
+        """Port `port` is now `oper`: tell every listener, unless it already was (ON_CHANGE)."""
+        with self._lock:
+            if self._status[port].oper_status == oper:
+                return  # the kernel repeats a state on other changes (an address, a flag)
+            st = self._status[port] = self._status_of(port, oper)
+            listeners = list(self._listeners)
+        LOG.info("port %d (%s) is %s", port, st.interface, oper)
+        for q in listeners:
+            q.put(st)
+
+    def status(self) -> dict[int, PortStatus]:
+        with self._lock:
+            return dict(self._status)
+
+    @contextmanager
+    def listen(self) -> Iterator[tuple[list[PortStatus], queue.Queue[PortStatus | None]]]:
+        """Every port's current status (by port) and a queue of each change from then on; None on the queue
+        ends it (the feed stopped, or the holder put it there). Taken under one lock: no change falls between."""
+        q: queue.Queue[PortStatus | None] = queue.Queue()
+        with self._lock:
+            self._listeners.append(q)
+            current = [self._status[p] for p in sorted(self._status)]
+        if self._stop.is_set():
+            q.put(None)
+        try:
+            yield current, q
+        finally:
+            with self._lock:
+                self._listeners.remove(q)
+
+    def stop(self) -> None:
+        """End every listener's stream."""
+        self._stop.set()
+        with self._lock:
+            for q in self._listeners:
+                q.put(None)
+
+
+class NetlinkPortStatus(PortStatusFeed):
+    """The feed of a switch's Linux interfaces: read from sysfs at start, then set by the kernel's link events."""
+
+    def __init__(self, device_id: int, ports: Mapping[int, str]) -> None:
+        super().__init__(device_id, ports)
+        self._index = {socket.if_nametoindex(iface): port for port, iface in self.ports.items()}
+        self._status = {p: self._read_sysfs(p) for p in self.ports}
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
 
     def _read_sysfs(self, port: int) -> PortStatus:
         iface = self.ports[port]
@@ -102,10 +159,7 @@ class PortStatusService:
             state, carrier = (2, False) if base.exists() else (1, False)
         return self._status_of(port, oper_name(state, IFF_LOWER_UP if carrier else 0))
 
-    def _status_of(self, port: int, oper: str) -> PortStatus:
-        return PortStatus(self.device_id, port, self.ports[port], oper, time.time_ns())
-
-    def start(self) -> PortStatusService:
+    def start(self) -> NetlinkPortStatus:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
         sock.bind((0, RTMGRP_LINK))
         sock.settimeout(0.5)  # to notice stop()
@@ -131,43 +185,33 @@ class PortStatusService:
                 port = self._index.get(index)
                 if port is None or state is None:
                     continue
-                self._update(port, oper_name(state, flags))
+                self.set(port, oper_name(state, flags))
 
-    def _update(self, port: int, oper: str) -> None:
-        with self._lock:
-            if self._status[port].oper_status == oper:
-                return  # ON_CHANGE: the kernel repeats a state on other changes (an address, a flag)
-            st = self._status[port] = self._status_of(port, oper)
-            subscribers = list(self._subscribers)
-        LOG.info("port %d (%s) is %s", port, st.interface, oper)
-        for q in subscribers:
-            q.put(st)
+    def stop(self) -> None:
+        super().stop()
+        if self._sock is not None:
+            self._sock.close()
+        if self._thread is not None:
+            self._thread.join(2)
 
-    def status(self) -> dict[int, PortStatus]:
-        with self._lock:
-            return dict(self._status)
+
+class JsonPortStatusService:
+    """The feed served as wireformat.portstatus's JSON stream (the transport before gNMI; controller.portstatus's
+    JsonPortStatus reads it)."""
+
+    def __init__(self, feed: PortStatusFeed) -> None:
+        self.feed = feed
 
     def subscribe(self, _request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         """Every port's status, the sync marker, then every change, until the subscriber goes away."""
-        q: queue.Queue[PortStatus | None] = queue.Queue()
-        with self._lock:
-            self._subscribers.append(q)
-            current = [self._status[p] for p in sorted(self._status)]
-        try:
+        with self.feed.listen() as (current, q):
+            if not context.add_callback(lambda: q.put(None)):  # the subscriber left: stop waiting at once
+                return
             for st in current:
                 yield st.encode()
-            yield PortStatus(self.device_id, 0, "", "UP", time.time_ns(), sync=True).encode()
-            while context.is_active() and not self._stop.is_set():
-                try:
-                    st = q.get(timeout=0.5)
-                except queue.Empty:
-                    continue
-                if st is None:
-                    return
-                yield st.encode()
-        finally:
-            with self._lock:
-                self._subscribers.remove(q)
+            yield PortStatus(self.feed.device_id, 0, "", "UP", time.time_ns(), sync=True).encode()
+            while (st_or_end := q.get()) is not None:
+                yield st_or_end.encode()
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The gRPC handler to add to the P4Runtime server (JSON bytes in and out: no protobuf)."""
@@ -179,13 +223,3 @@ class PortStatusService:
             SERVICE,
             {"Subscribe": grpc.unary_stream_rpc_method_handler(self.subscribe, raw, raw)},
         )
-
-    def stop(self) -> None:
-        self._stop.set()
-        with self._lock:
-            for q in self._subscribers:
-                q.put(None)
-        if self._sock is not None:
-            self._sock.close()
-        if self._thread is not None:
-            self._thread.join(2)

@@ -859,7 +859,7 @@ class P4RuntimeServer:
         max_workers: int | None = None,
         extra_handlers: Sequence[grpc.GenericRpcHandler] = (),
     ) -> None:
-        """extra_handlers: more services on the same port (the port status: softswitch.p4runtime.portstatus)."""
+        """extra_handlers: more services on the same port (the port status: softswitch.p4runtime.gnmi, .portstatus)."""
         self.host, self._requested_port = parse_loopback_address(address)
         self._extra_handlers = tuple(extra_handlers)
         self.servicer = P4RuntimeServicer(switches)

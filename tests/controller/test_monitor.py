@@ -1,7 +1,7 @@
 """Failures the switches announce (controller.monitor): an embedded switch process with one real port, a link
-whose carrier drops (its port's oper-status, published ON_CHANGE), and the process killed (its P4Runtime
-stream breaks). Each becomes one FailureSignal naming the right link or switch; what the controller closes
-itself signals nothing."""
+whose carrier drops (its port's oper-status, published ON_CHANGE over gNMI, the monitor's default, and over the
+JSON stream), and the process killed (its P4Runtime stream breaks). Each becomes one FailureSignal naming the
+right link or switch; what the controller closes itself signals nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from controller.api import Controller
 from controller.fattree import fat_tree
 from controller.monitor import FailureMonitor, FailureSignal
-from controller.portstatus import JsonPortStatus
+from controller.portstatus import GnmiPortStatus, JsonPortStatus, PortStatusSource
 from wireformat.portstatus import PortStatus
 
 pytestmark = pytest.mark.netns  # root: a veth pair in the root namespace (named for `p4ina clean`)
@@ -55,8 +55,9 @@ def e1(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
         subprocess.run(["ip", "link", "del", PORT_IF], capture_output=True)
 
 
+@pytest.mark.parametrize("source", [GnmiPortStatus, JsonPortStatus])
 def test_a_port_status_subscription_sees_the_carrier_drop_and_come_back(
-    e1: tuple[subprocess.Popen[bytes], str],
+    e1: tuple[subprocess.Popen[bytes], str], source: type[PortStatusSource]
 ) -> None:
     _, addr = e1
     seen: list[PortStatus] = []
@@ -67,7 +68,7 @@ def test_a_port_status_subscription_sees_the_carrier_drop_and_come_back(
             seen.append(st)
             changed.notify_all()
 
-    sub = JsonPortStatus().subscribe("e1", addr, on_status)
+    sub = source().subscribe("e1", addr, on_status)
     try:
         with changed:  # the initial value came before subscribe() returned
             assert [(s.port, s.interface, s.oper_status) for s in seen] == [(2, PORT_IF, "UP")], seen
@@ -99,9 +100,10 @@ def test_the_monitor_signals_the_link_then_the_dead_switch_once_each(
 
     with Controller(topo, timeout=WAIT_S) as ctl:
         mon = FailureMonitor(ctl.fabric, on_signal)
+        assert isinstance(mon.port_status, GnmiPortStatus)  # the default: the switch's gNMI
         mon.watch(["e1"])
         try:
-            assert not mon.no_port_status
+            assert not mon.no_port_status, mon.no_port_status
             ip("link", "set", PEER_IF, "down")
             with got:
                 assert got.wait_for(lambda: len(signals) >= 1, WAIT_S), signals
