@@ -11,11 +11,11 @@ seen it. Per cell, for a child switch c of a switch P:
 
 Over the stalled cells, a parent missing two or more of its child switches is a gray switch (two gray links into
 one switch at once are far less likely, and avoiding the switch avoids them too); one missing child is that
-link; its only child switch missing, the parent or that link (the parent is avoided). Anything else (two places at once, no place: a round held up at a host, or a
-host's link) is not localised, and the caller treats the stall as it did before (controller.evidence says
-why). One reading proves little: a loss burst leaves the same picture for a while. The caller compares two
-readings a failure timeout apart (the runner: the first stall and the fail-over barrier); the same verdict
-twice, with every worker retransmitting in between, is not random loss.
+link; its only child switch missing, the parent or that link (the parent is avoided). Anything else (two places
+at once; none: a round held up at a host or its link) is not localised, and the stall stays what it was before.
+One reading proves little: a loss burst leaves the same picture for a while. The caller compares two readings a
+failure timeout apart (the runner: the first stall and the fail-over barrier), with the job's counters between
+them (confirm); the same verdict twice, every worker retransmitting in between, is not random loss.
 """
 
 from __future__ import annotations

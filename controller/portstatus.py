@@ -10,6 +10,7 @@ switch's older JSON stream. controller.monitor takes either and needs nothing el
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import threading
@@ -136,9 +137,30 @@ def update_value(update: GNMIUpdate) -> Any:
     return getattr(tv, kind)
 
 
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_THREAD: threading.Thread | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _gnmi_loop() -> asyncio.AbstractEventLoop:
+    """The one event loop every gNMI subscription of this process runs on, in a daemon thread of its own.
+
+    One loop, not one a subscription: grpc's asyncio layer polls its completion queue for one loop, and loops
+    closed while it still posts to them log "Event loop is closed" at exit. The loop lives as long as the process.
+    """
+    global _LOOP, _LOOP_THREAD
+    with _LOOP_LOCK:
+        if _LOOP is None or _LOOP_THREAD is None or not _LOOP_THREAD.is_alive():
+            loop = asyncio.new_event_loop()
+            _LOOP_THREAD = threading.Thread(target=loop.run_forever, name="gnmi-loop", daemon=True)
+            _LOOP_THREAD.start()
+            _LOOP = loop
+        return _LOOP
+
+
 class _GnmiSubscription:
-    """One switch's gNMI subscription, run by finsy's asyncio client on an event loop of its own thread (one
-    thread a switch, as the JSON reader; callbacks run there)."""
+    """One switch's gNMI subscription, a task of finsy's asyncio client on the process's gNMI loop (_gnmi_loop);
+    callbacks run on that loop's thread, so they must be quick (as the monitor's are)."""
 
     def __init__(
         self,
@@ -154,25 +176,8 @@ class _GnmiSubscription:
         self._cancelled = False
         self._ports: dict[str, int] = {}  # interface -> P4 port (state/id)
         self._waiting: dict[str, tuple[str, int]] = {}  # interface -> (oper-status, ns) that came before its id
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run_loop, name=f"gnmi-{switch}", daemon=True)
-        self._thread.start()
-        self._started.wait()
-
-    def _run_loop(self) -> None:
-        try:
-            asyncio.run(self._main())  # which also ends the grpc tasks left when the stream is cancelled
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self._started.set()
-
-    async def _main(self) -> None:
-        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
-        self._started.set()
-        await self._read()
+        self._loop = _gnmi_loop()
+        self._future = asyncio.run_coroutine_threadsafe(self._read(), self._loop)
 
     def _take(self, update: GNMIUpdate) -> None:
         try:
@@ -234,14 +239,13 @@ class _GnmiSubscription:
 
     def cancel(self) -> None:
         self._cancelled = True
-        loop, task = self._loop, self._task
-        if loop is not None and task is not None:
+        self._future.cancel()
+        on_loop = threading.current_thread() is _LOOP_THREAD  # a callback may cancel its own subscription
+        if not on_loop:
             try:
-                loop.call_soon_threadsafe(task.cancel)
-            except RuntimeError:  # the loop is closed: the stream had ended already
+                self._future.result(2)
+            except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
                 pass
-        if threading.current_thread() is not self._thread:  # a callback may cancel its own subscription
-            self._thread.join(2)
 
 
 class GnmiPortStatus:
