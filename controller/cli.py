@@ -30,7 +30,7 @@ from controller.fabric import FabricError
 from controller.installer import InstallError
 from controller.p4info import P4InfoError
 from controller.planner import DEFAULT_SLOTS, PlanError
-from controller.service import Service, ServiceReport
+from controller.service import DemotedError, Service, ServiceReport
 from controller.standby import DEFAULT_BOUND_S, Standby, TakeoverError
 from controller.state import CURRENT, DEFAULT_STATE, STATE_NAME, State, StateError, default_state, locked
 from controller.topology import Topology, TopologyError, host_names
@@ -349,7 +349,12 @@ def _serve(args: argparse.Namespace, ctl: Controller, report: ServiceReport, sto
     service = Service(ctl, report, args.report)
     service.start()
     LOG.warning("controller (election id %d) serving %d job(s)", report.election_id, len(ctl.state.jobs))
-    service.run(stop)
+    try:
+        service.run(stop)
+    except DemotedError as ex:
+        report.status, report.error = "failed", str(ex)
+        report.save(args.report)
+        raise
     report.status = "stopped"
     moved = sum(f.moved for f in report.failovers)
     _finish(args, report, f"stopped: {moved} job move(s), {len(report.failovers) - moved} job(s) dropped")
@@ -363,7 +368,8 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
     eid = CONTROLLER_ELECTION_ID if args.election_id is None else args.election_id
     report = ServiceReport("primary", eid, os.getpid())
     stop = _stop_event()
-    with locked(args.state) as state:
+    # a lock held longer than --timeout is another controller's (a standby that took over holds it for its life)
+    with locked(args.state, timeout=args.timeout) as state:
         _served_network(args, state)
         spec = _topology_spec(args, state)
         topo = load_topology(spec)
@@ -688,6 +694,7 @@ def main(argv: list[str] | None = None) -> int:
         P4InfoError,
         StateError,
         TakeoverError,
+        DemotedError,
     ) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         LOG.debug("details", exc_info=True)

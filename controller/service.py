@@ -139,6 +139,11 @@ def _tree(plan: JobPlan) -> tuple[set[str], set[tuple[str, str]]]:
     )
 
 
+class DemotedError(Exception):
+    """A controller with a higher election id became primary on a switch: this one stops (its writes would be
+    refused there), leaving the fabric to that one."""
+
+
 class Service:
     """The controller's failure handling while the process lives: start() the monitor, run() until stopped."""
 
@@ -146,12 +151,23 @@ class Service:
         self.ctl = ctl
         self.report = report
         self.report_path = report_path
-        self._signals: queue.Queue[FailureSignal] = queue.Queue()
+        self._signals: queue.Queue[FailureSignal | str] = queue.Queue()  # a str: the switch that demoted us
         self.monitor = FailureMonitor(ctl.fabric, self._signals.put)
 
     def start(self) -> None:
-        """Watch every live switch from now on (failures signalled before run() wait in its queue)."""
-        self.monitor.watch([s.name for s in self.ctl.topo.switches if s.name not in self.ctl.state.failed])
+        """Watch every live switch from now on (failures signalled before run() wait in its queue), and whether
+        this controller stays primary there."""
+        names = [s.name for s in self.ctl.topo.switches if s.name not in self.ctl.state.failed]
+        self.monitor.watch(names)
+        for name in names:
+            cl = self.ctl.fabric.client(name)
+            cl.on_role_change = self._role
+            if not cl.is_primary:
+                self._signals.put(name)
+
+    def _role(self, switch: str, primary: bool) -> None:
+        if not primary:
+            self._signals.put(switch)
 
     def publish(self, status: Status | None = None) -> None:
         if status is not None:
@@ -168,6 +184,12 @@ class Service:
                     sig = self._signals.get(timeout=0.1)
                 except queue.Empty:
                     continue
+                if isinstance(sig, str):
+                    cl = self.ctl.fabric.client(sig)
+                    raise DemotedError(
+                        f"switch {sig}: election id {cl.primary_election_id} is primary now, above this controller's "
+                        f"{cl.election_id}: stopping (that controller serves the fabric)"
+                    )
                 self.handle(sig)
         finally:
             self.monitor.close()

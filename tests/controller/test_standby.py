@@ -25,7 +25,7 @@ from controller.entities import TableEntry
 from controller.installer import read_entities
 from controller.leafspine import leaf_spine
 from controller.service import ServiceReport
-from controller.standby import Takeover
+from controller.standby import Standby, Takeover, TakeoverError
 from controller.state import State
 from controller.topology import Topology
 from emulation.localnet import embedded_switches
@@ -190,7 +190,7 @@ def test_the_checker_catches_a_standby_that_was_primary_before_the_primary_died(
     net: tuple[Topology, dict[str, Any], Path], procs: Processes, tmp_path: Path
 ) -> None:
     """The wrong variant: the "standby" gets an election id above the primary's, so arbitration makes it
-    primary at once and the primary loses every switch while alive: the checker must say so."""
+    primary at once; the primary, demoted while alive, stops and says why; the checker must fail."""
     topo, _, topo_file = net
     common = ["--topology", str(topo_file), "--state", str(tmp_path / "state.json"), "--timeout", str(TIMEOUT)]
     hosts = ",".join(h.name for h in topo.hosts)
@@ -199,15 +199,15 @@ def test_the_checker_catches_a_standby_that_was_primary_before_the_primary_died(
     )
     installed = wait_report(primary, p_report, lambda r: r.status == "serving", "the primary").jobs
     standby, s_report = procs.start("standby", "standby", *common, "--election-id", str(PRIMARY_ID + 1))
-    # promoted at once, but the primary holds the state file's lock: the takeover waits for it (--bound)
-    time.sleep(1.0)
-    killed_at = time.monotonic()
-    primary.kill()
-    primary.wait(10)
+    # promoted at once: the primary, demoted on every switch, stops by itself and says why
+    demoted = wait_report(primary, p_report, lambda r: r.status != "serving", "the demotion")
+    assert demoted.status == "failed" and f"election id {PRIMARY_ID + 1} is primary now" in demoted.error, demoted
+    assert primary.wait(30) == 1
+    gone_at = time.monotonic()
     rep = wait_report(standby, s_report, lambda r: r.status == "serving", "the higher id's takeover")
     assert rep.takeover is not None and rep.takeover.primary_from_start
     with pytest.raises(AssertionError, match="before the primary was killed"):
-        check_takeover(rep.takeover, killed_at, {s.name for s in topo.switches}, installed, tokens_on_switches(topo))
+        check_takeover(rep.takeover, gone_at, {s.name for s in topo.switches}, installed, tokens_on_switches(topo))
 
 
 def test_the_checker_catches_a_lost_or_changed_token() -> None:
@@ -230,3 +230,26 @@ def test_the_checker_catches_a_lost_or_changed_token() -> None:
         check_takeover(good, 0.5, {"l1", "l2", "s1"}, installed, {JOB: {"l1": 1, "l2": 1}})
     with pytest.raises(AssertionError, match="after the kill"):
         check_takeover(good, 0.5, {"l1", "l2", "s1"}, installed, installed, bound_s=0.1)
+
+
+def test_a_primary_alive_on_some_switches_is_named_and_nothing_is_taken_over(
+    net: tuple[Topology, dict[str, Any], Path],
+) -> None:
+    """In one process: the primary gives up one switch only (its session there closed); that switch promotes the
+    standby, the others do not within the bound, and the standby refuses to take over, naming them."""
+    topo, _, _ = net
+    with Controller(topo, election_id=PRIMARY_ID, timeout=TIMEOUT) as primary:
+        primary.fabric.connect()
+        with Controller(topo, election_id=STANDBY_ID, timeout=TIMEOUT, backup_ok=True) as ctl:
+            standby = Standby(ctl, bound_s=0.5)
+            standby.open()
+            assert standby.promoted == {}
+            assert all(not ctl.fabric.client(s.name).is_primary for s in topo.switches)
+            primary.fabric.forget("l1")
+            with pytest.raises(
+                TakeoverError, match=r"primary on 1 of 4 switches .* l2, s1, s2 still name election id 3"
+            ):
+                standby.wait_primary(timeout=TIMEOUT)
+            assert set(standby.promoted) == {"l1"} and ctl.fabric.client("l1").is_primary
+            with pytest.raises(TakeoverError, match="not primary on l2, s1, s2"):
+                standby.take_over(State())
