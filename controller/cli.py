@@ -362,9 +362,11 @@ def _serve(args: argparse.Namespace, ctl: Controller, report: ServiceReport, sto
 
 
 def cmd_controller_serve(args: argparse.Namespace) -> int:
-    """The primary as a process: primary on every switch, reconciled with its state (with an optional job
-    installed), then moving jobs off failed switches until SIGTERM. It holds the state file's lock while it lives
-    (the kernel releases it when the process dies: a standby then takes it)."""
+    """The primary as a process: primary on every switch, reconciled with its state (repaired with --repair; an
+    optional job installed), then moving jobs off failed switches until SIGTERM. It holds the state file's lock
+    while it lives (the kernel releases it when the process dies: a standby then takes it)."""
+    if (args.job is None) != (args.hosts is None):
+        raise UsageError("--job and --hosts go together (the job to install and its member hosts)")
     eid = CONTROLLER_ELECTION_ID if args.election_id is None else args.election_id
     report = ServiceReport("primary", eid, os.getpid())
     stop = _stop_event()
@@ -379,12 +381,10 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
             topo, p4info=args.p4info, device_config=args.bmv2_json, state=state, election_id=eid, timeout=args.timeout
         ) as ctl:
             ctl.fabric.connect()  # primary on every switch now, or ArbitrationError naming the switch
-            rec = ctl.reconcile(fix=not args.no_repair)
+            rec = ctl.reconcile(fix=args.repair)
             if not rec.clean:
                 LOG.warning("the switches differed from the state: %s", rec.to_dict())
             if args.job is not None and args.job not in state.jobs:
-                if not args.hosts:
-                    raise UsageError("--job needs --hosts (the job's member hosts)")
                 ctl.install_job(args.job, host_names(topo, args.hosts))
             return _serve(args, ctl, report, stop)
 
@@ -408,7 +408,7 @@ def cmd_controller_standby(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         backup_ok=True,
     ) as ctl:
-        standby = Standby(ctl, bound_s=args.bound, repair=not args.no_repair)
+        standby = Standby(ctl, bound_s=args.bound, repair=args.repair)
         try:
             standby.open()
             report.status = "backup"
@@ -623,9 +623,10 @@ def build_parser() -> argparse.ArgumentParser:
     for p in ctl_group.choices.values():
         p.add_argument("--report", type=Path, help="JSON report, rewritten after each event (status, takeover, moves)")
         p.add_argument(
-            "--no-repair",
+            "--repair",
             action="store_true",
-            help="report what the switches hold that the state does not say, and leave it (default: repair)",
+            help="after the reconcile, make the switches hold what the state says: delete jobs it does not know "
+            "(another controller's too), restore drifted ones (default: report them, change nothing)",
         )
     p = leaf(sub, "shell", cmd_shell, "open p4runtime-shell on one switch (P4Info read from the switch)")
     p.add_argument("switch", help="switch name, e.g. e1 (fat-tree edge) or l1 (leaf-spine leaf)")

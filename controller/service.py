@@ -122,6 +122,7 @@ class ServiceReport:
         """Atomic: a reader polling the file sees the old report or the new one."""
         if path is None:
             return
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
         os.replace(tmp, path)

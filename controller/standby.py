@@ -7,7 +7,8 @@ the primary's process dies its kernel closes its connections, each switch drops 
 an arbitration update "Is primary". The standby waits for that on every switch of the fabric (`bound_s` after the
 first), then adopts the primary's state file and reconciles it with the switches (installer.reconcile: which of
 its jobs they hold, which jobs they hold that it lacks, and the install tokens their entries and cells hold, so
-no token in use is handed out again); with `repair`, the switches are made to hold what the state says.
+no token in use is handed out again); with `repair`, the switches are made to hold what the state says (which
+deletes the jobs it does not know: a half-installed one of the dead primary's, but also another controller's).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class Standby:
     """A controller whose sessions start as backup (`ctl` built with backup_ok=True) and which takes over when
     every switch promotes it: open(), wait_primary(), take_over(state)."""
 
-    def __init__(self, ctl: Controller, bound_s: float = DEFAULT_BOUND_S, repair: bool = True) -> None:
+    def __init__(self, ctl: Controller, bound_s: float = DEFAULT_BOUND_S, repair: bool = False) -> None:
         if not ctl.fabric.backup_ok:
             raise ValueError("a standby's controller must allow backup sessions (Controller(..., backup_ok=True))")
         self.ctl = ctl

@@ -20,15 +20,17 @@ from typing import Any
 import pytest
 
 from controller import names as N
-from controller.api import DEFAULT_BMV2_JSON, DEFAULT_P4INFO, Controller
+from controller.api import DEFAULT_P4INFO, Controller
+from controller.client import update
 from controller.entities import TableEntry
 from controller.installer import read_entities
 from controller.leafspine import leaf_spine
 from controller.service import ServiceReport
-from controller.standby import Standby, Takeover, TakeoverError
+from controller.standby import Standby, Takeover, TakeoverError, job_tokens
 from controller.state import State
 from controller.topology import Topology
 from emulation.localnet import embedded_switches
+from tests.controller.test_control_faults import stray_job
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 120.0  # a loaded machine makes RPCs slow; a bound on waiting, not a measurement
@@ -253,3 +255,31 @@ def test_a_primary_alive_on_some_switches_is_named_and_nothing_is_taken_over(
             assert set(standby.promoted) == {"l1"} and ctl.fabric.client("l1").is_primary
             with pytest.raises(TakeoverError, match="not primary on l2, s1, s2"):
                 standby.take_over(State())
+
+
+def test_the_takeover_reports_a_job_the_state_lacks_and_deletes_it_only_with_repair(
+    net: tuple[Topology, dict[str, Any], Path], tmp_path: Path
+) -> None:
+    """In one process: the primary dies halfway through installing job 9 (its job_config on l1, not in the state
+    file). The takeover names it; without repair it stays on the switch (it could be another controller's job),
+    with repair it is taken off; job 7, in the state, keeps its tokens either way."""
+    topo, _, _ = net
+    path = tmp_path / "state.json"
+    hosts = [h.name for h in topo.hosts]
+    for repair in (False, True):
+        with Controller(topo, state=State.load(path), election_id=PRIMARY_ID, timeout=TIMEOUT) as primary:
+            primary.fabric.connect()
+            if not repair:
+                primary.install_job(JOB, hosts)
+                primary.fabric.client("l1").write([update("insert", stray_job(9, 200).encode(primary.schema))])
+            with Controller(topo, election_id=STANDBY_ID, timeout=TIMEOUT, backup_ok=True) as ctl:
+                standby = Standby(ctl, bound_s=BOUND_S, repair=repair)
+                standby.open()
+                primary.close()  # its streams end: every switch promotes the standby
+                assert standby.wait_primary(timeout=TIMEOUT)
+                took = standby.take_over(State.load(path))
+                assert took.reconciliation["unknown"] == {"9": ["l1"]}, took.reconciliation
+                assert bool(took.reconciliation["repaired"]) == repair
+                held = tokens_on_switches(topo)
+                assert (9 in held) == (not repair), held
+                assert took.tokens == {JOB: held[JOB]} == job_tokens(State.load(path))
