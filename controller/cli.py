@@ -8,6 +8,7 @@ the switches back and compares.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -339,6 +340,18 @@ def _stop_event() -> threading.Event:
     return stop
 
 
+@contextlib.contextmanager
+def _reporting(args: argparse.Namespace, report: ServiceReport) -> Iterator[None]:
+    """A controller process that fails says so in its report too (status "failed", the error), for whoever polls
+    it; the error then goes on to main()'s one line and exit status."""
+    try:
+        yield
+    except (TakeoverError, DemotedError, StateError, FabricError, SwitchError, InstallError, PlanError) as ex:
+        report.status, report.error = "failed", str(ex)
+        report.save(args.report)
+        raise
+
+
 def _finish(args: argparse.Namespace, report: ServiceReport, text: str) -> None:
     report.save(args.report)
     _emit(args, report.to_dict(), text)
@@ -348,13 +361,10 @@ def _serve(args: argparse.Namespace, ctl: Controller, report: ServiceReport, sto
     """The failure handling of a primary, until stopped (controller.service)."""
     service = Service(ctl, report, args.report)
     service.start()
+    for name, at in (report.takeover.lost if report.takeover is not None else {}).items():
+        service.dead_before(name, at)
     LOG.warning("controller (election id %d) serving %d job(s)", report.election_id, len(ctl.state.jobs))
-    try:
-        service.run(stop)
-    except DemotedError as ex:
-        report.status, report.error = "failed", str(ex)
-        report.save(args.report)
-        raise
+    service.run(stop)
     report.status = "stopped"
     moved = sum(f.moved for f in report.failovers)
     _finish(args, report, f"stopped: {moved} job move(s), {len(report.failovers) - moved} job(s) dropped")
@@ -371,7 +381,7 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
     report = ServiceReport("primary", eid, os.getpid())
     stop = _stop_event()
     # a lock held longer than --timeout is another controller's (a standby that took over holds it for its life)
-    with locked(args.state, timeout=args.timeout) as state:
+    with _reporting(args, report), locked(args.state, timeout=args.timeout) as state:
         _served_network(args, state)
         spec = _topology_spec(args, state)
         topo = load_topology(spec)
@@ -400,32 +410,30 @@ def cmd_controller_standby(args: argparse.Namespace) -> int:
     spec = _topology_spec(args, on_disk)
     topo = load_topology(spec)
     # no state until the takeover: nothing is saved to the primary's file before this controller owns it
-    with Controller(
-        topo,
-        p4info=args.p4info,
-        device_config=args.bmv2_json,
-        election_id=args.election_id,
-        timeout=args.timeout,
-        backup_ok=True,
-    ) as ctl:
-        standby = Standby(ctl, bound_s=args.bound, repair=args.repair)
-        try:
-            standby.open()
-            report.status = "backup"
-            report.save(args.report)
-            if not standby.wait_primary(args.wait, stop):
-                report.status = "stopped"
-                _finish(args, report, "stopped while backup")
-                return 0
-            with locked(args.state, timeout=args.bound) as state:
-                _check_state_fits(topo, state, args.state)
-                state.topology = spec
-                report.takeover = standby.take_over(state)
-                return _serve(args, ctl, report, stop)
-        except (TakeoverError, StateError, FabricError, SwitchError, InstallError) as ex:
-            report.status, report.error = "failed", str(ex)
-            report.save(args.report)
-            raise
+    with (
+        _reporting(args, report),
+        Controller(
+            topo,
+            p4info=args.p4info,
+            device_config=args.bmv2_json,
+            election_id=args.election_id,
+            timeout=args.timeout,
+            backup_ok=True,
+        ) as ctl,
+    ):
+        standby = Standby(ctl, bound_s=args.bound, repair=args.repair, skip=on_disk.failed)
+        standby.open()
+        report.status = "backup"
+        report.save(args.report)
+        if not standby.wait_primary(args.wait, stop):
+            report.status = "stopped"
+            _finish(args, report, "stopped while backup")
+            return 0
+        with locked(args.state, timeout=args.bound) as state:
+            _check_state_fits(topo, state, args.state)
+            state.topology = spec
+            report.takeover = standby.take_over(state)
+            return _serve(args, ctl, report, stop)
 
 
 SERVICES = {cmd_controller_serve, cmd_controller_standby}

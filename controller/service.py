@@ -166,6 +166,11 @@ class Service:
             if not cl.is_primary:
                 self._signals.put(name)
 
+    def dead_before(self, switch: str, at: float) -> None:
+        """A switch found dead before the monitor watched it (a standby's stream to it ended while it waited):
+        handled as if signalled then."""
+        self._signals.put(FailureSignal("switch", switch, at, "P4Runtime stream ended before the takeover", switch))
+
     def _role(self, switch: str, primary: bool) -> None:
         if not primary:
             self._signals.put(switch)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import Controller
@@ -47,6 +48,7 @@ class Takeover:
     reconcile_s: float
     reconciliation: dict[str, Any]  # installer.Reconciliation.to_dict()
     tokens: dict[int, dict[str, int]]  # job -> switch -> install token, of the adopted state after reconcile
+    lost: dict[str, float] = field(default_factory=dict)  # switch -> when its stream ended while this one waited
 
     @property
     def first_promoted(self) -> float:
@@ -68,6 +70,7 @@ class Takeover:
             "reconcile_s": self.reconcile_s,
             "reconciliation": self.reconciliation,
             "tokens": {str(j): dict(sorted(t.items())) for j, t in sorted(self.tokens.items())},
+            "lost": dict(sorted(self.lost.items())),
         }
 
     @classmethod
@@ -80,6 +83,7 @@ class Takeover:
             float(d["reconcile_s"]),
             dict(d["reconciliation"]),
             {int(j): {str(s): int(t) for s, t in per.items()} for j, per in d["tokens"].items()},
+            {str(k): float(v) for k, v in d.get("lost", {}).items()},
         )
 
 
@@ -90,18 +94,24 @@ def job_tokens(state: State) -> dict[int, dict[str, int]]:
 
 class Standby:
     """A controller whose sessions start as backup (`ctl` built with backup_ok=True) and which takes over when
-    every switch promotes it: open(), wait_primary(), take_over(state)."""
+    every live switch promotes it: open(), wait_primary(), take_over(state).
 
-    def __init__(self, ctl: Controller, bound_s: float = DEFAULT_BOUND_S, repair: bool = False) -> None:
+    A switch whose stream ends while the standby waits is dead (as controller.monitor has it): it is not waited
+    for, and the takeover records it as failed (`Takeover.lost`) for the caller to move its jobs, whether or not
+    the primary did before it died. `skip`: switches not to connect to (the state file's failed ones)."""
+
+    def __init__(
+        self, ctl: Controller, bound_s: float = DEFAULT_BOUND_S, repair: bool = False, skip: Iterable[str] = ()
+    ) -> None:
         if not ctl.fabric.backup_ok:
             raise ValueError("a standby's controller must allow backup sessions (Controller(..., backup_ok=True))")
         self.ctl = ctl
         self.bound_s = bound_s
         self.repair = repair
-        self.names = [s.name for s in ctl.topo.switches]
+        self.names = [s.name for s in ctl.topo.switches if s.name not in set(skip)]
         self._changed = threading.Condition()
         self._promoted: dict[str, float] = {}
-        self._lost: dict[str, str] = {}  # switch -> why its stream ended while this controller waited
+        self._lost: dict[str, tuple[float, str]] = {}  # switch -> when and why its stream ended while waiting
         self._from_start: set[str] = set()
         self.backup_since: float | None = None
 
@@ -139,19 +149,31 @@ class Standby:
             self._changed.notify_all()
 
     def _stream_lost(self, switch: str, why: str) -> None:
+        at = time.monotonic()
+        LOG.warning("%s: stream ended while this controller is backup (%s): a dead switch", switch, why)
         with self._changed:
-            self._lost[switch] = why
+            self._lost[switch] = (at, why)
+            self._promoted.pop(switch, None)
             self._changed.notify_all()
+
+    def _live(self) -> set[str]:
+        return set(self.names) - set(self._lost)
 
     @property
     def promoted(self) -> dict[str, float]:
         with self._changed:
             return dict(self._promoted)
 
+    @property
+    def lost(self) -> dict[str, float]:
+        """switch -> when its stream ended while this controller waited (dead)."""
+        with self._changed:
+            return {name: at for name, (at, _) in self._lost.items()}
+
     def wait_primary(self, timeout: float | None = None, stop: threading.Event | None = None) -> bool:
         """Wait until the switches promote this controller (timeout: seconds for the first promotion, None: as
-        long as it takes), then until every switch has, within bound_s of the first. False when `stop` was set
-        first; TakeoverError when a switch's stream ended while waiting, or the bound passed."""
+        long as it takes), then until every live switch has, within bound_s of the first. False when `stop` was
+        set first; TakeoverError when the bound passed (or the timeout)."""
         if self.backup_since is None:
             raise TakeoverError("open() the standby's sessions first")
         start = time.monotonic()
@@ -167,7 +189,7 @@ class Standby:
                     self._changed.wait(left)
                 return True
 
-        if not wait(None if timeout is None else start + timeout, lambda: self._promoted or self._lost):
+        if not wait(None if timeout is None else start + timeout, lambda: bool(self._promoted)):
             if stop is not None and stop.is_set():
                 return False
             raise TakeoverError(
@@ -176,30 +198,26 @@ class Standby:
             )
         with self._changed:
             first = min(self._promoted.values(), default=time.monotonic())
-        every = wait(first + self.bound_s, lambda: len(self._promoted) == len(self.names) or self._lost)
+        every = wait(first + self.bound_s, lambda: set(self._promoted) >= self._live())
         with self._changed:
-            if self._lost:
-                raise TakeoverError(
-                    "the stream to "
-                    + ", ".join(f"{s} ({why})" for s, why in sorted(self._lost.items()))
-                    + " ended while this controller was backup: not taking over a fabric with a dead switch "
-                    "(restart the switch, or start the standby again)"
-                )
             if not every:
                 if stop is not None and stop.is_set():
                     return False
-                missing = sorted(set(self.names) - set(self._promoted))
+                missing = sorted(self._live() - set(self._promoted))
                 raise TakeoverError(
-                    f"primary on {len(self._promoted)} of {len(self.names)} switches {self.bound_s:.0f} s after the "
-                    f"first promotion; {', '.join(missing)} still name election id {self._other_primaries(missing)} "
-                    "primary (a controller alive there, or a network cut): this standby writes nothing"
+                    f"primary on {len(self._promoted)} of {len(self._live())} live switches {self.bound_s:g} s after "
+                    f"the first promotion; {', '.join(missing)} still name election id "
+                    f"{self._other_primaries(missing)} primary (a controller alive there, or a network cut): this "
+                    "standby writes nothing"
                 )
             spread = max(self._promoted.values()) - first
+            lost = sorted(self._lost)
         LOG.warning(
-            "standby (election id %d) primary on all %d switches (promotions %.1f ms apart)",
+            "standby (election id %d) primary on all %d live switches (promotions %.1f ms apart)%s",
             self.ctl.fabric.election_id,
-            len(self.names),
+            len(self.names) - len(lost),
             1e3 * spread,
+            f"; dead: {', '.join(lost)}" if lost else "",
         )
         return True
 
@@ -210,11 +228,17 @@ class Standby:
 
     def take_over(self, state: State) -> Takeover:
         """Once primary everywhere: adopt the primary's state (loaded from its file) and reconcile it with what
-        the switches hold (read back: jobs and install tokens); repair makes the switches match it."""
-        missing = sorted(set(self.names) - set(self.promoted))
+        the live switches hold (read back: jobs and install tokens); repair makes them match it. The switches
+        that died while it waited are marked failed in the state (their jobs are the caller's to move)."""
+        with self._changed:
+            missing = sorted(self._live() - set(self._promoted))
+            lost = dict(self._lost)
         if missing:
             raise TakeoverError(f"not primary on {', '.join(missing)}: wait_primary() first")
         assert self.backup_since is not None
+        for name in lost:
+            self.ctl.fabric.forget(name)
+        state.failed |= set(lost)  # reconcile and repair skip them; fail_over moves their jobs
         self.ctl.adopt(state)
         t0 = time.monotonic()
         rec = self.ctl.reconcile(fix=self.repair)
@@ -230,4 +254,5 @@ class Standby:
             reconcile_s=took,
             reconciliation=rec.to_dict(),
             tokens=job_tokens(self.ctl.state),
+            lost={name: at for name, (at, _) in lost.items()},
         )

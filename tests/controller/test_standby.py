@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +22,12 @@ import pytest
 
 from controller import names as N
 from controller.api import DEFAULT_P4INFO, Controller
+from controller.cli import main as cli_main
 from controller.client import update
 from controller.entities import TableEntry
 from controller.installer import read_entities
 from controller.leafspine import leaf_spine
-from controller.service import ServiceReport
+from controller.service import Service, ServiceReport
 from controller.standby import Standby, Takeover, TakeoverError, job_tokens
 from controller.state import State
 from controller.topology import Topology
@@ -249,7 +251,8 @@ def test_a_primary_alive_on_some_switches_is_named_and_nothing_is_taken_over(
             assert all(not ctl.fabric.client(s.name).is_primary for s in topo.switches)
             primary.fabric.forget("l1")
             with pytest.raises(
-                TakeoverError, match=r"primary on 1 of 4 switches .* l2, s1, s2 still name election id 3"
+                TakeoverError,
+                match=r"primary on 1 of 4 live switches 0.5 s after .* l2, s1, s2 still name election id 3",
             ):
                 standby.wait_primary(timeout=TIMEOUT)
             assert set(standby.promoted) == {"l1"} and ctl.fabric.client("l1").is_primary
@@ -283,3 +286,64 @@ def test_the_takeover_reports_a_job_the_state_lacks_and_deletes_it_only_with_rep
                 held = tokens_on_switches(topo)
                 assert (9 in held) == (not repair), held
                 assert took.tokens == {JOB: held[JOB]} == job_tokens(State.load(path))
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["standby"], "a standby needs --election-id, below the primary's"),
+        (["serve", "--job", "7"], "--job and --hosts go together"),
+    ],
+)
+def test_controller_verbs_refuse_what_cannot_be_by_name(
+    argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    st = ["--topology", "leaf-spine:2x2x1", "--state", str(tmp_path / "state.json")]
+    assert cli_main(["controller", *argv, *st]) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "state.json").exists()  # nothing was started, nothing saved
+
+
+def test_a_switch_dead_before_the_takeover_is_marked_failed_and_its_job_moved(
+    net: tuple[Topology, dict[str, Any], Path], tmp_path: Path
+) -> None:
+    """In one process: the job's root dies while the standby waits and the primary dies before it did anything
+    about it. The standby takes over the live switches (the dead one is not waited for), reconcile finds the job
+    drifted there, and its service moves the job off it."""
+    topo, handles, _ = net
+    path = tmp_path / "state.json"
+    with Controller(topo, state=State.load(path), election_id=PRIMARY_ID, timeout=TIMEOUT) as primary:
+        primary.fabric.connect()
+        plan = primary.install_job(JOB, [h.name for h in topo.hosts])
+        with Controller(topo, election_id=STANDBY_ID, timeout=TIMEOUT, backup_ok=True) as ctl:
+            standby = Standby(ctl, bound_s=BOUND_S)
+            standby.open()
+            handles[plan.root].stop()
+            deadline = time.monotonic() + TIMEOUT
+            while plan.root not in standby.lost:
+                assert time.monotonic() < deadline, "the standby's stream to the dead root did not end"
+                time.sleep(0.01)
+            primary.close()
+            assert standby.wait_primary(timeout=TIMEOUT)
+            took = standby.take_over(State.load(path))
+            assert set(took.lost) == {plan.root}
+            assert set(took.promoted) == {s.name for s in topo.switches} - {plan.root}
+            assert took.reconciliation["drifted"] == {str(JOB): [plan.root]}, took.reconciliation
+            report = ServiceReport("standby", STANDBY_ID, os.getpid(), takeover=took)
+            service = Service(ctl, report)
+            service.start()
+            service.dead_before(plan.root, took.lost[plan.root])
+            stop = threading.Event()
+            runner = threading.Thread(target=service.run, args=(stop,))
+            runner.start()
+            try:
+                while not report.failovers:
+                    assert time.monotonic() < deadline and runner.is_alive(), "no fail-over"
+                    time.sleep(0.01)
+            finally:
+                stop.set()
+                runner.join(30)
+            (moved,) = report.failovers
+            assert moved.moved and plan.root not in moved.tokens and moved.failed == (plan.root,), moved
+            assert tokens_on_switches(topo, dead={plan.root}) == {JOB: moved.tokens}
+            assert State.load(path).failed == {plan.root}
