@@ -89,7 +89,10 @@ class Controller:
         state: State | None = None,
         election_id: int = 1,
         timeout: float = DEFAULT_TIMEOUT,
+        backup_ok: bool = False,
     ) -> None:
+        """backup_ok: sessions may open as backup, a higher election id's controller being primary (a standby:
+        controller.standby); its writes are refused until the switches promote it."""
         self.topo = topo
         self.p4info_path = p4info if isinstance(p4info, Path) else None
         schema = (
@@ -98,13 +101,18 @@ class Controller:
             else (P4Schema.load(p4info) if p4info is not None and Path(p4info).exists() else None)
         )
         self.device_config = device_config
-        self.state = state if state is not None else State()
-        if self.state.failed_links:  # a state file for another fabric (or edited by hand): refused, by name
+        self.state = State()
+        self.adopt(state if state is not None else State())
+        self.fabric = Fabric(topo, schema, election_id=election_id, timeout=timeout, backup_ok=backup_ok)
+
+    def adopt(self, state: State) -> None:
+        """Make `state` this controller's (a standby adopts the primary's once the switches promote it)."""
+        if state.failed_links:  # a state file for another fabric (or edited by hand): refused, by name
             try:
-                topo.without((), self.state.failed_links)
+                self.topo.without((), state.failed_links)
             except TopologyError as ex:
-                raise StateError(f"state file {self.state.path}: failed_links: {ex}") from ex
-        self.fabric = Fabric(topo, schema, election_id=election_id, timeout=timeout)
+                raise StateError(f"state file {state.path}: failed_links: {ex}") from ex
+        self.state = state
 
     @property
     def schema(self) -> P4Schema:

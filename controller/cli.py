@@ -8,14 +8,16 @@ the switches back and compares.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ from controller.fabric import FabricError
 from controller.installer import InstallError
 from controller.p4info import P4InfoError
 from controller.planner import DEFAULT_SLOTS, PlanError
+from controller.service import DemotedError, Service, ServiceReport
+from controller.standby import DEFAULT_BOUND_S, Standby, TakeoverError
 from controller.state import CURRENT, DEFAULT_STATE, STATE_NAME, State, StateError, default_state, locked
 from controller.topology import Topology, TopologyError, host_names
 from controller.topospec import load_topology
@@ -326,6 +330,115 @@ def cmd_reconcile(args: argparse.Namespace, ctl: Controller) -> int:
     return 0 if rec.clean or args.fix else 1
 
 
+# -- p4ina controller serve | standby: a controller process that keeps its sessions --------------------------
+def _stop_event() -> threading.Event:
+    """Set by SIGTERM or SIGINT: a controller process stops cleanly (report written, sessions closed)."""
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda _sig, _frame: stop.set())
+    return stop
+
+
+@contextlib.contextmanager
+def _reporting(args: argparse.Namespace, report: ServiceReport) -> Iterator[None]:
+    """A controller process that fails says so in its report too (status "failed", the error), for whoever polls
+    it; the error then goes on to main()'s one line and exit status."""
+    try:
+        yield
+    except (TakeoverError, DemotedError, StateError, FabricError, SwitchError, InstallError, PlanError) as ex:
+        report.status, report.error = "failed", str(ex)
+        report.save(args.report)
+        raise
+
+
+def _finish(args: argparse.Namespace, report: ServiceReport, text: str) -> None:
+    report.save(args.report)
+    _emit(args, report.to_dict(), text)
+
+
+def _serve(args: argparse.Namespace, ctl: Controller, report: ServiceReport, stop: threading.Event) -> int:
+    """The failure handling of a primary, until stopped (controller.service)."""
+    service = Service(ctl, report, args.report)
+    service.start()
+    for name, at in (report.takeover.lost if report.takeover is not None else {}).items():
+        service.dead_before(name, at)
+    LOG.warning("controller (election id %d) serving %d job(s)", report.election_id, len(ctl.state.jobs))
+    service.run(stop)
+    report.status = "stopped"
+    moved = sum(f.moved for f in report.failovers)
+    _finish(args, report, f"stopped: {moved} job move(s), {len(report.failovers) - moved} job(s) dropped")
+    return 0
+
+
+def cmd_controller_serve(args: argparse.Namespace) -> int:
+    """The primary as a process: primary on every switch, reconciled with its state (repaired with --repair; an
+    optional job installed), then moving jobs off failed switches until SIGTERM. It holds the state file's lock
+    while it lives (the kernel releases it when the process dies: a standby then takes it)."""
+    if (args.job is None) != (args.hosts is None):
+        raise UsageError("--job and --hosts go together (the job to install and its member hosts)")
+    eid = CONTROLLER_ELECTION_ID if args.election_id is None else args.election_id
+    report = ServiceReport("primary", eid, os.getpid())
+    stop = _stop_event()
+    # a lock held longer than --timeout is another controller's (a standby that took over holds it for its life)
+    with _reporting(args, report), locked(args.state, timeout=args.timeout) as state:
+        _served_network(args, state)
+        spec = _topology_spec(args, state)
+        topo = load_topology(spec)
+        _check_state_fits(topo, state, args.state)
+        state.topology = spec
+        with Controller(
+            topo, p4info=args.p4info, device_config=args.bmv2_json, state=state, election_id=eid, timeout=args.timeout
+        ) as ctl:
+            ctl.fabric.connect()  # primary on every switch now, or ArbitrationError naming the switch
+            rec = ctl.reconcile(fix=args.repair)
+            if not rec.clean:
+                LOG.warning("the switches differed from the state: %s", rec.to_dict())
+            if args.job is not None and args.job not in state.jobs:
+                ctl.install_job(args.job, host_names(topo, args.hosts))
+            return _serve(args, ctl, report, stop)
+
+
+def cmd_controller_standby(args: argparse.Namespace) -> int:
+    """A standby: backup on every switch (an election id below the primary's) until the switches promote it, then
+    it adopts the primary's state file, reconciles it with the switches and serves as the primary did."""
+    if args.election_id is None:
+        raise UsageError("a standby needs --election-id, below the primary's (arbitration makes the highest primary)")
+    report = ServiceReport("standby", args.election_id, os.getpid())
+    stop = _stop_event()
+    on_disk = State.load(args.state)  # unlocked, for its topology only: the primary holds the lock
+    spec = _topology_spec(args, on_disk)
+    topo = load_topology(spec)
+    # no state until the takeover: nothing is saved to the primary's file before this controller owns it
+    with (
+        _reporting(args, report),
+        Controller(
+            topo,
+            p4info=args.p4info,
+            device_config=args.bmv2_json,
+            election_id=args.election_id,
+            timeout=args.timeout,
+            backup_ok=True,
+        ) as ctl,
+    ):
+        standby = Standby(ctl, bound_s=args.bound, repair=args.repair, skip=on_disk.failed)
+        standby.open()
+        report.status = "backup"
+        report.save(args.report)
+        if not standby.wait_primary(args.wait, stop):
+            report.status = "stopped"
+            _finish(args, report, "stopped while backup")
+            return 0
+        with locked(args.state, timeout=args.bound) as state:
+            _check_state_fits(topo, state, args.state)
+            state.topology = spec
+            report.takeover = standby.take_over(state)
+            return _serve(args, ctl, report, stop)
+
+
+SERVICES = {cmd_controller_serve, cmd_controller_standby}
+
+
 # -- parser ---------------------------------------------------------------------------
 # -- p4ina shell: p4runtime-shell on one switch ------------------------------------------------
 # p4runtime-shell pins protobuf < 3.21: it lives in its own environment, beside p4ina's (`make setup` makes it,
@@ -485,6 +598,44 @@ def build_parser() -> argparse.ArgumentParser:
         "state, move install counts past the tokens they hold (exit 1 on differences)",
     )
     p.add_argument("--fix", action="store_true", help="then make the switches match the state")
+    ctl_group = sub.add_parser("controller", help="a controller process that keeps its sessions").add_subparsers(
+        dest="cmd", required=True
+    )
+    p = leaf(
+        ctl_group,
+        "serve",
+        cmd_controller_serve,
+        "be the primary: reconcile with the state, then move jobs off failed switches until SIGTERM",
+    )
+    p.add_argument("--job", type=int, help="install this job first, unless the state has it")
+    p.add_argument("--hosts", help="the job's member hosts (as for `job install`)")
+    p = leaf(
+        ctl_group,
+        "standby",
+        cmd_controller_standby,
+        "be the backup (--election-id below the primary's); when the switches promote it, reconcile with the "
+        "primary's state and serve as it did",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        help="give up when not promoted within this many seconds (default: wait as long as it takes)",
+    )
+    p.add_argument(
+        "--bound",
+        type=float,
+        default=DEFAULT_BOUND_S,
+        help=f"seconds from the first switch's promotion to the last's, and for the state file's lock (default "
+        f"{DEFAULT_BOUND_S:.0f})",
+    )
+    for p in ctl_group.choices.values():
+        p.add_argument("--report", type=Path, help="JSON report, rewritten after each event (status, takeover, moves)")
+        p.add_argument(
+            "--repair",
+            action="store_true",
+            help="after the reconcile, make the switches hold what the state says: delete jobs it does not know "
+            "(another controller's too), restore drifted ones (default: report them, change nothing)",
+        )
     p = leaf(sub, "shell", cmd_shell, "open p4runtime-shell on one switch (P4Info read from the switch)")
     p.add_argument("switch", help="switch name, e.g. e1 (fat-tree edge) or l1 (leaf-spine leaf)")
     p.add_argument("script", nargs="?", type=Path, help="run this Python script in the shell's namespace instead")
@@ -523,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
             load_topology(args.topology)  # a bad topology is refused before the state file is made or locked
         elif not args.state.exists():
             raise UsageError(NO_TOPOLOGY)  # nor is a state file made for a command that cannot run
+        if args.fn in SERVICES:  # they take the state's lock themselves (a standby: only once it is primary)
+            return int(args.fn(args))
         with locked(args.state) as state:
             _served_network(args, state)
             spec = _topology_spec(args, state)
@@ -549,6 +702,8 @@ def main(argv: list[str] | None = None) -> int:
         SwitchError,
         P4InfoError,
         StateError,
+        TakeoverError,
+        DemotedError,
     ) as ex:
         print(f"{prog}: error: {ex}", file=sys.stderr)
         LOG.debug("details", exc_info=True)

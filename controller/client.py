@@ -117,10 +117,17 @@ def _statuses(err: grpc.RpcError) -> list[UpdateStatus]:
 
 
 class SwitchClient:
-    """One P4Runtime session (stream channel + arbitration as primary) to one device."""
+    """One P4Runtime session (stream channel + arbitration) to one device: primary, or (backup_ok) a backup that
+    the switch promotes when the controllers above it are gone (a standby controller: controller.standby)."""
 
     def __init__(
-        self, name: str, address: str, device_id: int, election_id: int = 1, timeout: float = DEFAULT_TIMEOUT
+        self,
+        name: str,
+        address: str,
+        device_id: int,
+        election_id: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+        backup_ok: bool = False,
     ) -> None:
         if election_id < 1:
             raise ValueError("election id must be >= 1 (0 is not a valid primary election id)")
@@ -138,7 +145,16 @@ class SwitchClient:
         # set once the switch says another controller is primary (an arbitration update, a write refused):
         # from then on this session is no longer the switch's only writer (controller.fabric's memo is dropped)
         self.primary_lost = False
-        self._primary = False
+        # backup_ok: arbitration's "Is backup" answer opens the session instead of raising ArbitrationError
+        self.backup_ok = backup_ok
+        # what the switch's last arbitration message said (the reader thread keeps it): this session is primary,
+        # and the election id of whichever session is
+        self._is_primary = False
+        self.primary_election_id: int | None = None
+        # called (switch name, primary now) from the stream's reader thread when the switch's arbitration update
+        # changes this open session's role: a backup promoted because the primary's stream closed, or demoted
+        self.on_role_change: Callable[[str, bool], None] | None = None
+        self._session = False  # connect() returned: a stream that ends from now on is news (on_stream_lost)
         # called (switch name, why) from the stream's reader thread when the stream breaks while this session is
         # open: the switch process is gone (controller.monitor turns it into a failure notice)
         self.on_stream_lost: Callable[[str, str], None] | None = None
@@ -190,25 +206,52 @@ class SwitchClient:
                 ) from msg
             if msg.HasField("arbitration"):
                 code = msg.arbitration.status.code
-                if code != code_pb2.OK:
+                if code == code_pb2.ALREADY_EXISTS and self.backup_ok:  # PI's "Is backup"
+                    LOG.debug(
+                        "%s: backup on %s (device %d; primary's election id %s)",
+                        self.name,
+                        self.address,
+                        self.device_id,
+                        self.primary_election_id,
+                    )
+                elif code != code_pb2.OK:
                     self.close()
                     raise ArbitrationError(
                         self.name,
                         f"not primary for device {self.device_id} with election id {self.election_id}: "
                         f"{msg.arbitration.status.message or code_pb2.Code.Name(code)}",
                     )
-                LOG.debug("%s: primary on %s (device %d)", self.name, self.address, self.device_id)
-                self._primary = True
+                else:
+                    LOG.debug("%s: primary on %s (device %d)", self.name, self.address, self.device_id)
+                self._session = True
                 return self
+
+    @property
+    def is_primary(self) -> bool:
+        """The switch's last arbitration message made this session primary."""
+        return self._is_primary
+
+    def _arbitration(self, arb: p4runtime_pb2.MasterArbitrationUpdate) -> None:
+        """Keep the role an arbitration message gives this session; a change of an open session is news."""
+        was, now = self._is_primary, arb.status.code == code_pb2.OK
+        self.primary_election_id = (arb.election_id.high << 64) | arb.election_id.low
+        self._is_primary = now
+        if was and not now:
+            self.primary_lost = True
+            LOG.warning("%s: no longer primary (%s)", self.name, arb.status.message)
+        elif now and not was and self._session:
+            LOG.info("%s: primary now (election id %d)", self.name, self.election_id)
+        changed = self.on_role_change
+        if changed is not None and was != now and self._session:
+            changed(self.name, now)
 
     def _read_stream(self) -> None:
         why = "the switch closed the stream"
         try:
             assert self._stream is not None
             for msg in self._stream:
-                if self._primary and msg.HasField("arbitration") and msg.arbitration.status.code != code_pb2.OK:
-                    self.primary_lost = True
-                    LOG.warning("%s: no longer primary (%s)", self.name, msg.arbitration.status.message)
+                if msg.HasField("arbitration"):
+                    self._arbitration(msg.arbitration)
                 self._responses.put(msg)
         except grpc.RpcError as ex:
             if self._closing:
@@ -217,7 +260,7 @@ class SwitchClient:
                 self._responses.put(ex)
             why = _rpc_text(ex)
         lost = self.on_stream_lost
-        if lost is not None and self._primary and not self._closing:
+        if lost is not None and self._session and not self._closing:
             lost(self.name, why)
 
     def close(self) -> None:

@@ -38,8 +38,10 @@ class Fabric:
         election_id: int = 1,
         timeout: float = DEFAULT_TIMEOUT,
         workers: int = 32,
+        backup_ok: bool = False,
     ) -> None:
         self.topo = topo
+        self.backup_ok = backup_ok  # sessions may open as backup (a standby controller: controller.standby)
         self.schema = schema
         self.election_id = election_id
         self.timeout = timeout
@@ -65,7 +67,8 @@ class Fabric:
                     "the topology gives no P4Runtime address (grpc_addr) for this switch; use the topology JSON "
                     "written by the emulation runner",
                 )
-            cl = SwitchClient(name, sw.grpc_addr, sw.device_id, self.election_id, self.timeout).connect()
+            cl = SwitchClient(name, sw.grpc_addr, sw.device_id, self.election_id, self.timeout, self.backup_ok)
+            cl.connect()
             with self._lock:
                 self._clients[name] = cl
             return cl
@@ -81,11 +84,12 @@ class Fabric:
     def memo(self, name: str) -> dict[str, Any]:
         """What this session learnt about a switch and may reuse (the installer's read-back): valid while the
         session is the switch's primary, its only writer under P4Runtime arbitration, so that nothing there
-        changes but what this session writes. A new session, a lost primary or drop_memo() start it empty."""
+        changes but what this session writes. A new session, a lost primary, a backup session (another controller
+        writes) or drop_memo() start it empty."""
         cl = self.client(name)
         with self._lock:
             have = self._memo.get(name)
-            if have is None or have[0] is not cl or cl.primary_lost:
+            if have is None or have[0] is not cl or cl.primary_lost or not cl.is_primary:
                 have = self._memo[name] = (cl, {})
             return have[1]
 

@@ -13,6 +13,7 @@ import fcntl
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,17 +221,34 @@ class State:
 
 
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[State]:
+def locked(path: Path, timeout: float | None = None) -> Iterator[State]:
     """Load the state under an exclusive lock (two CLI runs must not plan the same slots); save it on the way out.
 
     Saved also when the command failed: the state changes only for what took effect (a job is
     added after it is fully installed, removed after it is fully removed), and install counters
     must advance even for an install that was rolled back.
+
+    timeout: seconds to wait for the lock (None: as long as it takes), then StateError. The lock is the kernel's
+    (flock): a process that dies holding it, a killed controller, releases it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        if timeout is None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StateError(
+                            f"state file {path} is still locked by another p4ina process after {timeout:.0f} s "
+                            "(a controller serving it, or a verb running on it)"
+                        ) from None
+                    time.sleep(0.02)
         state = State.load(path)
         try:
             yield state

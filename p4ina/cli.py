@@ -89,6 +89,12 @@ VERBS: dict[str, Verb] = {
         passes_name=True,
     ),
     "shell": Verb("controller.cli", "p4runtime-shell on one switch", "controller", passes_name=True),
+    "controller": Verb(
+        "controller.cli",
+        "a controller process: serve as the primary, or stand by and take over when it dies",
+        "controller",
+        passes_name=True,
+    ),
     # the project's own measurements
     "bench": Verb("bench.cli", "benchmarks of the code's speed, written to results/bench.json (make bench)", "project"),
 }
