@@ -78,6 +78,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="do not read the tree's slot registers at a stall: gray failures go unlocalised (the detector off)",
     )
     ap.add_argument(
+        "--controller-runs",
+        type=int,
+        default=D.controller_runs,
+        help="controller crashes: a primary controller process killed, the standby taking over, then a switch "
+        f"failure it handles (default {D.controller_runs}; 0: none)",
+    )
+    ap.add_argument(
         "--host-policy",
         type=_policies,
         default=D.host_policies,
@@ -139,6 +146,7 @@ def config_from_args(args: argparse.Namespace) -> FaultsConfig:
         signals=not args.no_signals,
         gray_failure=not args.no_gray,
         gray_detection=not args.no_gray_detection,
+        controller_runs=args.controller_runs,
         host_policies=args.host_policy,
         host_runs=args.host_runs,
         sdc_flips=args.flips,

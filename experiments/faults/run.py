@@ -68,6 +68,7 @@ from emulation.network import EmulatedNetwork, NetworkConfig
 from emulation.shaping import LinkShape
 from experiments import harness as R
 from experiments.config import ExperimentConfig
+from experiments.faults.standby import controller_crash
 from experiments.harness import Step
 from hosts import clock
 from hosts.coordination import CoordinatorServer, check_step
@@ -154,6 +155,10 @@ class FaultsConfig:
     # root's frames dropped on arrival (process, P4Runtime and carriers fine), then one direction of the root's
     # link to a child switch dropping every frame; found from the tree's slot registers (controller.evidence)
     gray_failure: bool = True
+    # the controller itself (failures.controller_crash, experiments.faults.standby): a primary controller process
+    # killed, the standby's takeover and reconcile, then the root switch killed and moved off by the standby;
+    # then an all-reduce on the job as the standby left it; this many runs, before the monitor starts
+    controller_runs: int = 3
     gray_detection: bool = True  # False: the register evidence is not read (the detector off)
     # a host's agent killed mid all-reduce, host_runs times per policy: "shrink" (the survivors go on, their sum
     # reported as theirs) and/or "spare" (a standby host's agent takes the dead rank's place and input; a pool
@@ -182,6 +187,8 @@ class FaultsConfig:
             raise FaultsError(f"duplication {self.dup_rate} and reorder {self.reorder_rate}: fractions in [0, 1)")
         if self.reps < 1 or self.sdc_flips < 0 or (self.failure_timeout_s is not None and self.failure_timeout_s <= 0):
             raise FaultsError("reps >= 1, sdc_flips >= 0 and failure_timeout_s > 0, please")
+        if self.controller_runs < 0:
+            raise FaultsError(f"controller_runs {self.controller_runs}: 0 (none) or more")
         if self.failure_runs < 1 or not self.failure_points or any(not 0 < p < 1 for p in self.failure_points):
             raise FaultsError(
                 f"failure_runs {self.failure_runs} and failure_points {self.failure_points}: at least one run, "
@@ -941,6 +948,60 @@ class FaultsRun:
             "later_exact": after_ok and after.exact,
         }
 
+    # -- the controller itself: failures.controller_crash ------------------------------------------------
+    def controller_crash_series(self, topology_file: Path, work_dir: Path) -> dict[str, Any]:
+        """controller_runs controller crashes (experiments.faults.standby), each followed by a switch failure the
+        standby handles, then an all-reduce on what the standby installed: exact, and its time over a loss-free
+        one before the crash."""
+        runs: list[dict[str, Any]] = []
+        for i in range(self.cfg.controller_runs):
+            assert self.job is not None
+            reference = self.run("controller-crash-lossless")
+            crash = controller_crash(
+                self.ctl, topology_file, work_dir / f"run{i}", kill_switch=self.net.kill_switch, bound_s=10.0
+            )
+            self.problems.extend(f"controller crash: {p}" for p in crash.problems)
+            # the job as the standby left it (moved off the killed root): a new install for the workers
+            self.plan = self.ctl.state.jobs[JOB_ID]
+            self.installs += 1
+            self.job = R.job_ticket(
+                self.plan,
+                install=self.installs,
+                timeout_s=self.job.timeout_s,
+                min_timeout_s=self.job.min_timeout_s,
+                failure_timeout_s=self.failure_timeout_s,
+                early_window=self.job.early_window,
+            )
+            after = self.run("after-controller-crash")
+            if crash.victim is not None:
+                self.restore_switch(crash.victim)
+            d = crash.to_dict()
+            recovery = (
+                crash.kill_to_primary_s + crash.reconcile_s
+                if crash.kill_to_primary_s is not None and crash.reconcile_s is not None
+                else None
+            )
+            runs.append(
+                {
+                    **d,
+                    "detected_s": crash.kill_to_primary_s,  # the primary's death to the standby primary everywhere
+                    "recovery_s": recovery,  # ... and reconciled: controlling the fabric again
+                    "switch_failover_s": crash.kill_to_moved_s,  # the switch killed next to the job moved
+                    "lossless_allreduce_s": reference.latency_s,
+                    "step_s": after.latency_s,
+                    "step_over_lossless": after.latency_s / reference.latency_s if after.reports else None,
+                    "exact": not crash.problems and after.exact,
+                    "later_exact": after.exact,
+                }
+            )
+        return {
+            **series_summary(runs),
+            "reconcile_s": _spread([float(r["reconcile_s"]) for r in runs if r.get("reconcile_s") is not None]),
+            "switch_failover_s": _spread(
+                [float(r["switch_failover_s"]) for r in runs if r.get("switch_failover_s") is not None]
+            ),
+        }
+
     def tree_link(self) -> tuple[str, str]:
         return link_key(*self.tree_link_from_root())
 
@@ -1171,7 +1232,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         b.legend(loc="lower right")
     failures = summary.get("failures") or {}
     for i, (kind, v) in enumerate(failures.items()):
-        runs = [r for r in v["detail"] if r.get("step_over_lossless") is not None]
+        # failures placed within an all-reduce (a controller crash comes between them: not on this axis)
+        runs = [r for r in v["detail"] if r.get("step_over_lossless") is not None and r.get("point") is not None]
         c.scatter(
             [r["point"] * 100 + 2 * i for r in runs],
             [r["step_over_lossless"] for r in runs],
@@ -1250,6 +1312,10 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                             dup = run.dup_reorder(lossless["latency_s"])
                         if cfg.sdc_flips:
                             sdc = run.sdc()
+                        if cfg.controller_runs:
+                            failures["controller_crash"] = run.controller_crash_series(
+                                out / "topology.json", out / "controller-crash"
+                            )
                         if cfg.signals:
                             run.start_monitor()
                         if cfg.switch_failure:

@@ -29,6 +29,7 @@ def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
         sdc_flips=5,
         failure_runs=1,
         signals=False,
+        controller_runs=0,
         results_root=tmp_path,
     )
     result = run_faults(cfg, out_dir=tmp_path / "run")
@@ -95,6 +96,7 @@ def test_crashes_and_cut_links_are_acted_on_when_the_switches_announce_them(
         failure_runs=2,
         signals=signals,
         gray_failure=False,
+        controller_runs=0,
         results_root=tmp_path,
     )
     result = run_faults(cfg, out_dir=tmp_path / "run")
@@ -144,6 +146,7 @@ def test_gray_switches_and_links_are_found_in_the_registers_and_routed_around(
         link_failure=False,
         failure_runs=2,
         gray_detection=detect,
+        controller_runs=0,
         results_root=tmp_path,
     )
     result = run_faults(cfg, out_dir=tmp_path / "run")
@@ -165,6 +168,40 @@ def test_gray_switches_and_links_are_found_in_the_registers_and_routed_around(
     assert all(r["new_root"] != r["victim"] for r in sw["detail"])
     up, down = (r["link"].split("->") for r in ln["detail"])
     assert up[1] == ln["detail"][0]["old_root"] and down[0] == ln["detail"][1]["old_root"], ln["detail"]
+    assert s["ok"]
+
+
+def test_a_killed_controller_is_replaced_by_its_standby_with_nothing_lost(tmp_path: Path, leak_check: None) -> None:
+    """failures.controller_crash: the primary controller process killed between all-reduces, the standby primary on
+    every switch and reconciled (jobs and tokens as installed, read back), then the root killed and the job moved
+    by the standby; the next all-reduce, on the standby's install, exact."""
+    cfg = FaultsConfig(
+        topology="leaf-spine:2x3x2",
+        hosts=4,
+        size=4096,
+        reps=1,
+        loss_rates=(),
+        sdc_flips=0,
+        dup_rate=0.0,
+        reorder_rate=0.0,
+        isolation=False,
+        edge_failure=False,
+        switch_failure=False,
+        link_failure=False,
+        gray_failure=False,
+        controller_runs=2,
+        results_root=tmp_path,
+    )
+    s = run_faults(cfg, out_dir=tmp_path / "run").summary
+    assert not s["problems"], s["problems"]
+    v = s["failures"]["controller_crash"]
+    assert v["runs"] == 2 and v["exact"], v
+    for r in v["detail"]:
+        assert r["jobs_installed"] == r["jobs_reconciled"] == r["jobs_on_switches"], r
+        assert r["victim"] and all(r["victim"] not in t for t in r["jobs_after_failover"].values()), r
+        assert 0 < r["detected_s"] < r["recovery_s"] and r["switch_failover_s"] > 0, r
+        assert r["step_over_lossless"] > 0
+    assert len({r["victim"] for r in v["detail"]}) == 2  # the second crash's root is the job's new one
     assert s["ok"]
 
 
@@ -205,6 +242,7 @@ def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_ch
         edge_failure=False,
         dup_rate=0.03,
         reorder_rate=0.05,
+        controller_runs=0,
         results_root=tmp_path,
     )
     result = run_faults(cfg, out_dir=tmp_path / "run")
@@ -243,6 +281,7 @@ def test_four_jobs_and_a_ring_at_once_stay_exact_and_isolated(tmp_path: Path, le
         gray_failure=False,
         edge_failure=False,
         isolation_reps=2,
+        controller_runs=0,
         results_root=tmp_path,
     )
     result = run_faults(cfg, out_dir=tmp_path / "run")
@@ -287,6 +326,7 @@ def test_a_host_killed_mid_allreduce_is_survived_by_policy(tmp_path: Path, leak_
         signals=False,
         host_policies=(policy,),
         host_runs=1,
+        controller_runs=0,
         results_root=tmp_path,
     )
     result = run_faults(cfg, out_dir=tmp_path / "run")
