@@ -252,8 +252,9 @@ class GnmiPortStatus:
     """The switch's gNMI (Subscribe, STREAM, ON_CHANGE of the ports' oper-status and P4 port id) on its P4Runtime
     address, where the embedded switch serves it (softswitch.p4runtime.gnmi).
 
-    The client library is finsy's GNMIClient (asyncio; through p4proto.gnmi), each subscription on an event
-    loop of its own thread, so the callbacks come from a thread as JsonPortStatus's do."""
+    The client library is finsy's GNMIClient (asyncio; through p4proto.gnmi), every subscription a task on the
+    process's one gNMI event loop, in a thread of its own, so the callbacks come from a thread as JsonPortStatus's
+    do."""
 
     def subscribe(
         self,

@@ -243,6 +243,10 @@ class CoordinatorServer:
                             reply = {"error": str(ex)}
                         self.wfile.write((json.dumps(reply) + "\n").encode())
                         self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    # the agent went while its answer was on the way (a quitting or killed agent): nothing to
+                    # tell it; a lost agent is handled below
+                    LOG.debug("coordinator: a connection closed before its reply", exc_info=True)
                 finally:
                     if agent is not None:
                         outer._agent_gone(agent)

@@ -304,6 +304,20 @@ class FaultsRun:
         )
         LOG.info("job %d: root %s, %d switches", JOB_ID, self.plan.root, len(self.plan.switches))
 
+    def reticket(self) -> None:
+        """The job's ticket for a new install of self.plan (a fail-over's, a standby's), with the timers (and
+        early_window) the job had."""
+        assert self.job is not None and self.plan is not None
+        self.installs += 1
+        self.job = R.job_ticket(
+            self.plan,
+            install=self.installs,
+            timeout_s=self.job.timeout_s,
+            min_timeout_s=self.job.min_timeout_s,
+            failure_timeout_s=self.failure_timeout_s,
+            early_window=self.job.early_window,
+        )
+
     def failed_parts(self, max_age_s: float = 0.5) -> tuple[set[str], set[tuple[str, str]]]:
         """The switches of the job's tree whose P4Runtime refuses connections, and the links of the tree that
         are down (the switches' port status: emulation.network.down_links). One probe serves every rank that
@@ -453,15 +467,7 @@ class FaultsRun:
         except RemoveError as ex:
             event["verdict"] = str(ex)
             return {"error": str(ex), "failed": failed_names}
-        self.installs += 1
-        self.job = R.job_ticket(  # the new tree's, with the timers (and early_window) the job had
-            self.plan,
-            install=self.installs,
-            timeout_s=self.job.timeout_s,
-            min_timeout_s=self.job.min_timeout_s,
-            failure_timeout_s=self.failure_timeout_s,
-            early_window=self.job.early_window,
-        )
+        self.reticket()
         event.update(
             verdict=f"re-planned: root {self.plan.root}",
             root=self.plan.root,
@@ -963,15 +969,7 @@ class FaultsRun:
             self.problems.extend(f"controller crash: {p}" for p in crash.problems)
             # the job as the standby left it (moved off the killed root): a new install for the workers
             self.plan = self.ctl.state.jobs[JOB_ID]
-            self.installs += 1
-            self.job = R.job_ticket(
-                self.plan,
-                install=self.installs,
-                timeout_s=self.job.timeout_s,
-                min_timeout_s=self.job.min_timeout_s,
-                failure_timeout_s=self.failure_timeout_s,
-                early_window=self.job.early_window,
-            )
+            self.reticket()
             after = self.run("after-controller-crash")
             if crash.victim is not None:
                 self.restore_switch(crash.victim)

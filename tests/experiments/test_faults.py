@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,28 @@ from experiments.faults.run import FaultsConfig, run_faults
 from tests.common import REPO
 
 pytestmark = pytest.mark.mininet
+
+
+def only(tmp_path: Path, **phases: Any) -> FaultsConfig:
+    """The short faults run on a 4-switch leaf-spine with every phase off but `phases` (FaultsConfig fields)."""
+    base: dict[str, Any] = dict(
+        topology="leaf-spine:2x3x2",
+        hosts=4,
+        size=4096,
+        reps=1,
+        loss_rates=(),
+        sdc_flips=0,
+        dup_rate=0.0,
+        reorder_rate=0.0,
+        isolation=False,
+        edge_failure=False,
+        switch_failure=False,
+        link_failure=False,
+        gray_failure=False,
+        controller_runs=0,
+        results_root=tmp_path,
+    )
+    return FaultsConfig(**{**base, **phases})
 
 
 def test_faults_experiment_short(tmp_path: Path, leak_check: None) -> None:
@@ -82,23 +105,7 @@ def test_crashes_and_cut_links_are_acted_on_when_the_switches_announce_them(
     P4Runtime stream that breaks, a port whose oper-status leaves UP): every rank's wait ends on the runner's
     notice, the fail-over decides on the signalled evidence without a probe, every sum exact. With the monitor
     off the same failures are found by the failure timeout, and the checks of the signalled path fail."""
-    cfg = FaultsConfig(
-        topology="leaf-spine:2x3x2",
-        hosts=4,
-        size=4096,
-        reps=1,
-        loss_rates=(),
-        sdc_flips=0,
-        dup_rate=0.0,
-        reorder_rate=0.0,
-        isolation=False,
-        edge_failure=False,
-        failure_runs=2,
-        signals=signals,
-        gray_failure=False,
-        controller_runs=0,
-        results_root=tmp_path,
-    )
+    cfg = only(tmp_path, switch_failure=True, link_failure=True, failure_runs=2, signals=signals)
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
     assert not s["problems"], s["problems"]
@@ -131,24 +138,7 @@ def test_gray_switches_and_links_are_found_in_the_registers_and_routed_around(
     probe finds the tree alive; the slot registers, read at the first stall and again at the barrier, name the
     switch or the link and its direction, and the job moves around it within the stated bound, every sum exact.
     With the register reading off the stalls stay false alarms on the same tree, and the step fails."""
-    cfg = FaultsConfig(
-        topology="leaf-spine:2x3x2",
-        hosts=4,
-        size=4096,
-        reps=1,
-        loss_rates=(),
-        sdc_flips=0,
-        dup_rate=0.0,
-        reorder_rate=0.0,
-        isolation=False,
-        edge_failure=False,
-        switch_failure=False,
-        link_failure=False,
-        failure_runs=2,
-        gray_detection=detect,
-        controller_runs=0,
-        results_root=tmp_path,
-    )
+    cfg = only(tmp_path, gray_failure=True, failure_runs=2, gray_detection=detect)
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
     if not detect:
@@ -175,23 +165,7 @@ def test_a_killed_controller_is_replaced_by_its_standby_with_nothing_lost(tmp_pa
     """failures.controller_crash: the primary controller process killed between all-reduces, the standby primary on
     every switch and reconciled (jobs and tokens as installed, read back), then the root killed and the job moved
     by the standby; the next all-reduce, on the standby's install, exact."""
-    cfg = FaultsConfig(
-        topology="leaf-spine:2x3x2",
-        hosts=4,
-        size=4096,
-        reps=1,
-        loss_rates=(),
-        sdc_flips=0,
-        dup_rate=0.0,
-        reorder_rate=0.0,
-        isolation=False,
-        edge_failure=False,
-        switch_failure=False,
-        link_failure=False,
-        gray_failure=False,
-        controller_runs=2,
-        results_root=tmp_path,
-    )
+    cfg = only(tmp_path, controller_runs=2)
     s = run_faults(cfg, out_dir=tmp_path / "run").summary
     assert not s["problems"], s["problems"]
     v = s["failures"]["controller_crash"]
@@ -229,22 +203,7 @@ def test_faults_cli_refuses_a_bad_host_policy(tmp_path: Path) -> None:
 
 def test_duplication_and_reordering_keep_every_sum_exact(tmp_path: Path, leak_check: None) -> None:
     # no loss sweep, no flips, no kill: every link end copies 3% of its packets and holds 5% back
-    cfg = FaultsConfig(
-        topology="leaf-spine:2x2x2",
-        hosts=4,
-        size=4096,
-        reps=3,
-        loss_rates=(),
-        sdc_flips=0,
-        switch_failure=False,
-        link_failure=False,
-        gray_failure=False,
-        edge_failure=False,
-        dup_rate=0.03,
-        reorder_rate=0.05,
-        controller_runs=0,
-        results_root=tmp_path,
-    )
+    cfg = only(tmp_path, topology="leaf-spine:2x2x2", reps=3, isolation=True, dup_rate=0.03, reorder_rate=0.05)
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
     assert not s["problems"], s["problems"]
@@ -267,23 +226,7 @@ def test_faults_cli_refuses_a_bad_duplication_rate(tmp_path: Path) -> None:
 def test_four_jobs_and_a_ring_at_once_stay_exact_and_isolated(tmp_path: Path, leak_check: None) -> None:
     # the k=4 fat-tree: four 3-host jobs spread over the pods (sharing edge, aggregation and core switches,
     # distinct slot ranges) and a 4-host ring, all at once; only the loss-free baseline besides
-    cfg = FaultsConfig(
-        topology="fat-tree:4",
-        hosts=16,
-        size=4096,
-        reps=1,
-        loss_rates=(),
-        sdc_flips=0,
-        dup_rate=0.0,
-        reorder_rate=0.0,
-        switch_failure=False,
-        link_failure=False,
-        gray_failure=False,
-        edge_failure=False,
-        isolation_reps=2,
-        controller_runs=0,
-        results_root=tmp_path,
-    )
+    cfg = only(tmp_path, topology="fat-tree:4", hosts=16, isolation=True, isolation_reps=2)
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
     assert not s["problems"], s["problems"]
@@ -309,26 +252,8 @@ def test_a_host_killed_mid_allreduce_is_survived_by_policy(tmp_path: Path, leak_
     fails naming it, the job is re-planned over the survivors (shrink: their sum, reported as theirs) or over
     them and a standby host's agent in its place (spare: the full sum, its input rebuilt), and the redone step
     and the next are checked against numpy's sum over exactly those inputs."""
-    cfg = FaultsConfig(
-        topology="leaf-spine:2x2x3",  # h1-h3 on l1, h4 on l2; the spare is h5, on l2 too
-        hosts=4,
-        size=4096,
-        reps=1,
-        loss_rates=(),
-        sdc_flips=0,
-        dup_rate=0.0,
-        reorder_rate=0.0,
-        isolation=False,
-        switch_failure=False,
-        link_failure=False,
-        gray_failure=False,
-        edge_failure=False,
-        signals=False,
-        host_policies=(policy,),
-        host_runs=1,
-        controller_runs=0,
-        results_root=tmp_path,
-    )
+    # h1-h3 on l1, h4 on l2; the spare is h5, on l2 too
+    cfg = only(tmp_path, topology="leaf-spine:2x2x3", signals=False, host_policies=(policy,), host_runs=1)
     result = run_faults(cfg, out_dir=tmp_path / "run")
     s = result.summary
     assert not s["problems"], s["problems"]
