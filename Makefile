@@ -13,6 +13,8 @@ SHELL_VENV  := $(VENV)-shell
 SHELL_STAMP := $(SHELL_VENV)/.p4ina-installed
 PYTEST_ARGS ?=
 EMULATE_ARGS ?=
+# every failure kind of issue 36 by default, host deaths too (EMULATE_ARGS comes after: its flags win)
+FAULTS_DEFAULTS := --host-policy shrink,spare --host-runs 3
 SIMULATE_ARGS ?=
 
 .PHONY: help setup system-deps venv lint test emulate emulate-faults simulate bench p4 p4-check clean-net clean
@@ -72,7 +74,7 @@ else
 endif
 
 emulate-faults: setup
-	$(P4INA) faults $(EMULATE_ARGS)
+	$(P4INA) faults $(FAULTS_DEFAULTS) $(EMULATE_ARGS)
 
 simulate: setup
 	$(P4INA) simulate $(SIMULATE_ARGS)

@@ -89,8 +89,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         type=_policies,
         default=D.host_policies,
         help="a host's agent killed mid all-reduce, then the job goes on by each of these: shrink (the survivors' "
-        "sum), spare (a standby host takes the rank; needs --host-runs hosts beyond --hosts); comma-separated "
-        "(default none)",
+        "sum), spare (a standby host takes the rank: the hosts after --hosts, or where the fabric has none, the "
+        "job's last --host-runs hosts stand by for these phases); comma-separated, or none (the default; make "
+        "emulate-faults asks for both)",
     )
     ap.add_argument(
         "--host-runs",
@@ -123,7 +124,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 
 def _policies(text: str) -> tuple[str, ...]:
-    names = tuple(p for p in text.split(",") if p)
+    names = tuple(p for p in text.split(",") if p and p != "none")
     bad = [p for p in names if p not in HOST_POLICIES]
     if bad:
         raise argparse.ArgumentTypeError(

@@ -203,6 +203,11 @@ class FaultsConfig:
             )
         if "shrink" in self.host_policies and self.hosts - self.host_runs < 2:
             raise FaultsError(f"{self.host_runs} host crashes with shrink leave fewer than 2 of {self.hosts} hosts")
+        if set(self.host_policies) == set(HOST_POLICIES) and self.hosts - 2 * self.host_runs < 2:
+            raise FaultsError(
+                f"{self.host_runs} host crashes of each policy, spares taken from the job where the fabric has no "
+                f"more hosts, leave fewer than 2 of {self.hosts} hosts"
+            )
 
     def label(self) -> str:
         return f"faults_{self.topology.replace(':', '')}_h{self.hosts}_bw{self.bw_mbps:g}"
@@ -882,6 +887,22 @@ class FaultsRun:
             runs.append(out)
         return series_summary(runs)
 
+    def carve_spares(self, n: int) -> None:
+        """The job's last n hosts become the standby pool: their agents take no step from now on, the job is
+        re-installed over the others (a fabric with no host beyond the job's, as the k=4 fat-tree's 16)."""
+        assert self.server is not None and self.job is not None
+        members = self.members or tuple(range(len(self.hosts)))
+        if len(members) - n < 2:
+            raise FaultsError(f"{n} standby hosts from a job of {len(members)} leave fewer than 2 workers")
+        keep, pool = members[:-n], members[-n:]
+        self.spares = [(r, self.hosts[r]) for r in pool]
+        self.spares_all = list(self.spares)
+        self.members, self.inputs = keep, keep
+        self.job_hosts = tuple(self.host_of(r) for r in keep)
+        self.server.set_members(keep)
+        self.install(self.job.timeout_s, self.job.min_timeout_s)
+        LOG.info("hosts %s stand by; the job goes on over %d hosts", ", ".join(h for _, h in self.spares), len(keep))
+
     def _host_crash(self, policy: str, point: float) -> dict[str, Any]:
         """A reference all-reduce, then one whose victim's agent is killed `point` of the way in. Every survivor's
         step fails naming the host (the coordinator saw its connection close; the notice ended their wait); the
@@ -1257,7 +1278,13 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
     model = load_topology(cfg.topology)
     hosts = R.select_hosts(model, cfg.hosts)
     n_spares = cfg.host_runs if "spare" in cfg.host_policies else 0
-    spares = R.select_hosts(model, cfg.hosts + n_spares)[cfg.hosts :] if n_spares else ()
+    # the standby pool: hosts beyond the job's where the fabric has them; else the job's last hosts step aside
+    # for the host-crash phases (FaultsRun.carve_spares), the other phases keeping the whole job
+    spares = (
+        R.select_hosts(model, cfg.hosts + n_spares)[cfg.hosts :]
+        if n_spares and cfg.hosts + n_spares <= len(model.hosts)
+        else ()
+    )
     out = out_dir or cfg.results_root / f"{datetime.now():%Y-%m-%d_%H%M%S}_{cfg.label()}"
     out.mkdir(parents=True, exist_ok=True)
     log_dir = out / "logs"
@@ -1328,6 +1355,8 @@ def run_faults(cfg: FaultsConfig, out_dir: Path | None = None) -> FaultsResult:
                                 failures[kind]["false_alarms_under_loss"] = sum(
                                     v["gray_false_alarms"] for v in loss.values()
                                 )
+                        if n_spares and not spares:
+                            run.carve_spares(n_spares)
                         for policy in cfg.host_policies:
                             failures[f"host_crash_{policy}"] = run.host_crash_series(policy)
                         if cfg.edge_failure:

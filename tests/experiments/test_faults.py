@@ -269,3 +269,16 @@ def test_a_host_killed_mid_allreduce_is_survived_by_policy(tmp_path: Path, leak_
     for key in ("detection_s", "recovery_s", "step_over_lossless"):
         assert {"median", "worst"} <= set(v[key]), v
     assert s["ok"]
+
+
+def test_a_fabric_with_no_spare_host_lends_the_jobs_last_host_as_the_spare(tmp_path: Path, leak_check: None) -> None:
+    """The k=4 fat-tree's case (make emulate-faults): every host of the fabric in the job, so the job's last host
+    stands by for the host-crash phase; the job goes on over the others, the victim is the last of those, the
+    standby takes its place and input, and the sum is over the three inputs of the job as it then was."""
+    cfg = only(tmp_path, topology="leaf-spine:2x2x2", signals=False, host_policies=("spare",), host_runs=1)
+    s = run_faults(cfg, out_dir=tmp_path / "run").summary
+    assert not s["problems"], s["problems"]
+    (run,) = s["failures"]["host_crash_spare"]["detail"]
+    assert run["spare"] == "h4" and run["victim"] == "h3" and run["named"], run
+    assert run["sum_over"] == [0, 1, 2] and run["members"] == 3 and run["exact"], run
+    assert s["ok"]
