@@ -913,7 +913,8 @@ class FaultsRun:
         members = self.members or tuple(range(len(self.hosts)))
         inputs = self.inputs or members
         # the last of the job's own hosts still in it: never the checker (rank 0), never a seated spare
-        victim = [r for r in members if 0 < r < len(self.hosts)][-1]
+        seated = {r for r, _ in self.spares_all}  # a spare lent by the job (carve_spares) has a job's rank
+        victim = [r for r in members if 0 < r < len(self.hosts) and r not in seated][-1]
         size = self.cfg.size * self.cfg.failure_size_factor
         reference = self.run("host-crash-lossless", size)
         step = self.post(f"host-crash-{policy}", size)
