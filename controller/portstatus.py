@@ -204,23 +204,33 @@ class _GnmiSubscription:
         # gNMI names interfaces, not P4Runtime devices: device_id 0 (the subscription is to one switch anyway)
         self._on_status(self.switch, PortStatus(0, self._ports[interface], interface, oper, timestamp_ns))
 
+    async def _stream(self, client: Any) -> None:
+        sub = client.subscribe()
+        sub.on_change(OPER_STATUS, PORT_ID)
+        # finsy's synchronize() ends at the sync marker (or at an end of the stream before it, which the next read
+        # meets at once: on_end then follows subscribe()'s return)
+        async for update in sub.synchronize():
+            self._take(update)
+        for interface in self._waiting:
+            LOG.warning("%s: interface %s has no P4 port id (state/id); its status is ignored", self.switch, interface)
+        self.synced.set()
+        async for update in sub.updates():
+            self._take(update)
+
     async def _read(self) -> None:
         why = "the switch ended the subscription"
         try:
             async with GNMIClient(self.address) as client:
-                sub = client.subscribe()
-                sub.on_change(OPER_STATUS, PORT_ID)
-                # finsy's synchronize() ends at the sync marker (or at an end of the stream before it, which the
-                # next read meets at once: on_end then follows subscribe()'s return)
-                async for update in sub.synchronize():
-                    self._take(update)
-                for interface in self._waiting:
-                    LOG.warning(
-                        "%s: interface %s has no P4 port id (state/id); its status is ignored", self.switch, interface
-                    )
-                self.synced.set()
-                async for update in sub.updates():
-                    self._take(update)
+                try:
+                    await self._stream(client)
+                except GNMIClientError as ex:
+                    if ex.code.name != "INTERNAL" or self.synced.is_set():
+                        raise
+                    # A stream the target rejects at once (no gNMI service: BMv2) sometimes ends as "INTERNAL
+                    # Internal error from Core" on grpc's side, the request's write racing the rejection; a unary
+                    # Capabilities call then says what the target really answers
+                    await client.capabilities()
+                    raise
         except asyncio.CancelledError:
             if not self._cancelled:
                 raise

@@ -123,10 +123,13 @@ def test_a_server_gone_ends_the_stream_with_its_status(switch: P4RuntimeServer) 
 
 
 def test_a_switch_without_gnmi_is_refused_with_the_reason() -> None:
-    """A P4Runtime server with no gNMI service (as BMv2's, whose gNMI answers UNIMPLEMENTED)."""
+    """A P4Runtime server with no gNMI service (as BMv2's, whose gNMI answers UNIMPLEMENTED), twenty times: grpc's
+    side of a stream rejected at once sometimes says "INTERNAL Internal error from Core" (one in ten here), and the
+    reason given must still be the target's."""
     with P4RuntimeServer({}, "127.0.0.1:0") as bare:
-        with pytest.raises(PortStatusUnavailable, match=r"UNIMPLEMENTED.*BMv2"):
-            GnmiPortStatus().subscribe("e1", bare.address, Seen().on_status)
+        for _ in range(20):
+            with pytest.raises(PortStatusUnavailable, match=r"UNIMPLEMENTED.*BMv2"):
+                GnmiPortStatus().subscribe("e1", bare.address, Seen().on_status)
 
 
 def test_a_refusal_or_no_sync_is_refused_with_the_reason() -> None:
