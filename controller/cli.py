@@ -88,6 +88,24 @@ def _served_network(args: argparse.Namespace, state: State) -> None:
     print(f"{_prog(args)}: note: {state.served.down()}", file=sys.stderr)
 
 
+def _controller(args: argparse.Namespace, state: State, election_id: int) -> Controller:
+    """The controller of a command (or of `serve`) on the locked state: the network it serves, its topology
+    checked against the state's, then a Controller (a context manager) with that election id."""
+    _served_network(args, state)
+    spec = _topology_spec(args, state)
+    topo = load_topology(spec)
+    _check_state_fits(topo, state, args.state)
+    state.topology = spec
+    return Controller(
+        topo,
+        p4info=args.p4info,
+        device_config=args.bmv2_json,
+        state=state,
+        election_id=election_id,
+        timeout=args.timeout,
+    )
+
+
 def _check_state_fits(topo: Topology, state: State, path: Path) -> None:
     """Refuse a state whose jobs name switches or hosts this topology lacks (a state of another fabric)."""
     for plan in state.plans():
@@ -382,14 +400,8 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
     stop = _stop_event()
     # a lock held longer than --timeout is another controller's (a standby that took over holds it for its life)
     with _reporting(args, report), locked(args.state, timeout=args.timeout) as state:
-        _served_network(args, state)
-        spec = _topology_spec(args, state)
-        topo = load_topology(spec)
-        _check_state_fits(topo, state, args.state)
-        state.topology = spec
-        with Controller(
-            topo, p4info=args.p4info, device_config=args.bmv2_json, state=state, election_id=eid, timeout=args.timeout
-        ) as ctl:
+        with _controller(args, state, eid) as ctl:
+            topo = ctl.topo
             ctl.fabric.connect()  # primary on every switch now, or ArbitrationError naming the switch
             rec = ctl.reconcile(fix=args.repair)
             if not rec.clean:
@@ -677,19 +689,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.fn in SERVICES:  # they take the state's lock themselves (a standby: only once it is primary)
             return int(args.fn(args))
         with locked(args.state) as state:
-            _served_network(args, state)
-            spec = _topology_spec(args, state)
-            topo = load_topology(spec)
-            _check_state_fits(topo, state, args.state)
-            state.topology = spec
-            with Controller(
-                topo,
-                p4info=args.p4info,
-                device_config=args.bmv2_json,
-                state=state,
-                election_id=CONTROLLER_ELECTION_ID if args.election_id is None else args.election_id,
-                timeout=args.timeout,
-            ) as ctl:
+            eid = CONTROLLER_ELECTION_ID if args.election_id is None else args.election_id
+            with _controller(args, state, eid) as ctl:
                 return args.fn(args, ctl)
     except (TopologyError, UsageError) as ex:  # bad input: the exit status of argparse's refusals
         print(f"{prog}: error: {ex}", file=sys.stderr)

@@ -11,6 +11,14 @@ from collections.abc import Callable
 from emulation.commands import NetnsError
 
 
+def _sink_filter(run: Callable[..., str], dev: str, hook: str, program: str, sink: str, pref: int | None) -> None:
+    """A classic-BPF filter on dev's clsact `hook` redirecting what `program` matches to `sink` (a down veth:
+    gone). pref None: tc picks one."""
+    where = [hook] if pref is None else [hook, "pref", str(pref)]
+    run("tc", "filter", "add", "dev", dev, *where, "bpf", "bytecode", program, "action", "mirred", "egress",
+        "redirect", "dev", sink)  # fmt: skip
+
+
 def add_random_loss(run: Callable[..., str], dev: str, fraction: float, sink: str) -> str:
     """Drop `fraction` of the packets leaving `dev` at random, with `run(*cmd)` executing in dev's namespace.
 
@@ -32,23 +40,7 @@ def add_random_loss(run: Callable[..., str], dev: str, fraction: float, sink: st
     run("ip", "link", "add", sink, "type", "veth", "peer", "name", f"{sink[:13]}p")
     program = bpf_loss_program(fraction)
     run("tc", "qdisc", "add", "dev", dev, "clsact")
-    run(
-        "tc",
-        "filter",
-        "add",
-        "dev",
-        dev,
-        "egress",
-        "bpf",
-        "bytecode",
-        program,
-        "action",
-        "mirred",
-        "egress",
-        "redirect",
-        "dev",
-        sink,
-    )
+    _sink_filter(run, dev, "egress", program, sink, None)
     return "tc-bpf"
 
 
@@ -73,25 +65,7 @@ def set_bpf_loss(run: Callable[..., str], dev: str, fraction: float, sink: str, 
     else:
         _del_filter(run, dev, LOSS_PREF)
     if fraction > 0:
-        run(
-            "tc",
-            "filter",
-            "add",
-            "dev",
-            dev,
-            "egress",
-            "pref",
-            str(LOSS_PREF),
-            "bpf",
-            "bytecode",
-            bpf_loss_program(fraction),
-            "action",
-            "mirred",
-            "egress",
-            "redirect",
-            "dev",
-            sink,
-        )
+        _sink_filter(run, dev, "egress", bpf_loss_program(fraction), sink, LOSS_PREF)
 
 
 def set_blackhole(run: Callable[..., str], dev: str, hook: str, on: bool, sink: str) -> None:
@@ -104,29 +78,12 @@ def set_blackhole(run: Callable[..., str], dev: str, hook: str, on: bool, sink: 
         raise ValueError(f"hook {hook!r}: ingress or egress")
     _del_filter(run, dev, BLACKHOLE_PREF, hook)
     if on:
-        run(
-            "tc",
-            "filter",
-            "add",
-            "dev",
-            dev,
-            hook,
-            "pref",
-            str(BLACKHOLE_PREF),
-            "bpf",
-            "bytecode",
-            "1,6 0 0 4294967295",
-            "action",
-            "mirred",
-            "egress",
-            "redirect",
-            "dev",
-            sink,
-        )
+        _sink_filter(run, dev, hook, MATCH_ALL, sink, BLACKHOLE_PREF)
 
 
 # clsact egress filters run by preference: loss first (a lost packet is neither duplicated nor held), then
 # duplication; the reorder filter sits on the root HTB qdisc, which sees the packets after clsact
+MATCH_ALL = "1,6 0 0 4294967295"  # classic BPF: return -1, every packet matches
 BLACKHOLE_PREF = 5  # a gray failure's 100% loss, before everything else
 LOSS_PREF = 10
 DUP_PREF = 20
@@ -282,7 +239,7 @@ def reorder_classes(rate_bps: float, fraction: float, queue_pkts: int) -> list[l
             str(IN_ORDER_PREF),
             "bpf",
             "bytecode",
-            "1,6 0 0 4294967295",
+            MATCH_ALL,
             "flowid",
             IN_ORDER_CLASS,
         ],
