@@ -96,6 +96,15 @@ class _JsonSubscription:
         self._thread.join(2)
 
 
+def _synced(sub: _JsonSubscription | _GnmiSubscription, timeout_s: float, refusal: str) -> Subscription:
+    """The subscription once its initial values are in; else it is cancelled and PortStatusUnavailable says why
+    (`refusal` with {why}: the stream's error, or no answer)."""
+    if not sub.synced.wait(timeout_s) or sub.error is not None:
+        sub.cancel()
+        raise PortStatusUnavailable(refusal.format(why=sub.error or f"no answer in {timeout_s:g} s"))
+    return sub
+
+
 class JsonPortStatus:
     """The embedded switch's port-status stream (softswitch.p4runtime.portstatus), on its P4Runtime address."""
 
@@ -107,14 +116,12 @@ class JsonPortStatus:
         on_end: Callable[[str, str], None] | None = None,
         synced_timeout_s: float = 5.0,
     ) -> Subscription:
-        sub = _JsonSubscription(switch, address, on_status, on_end)
-        if not sub.synced.wait(synced_timeout_s) or sub.error is not None:
-            sub.cancel()
-            raise PortStatusUnavailable(
-                f"switch {switch} at {address} publishes no port status over the JSON stream "
-                f"({sub.error or 'no answer'}): only the embedded switch serves it; BMv2 serves none"
-            )
-        return sub
+        return _synced(
+            _JsonSubscription(switch, address, on_status, on_end),
+            synced_timeout_s,
+            f"switch {switch} at {address} publishes no port status over the JSON stream ({{why}}): only the "
+            "embedded switch serves it; BMv2 serves none",
+        )
 
 
 # the leaves subscribed: the oper-status, and the P4Runtime port number of each interface (openconfig-p4rt's id),
@@ -274,12 +281,9 @@ class GnmiPortStatus:
         on_end: Callable[[str, str], None] | None = None,
         synced_timeout_s: float = 5.0,
     ) -> Subscription:
-        sub = _GnmiSubscription(switch, address, on_status, on_end)
-        if not sub.synced.wait(synced_timeout_s) or sub.error is not None:
-            sub.cancel()
-            raise PortStatusUnavailable(
-                f"switch {switch} at {address} publishes no port status over gNMI "
-                f"({sub.error or f'no answer in {synced_timeout_s:g} s'}): the embedded switch serves it; BMv2's gNMI "
-                "serves none (it answers UNIMPLEMENTED)"
-            )
-        return sub
+        return _synced(
+            _GnmiSubscription(switch, address, on_status, on_end),
+            synced_timeout_s,
+            f"switch {switch} at {address} publishes no port status over gNMI ({{why}}): the embedded switch serves "
+            "it; BMv2's gNMI serves none (it answers UNIMPLEMENTED)",
+        )
