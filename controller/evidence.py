@@ -29,7 +29,7 @@ from controller import names as N
 from controller.counters import parse, request
 from controller.fabric import Fabric
 from controller.p4info import decode_int
-from controller.planner import JobPlan
+from controller.planner import JobPlan, SwitchPlan
 from controller.topology import link_key
 from p4proto import p4runtime_pb2
 
@@ -103,12 +103,14 @@ class StallEvidence:
         )
 
 
+def cell_index(sp: SwitchPlan, slot: int, v: int) -> int:
+    """The register cell of the job's slot `slot`, shadow copy v, on the switch of `sp` (its own slot base)."""
+    return (sp.slot_base + slot) * N.CELLS_PER_SLOT + v
+
+
 def job_cells(plan: JobPlan) -> dict[str, list[int]]:
-    """switch -> the register cells of the job's slots there (each switch has its own slot base)."""
-    return {
-        sp.switch: [(sp.slot_base + s) * N.CELLS_PER_SLOT + v for s in range(sp.slot_count) for v in (0, 1)]
-        for sp in plan.switches
-    }
+    """switch -> the register cells of the job's slots there."""
+    return {sp.switch: [cell_index(sp, s, v) for s in range(sp.slot_count) for v in (0, 1)] for sp in plan.switches}
 
 
 def localise(plan: JobPlan, cells: Mapping[str, Mapping[int, Cell]]) -> StallEvidence:
@@ -127,8 +129,7 @@ def localise(plan: JobPlan, cells: Mapping[str, Mapping[int, Cell]]) -> StallEvi
         mine, theirs = cells.get(sp.switch, {}), cells.get(parent.switch, {})
         for s in range(sp.slot_count):
             for v in (0, 1):
-                c = mine.get((sp.slot_base + s) * N.CELLS_PER_SLOT + v)
-                p = theirs.get((parent.slot_base + s) * N.CELLS_PER_SLOT + v)
+                c, p = mine.get(cell_index(sp, s, v)), theirs.get(cell_index(parent, s, v))
                 # the stalled all-reduce's rounds only: a cell left by an earlier epoch is history
                 if c is None or p is None or c.token != sp.token or c.epoch != epoch or c.phase != N.STATE_SENT_UP:
                     continue

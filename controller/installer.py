@@ -310,8 +310,6 @@ def install_job(fabric: Fabric, state: State, spec: JobSpec, timings: dict[str, 
 
 
 # -- tokens ------------------------------------------------------------------------------
-TOKEN_REGISTER = "P4inaIngress.aggregation.slot_token"
-CELLS_PER_SLOT = 2  # a slot's two shadow cells (docs/DESIGN.md)
 
 
 READ_BACK_ROUNDS = 4  # plans tried against what the switches hold before giving up (they keep changing)
@@ -410,7 +408,7 @@ class ReadBack:
 
 
 def _cells(sp: SwitchPlan) -> range:
-    return range(sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT)
+    return range(sp.slot_base * N.CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * N.CELLS_PER_SLOT)
 
 
 def _holdings(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> dict[str, Holdings]:
@@ -452,7 +450,7 @@ def _holdings(fabric: Fabric, schema: P4Schema, state: State, plan: JobPlan) -> 
             if gid not in our_groups and gid not in foreign.job_indexes:
                 foreign.job_indexes[gid] = -1  # a group without a job
         try:
-            values = read_register_cells(cl, schema, TOKEN_REGISTER, cells)
+            values = read_register_cells(cl, schema, N.R_SLOT_TOKEN, cells)
         except (ReadError, LookupError, P4InfoError) as ex:  # BMv2's PI: UNIMPLEMENTED; nothing to remember
             LOG.debug("%s: cell tokens not readable (%s); checking its entries' tokens only", cl.name, ex)
             return Holdings(_entry_tokens(entries) - {0}, foreign)
@@ -494,9 +492,9 @@ def tokens_in_use(cl: SwitchClient, schema: P4Schema, cells: range | None = None
         # only the cells asked for where a range is given: an install's 64 cells cost a twentieth of all 1024
         # (the embedded switch answers each cell from Python)
         held = (
-            read_register_all(cl, schema, TOKEN_REGISTER)
+            read_register_all(cl, schema, N.R_SLOT_TOKEN)
             if cells is None
-            else list(read_register_cells(cl, schema, TOKEN_REGISTER, cells).values())
+            else list(read_register_cells(cl, schema, N.R_SLOT_TOKEN, cells).values())
         )
     except (ReadError, LookupError, P4InfoError) as ex:
         LOG.debug("%s: cell tokens not readable (%s); checking its entries' tokens only", cl.name, ex)

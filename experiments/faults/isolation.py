@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller import names as N
 from controller.api import Controller
 from controller.planner import JobPlan
 from controller.registers import read_register_all
@@ -44,8 +45,6 @@ from hosts.tickets import JobTicket, RingSettings, StepCommand
 LOG = logging.getLogger(__name__)
 
 FIRST_JOB_ID = 21
-TOKEN_REGISTER = "P4inaIngress.aggregation.slot_token"
-CELLS_PER_SLOT = 2  # a slot's two shadow cells (docs/DESIGN.md)
 # drops that would mean a packet reached a job's cells (or tables) it does not belong to
 FOREIGN_DROPS = ("bad_slot", "bad_port", "unknown_job", "scale_mismatch")
 
@@ -311,13 +310,13 @@ class IsolationRun:
         checked = foreign = stray = unused = 0
         examples: list[str] = []
         for sw in switches:
-            tokens = read_register_all(self.ctl.fabric.client(sw), schema, TOKEN_REGISTER)
+            tokens = read_register_all(self.ctl.fabric.client(sw), schema, N.R_SLOT_TOKEN)
             owner: dict[int, tuple[int, int]] = {}  # cell -> (job, its token here)
             for p in plans:
                 for sp in p.switches:
                     if sp.switch == sw:
                         for cell in range(
-                            sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT
+                            sp.slot_base * N.CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * N.CELLS_PER_SLOT
                         ):
                             owner[cell] = (p.job_id, sp.token)
             elsewhere = {
@@ -325,7 +324,7 @@ class IsolationRun:
                 for p in other
                 for sp in p.switches
                 if sp.switch == sw
-                for cell in range(sp.slot_base * CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * CELLS_PER_SLOT)
+                for cell in range(sp.slot_base * N.CELLS_PER_SLOT, (sp.slot_base + sp.slot_count) * N.CELLS_PER_SLOT)
             }
             for cell, token in enumerate(tokens):
                 checked += 1

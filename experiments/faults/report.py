@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def _ms(spread: dict[str, Any] | None) -> str:
+    """A failures.<kind> figure (seconds) as "median ms (worst N)"; "-" when no run gave one."""
+    return f"{spread['median'] * 1e3:.0f} ms (worst {spread['worst'] * 1e3:.0f})" if spread else "-"
+
+
 def table(s: dict[str, Any]) -> str:
     """The faults summary as lines a reader can scan: one per phase, then the problems."""
     lines = [
@@ -41,19 +46,17 @@ def table(s: dict[str, Any]) -> str:
         )
     for kind, v in s.get("failures", {}).items():
         if kind == "controller_crash":
-            det, rec, fo = v.get("detection_s"), v.get("reconcile_s"), v.get("switch_failover_s")
-            ms = lambda x: f"{x['median'] * 1e3:.0f} ms (worst {x['worst'] * 1e3:.0f})" if x else "-"  # noqa: E731
             lines.append(
                 f"controller crash: {v['runs']} runs, exact {v['exact']}; the standby primary on every switch "
-                f"{ms(det)} after the kill, reconciled in {ms(rec)}; the switch killed next moved off in {ms(fo)}"
+                f"{_ms(v.get('detection_s'))} after the kill, reconciled in {_ms(v.get('reconcile_s'))}; the switch "
+                f"killed next moved off in {_ms(v.get('switch_failover_s'))}"
             )
             continue
-        r, det, sig = v.get("step_over_lossless"), v.get("detection_s"), v.get("signal_s")
-        stop = f"{det['median'] * 1e3:.0f} ms (worst {det['worst'] * 1e3:.0f}), " if det else "-, "
+        r, sig = v.get("step_over_lossless"), v.get("signal_s")
         lines.append(
             f"{kind.replace('_', ' ')}: {v['runs']} runs, exact {v['exact']}, triggers {', '.join(v['triggers'])}; "
-            + (f"heard {sig['median'] * 1e3:.0f} ms (worst {sig['worst'] * 1e3:.0f}), " if sig else "")
-            + f"every rank stopped waiting {stop}"
+            + (f"heard {_ms(sig)}, " if sig else "")
+            + f"every rank stopped waiting {_ms(v.get('detection_s'))}, "
             + (
                 f"failed step x{r['median']:.2f} a loss-free one (worst x{r['worst']:.2f}; goal "
                 f"x{v['goal']['median']:g} / x{v['goal']['worst']:g}: {'met' if v['goal_met'] else 'missed'})"
@@ -61,8 +64,8 @@ def table(s: dict[str, Any]) -> str:
                 else "no failed step completed"
             )
             + (
-                f"; verdict {v['verdict_s']['median'] * 1e3:.0f} ms after the failure (worst "
-                f"{v['verdict_s']['worst'] * 1e3:.0f}, bound {v['bound_s'] * 1e3:.0f}), localised {v['localised']}, "
+                f"; verdict {_ms(v['verdict_s'])} after the failure (bound {v['bound_s'] * 1e3:.0f} ms), "
+                f"localised {v['localised']}, "
                 f"{v.get('false_alarms_under_loss', 0)} false alarm(s) under the loss sweep"
                 if v.get("verdict_s")
                 else ""

@@ -52,6 +52,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from controller import names as N
 from controller.api import Controller
 from controller.client import SwitchClient
 from controller.counters import totals
@@ -253,7 +254,7 @@ class FaultsRun:
         self.failure_timeout_s = cfg.failure_timeout_s or 1.5  # until the timer floor is measured
         self.monitor: FailureMonitor | None = None
         self.signals: list[dict[str, Any]] = []  # every failure signal and what the run did with it
-        # the slot registers' verdict at each stall a live tree did not explain: (when, install, evidence)
+        # every reading of the slot registers at a stall a live tree did not explain
         self.evidence: list[Reading] = []
         self.gray_verdicts: list[dict[str, Any]] = []  # every fail-over decided on that evidence
 
@@ -372,8 +373,10 @@ class FaultsRun:
         if not self.cfg.gray_detection or self.plan is None or self.job is None:
             return None
         with self._probe_lock:
-            if at == "stall" and self.stall_reading() is not None:
-                return self.stall_reading()
+            since = self.failover_events[-1]["t_reported"] if self.failover_events else 0.0
+            first = self.stall_reading(since) if at == "stall" else None
+            if first is not None:
+                return first
             t0 = clock.now()
             try:
                 ev = stall_evidence(self.ctl.fabric, self.plan)
@@ -384,10 +387,9 @@ class FaultsRun:
             LOG.info("stall evidence (%s): %s", at, ev.why)
             return ev
 
-    def stall_reading(self) -> StallEvidence | None:
-        """This install's reading at the first stall since the last fail-over decision, if taken."""
+    def stall_reading(self, since: float) -> StallEvidence | None:
+        """This install's reading at the first stall after `since` (the last fail-over decision), if taken."""
         assert self.job is not None
-        since = self.failover_events[-1]["t_reported"] if self.failover_events else 0.0
         return next(
             (r.evidence for r in self.evidence if r.at == "stall" and r.t >= since and r.install == self.job.install),
             None,
@@ -396,11 +398,7 @@ class FaultsRun:
     def gray_suspect(self, since: float) -> tuple[StallEvidence, StallEvidence] | None:
         """A gray failure: the registers at the barrier, every rank stopped, point at the same place as at the
         stall's first question (a failure timeout earlier, every worker retransmitting in between)."""
-        assert self.job is not None
-        first = next(
-            (r.evidence for r in self.evidence if r.at == "stall" and r.t >= since and r.install == self.job.install),
-            None,
-        )
+        first = self.stall_reading(since)
         if first is None or self.plan is None:
             return None
         now = self.read_evidence("barrier")
@@ -434,9 +432,10 @@ class FaultsRun:
             since = self.failover_events[-2]["t_reported"] if len(self.failover_events) > 1 else 0.0
             gray = self.gray_suspect(since)
             if gray is not None:
-                first, now = gray
+                _, now = gray
                 event["evidence"] = "data plane"
-                event["gray"] = {"first": first.to_dict(), "now": now.to_dict(), "t_verdict": clock.now()}
+                # the verdict (the readings behind it are the event's "readings")
+                event["gray"] = {"now": now.to_dict(), "t_verdict": clock.now()}
                 self.gray_verdicts.append({"t": clock.now(), "what": now.what, "tag": tag})
                 failed = {now.switch} if now.switch else set()
                 links = {now.link} if now.link else set()
@@ -651,9 +650,9 @@ class FaultsRun:
 
         def live(cl: SwitchClient, cell: int, full: int) -> tuple[int, int] | None:
             """(bitmap, epoch) of the cell while a data round aggregates in it with some, not all, children in."""
-            state = read_register(cl, schema, AGG_PREFIX + "slot_state", cell)
-            bitmap = read_register(cl, schema, AGG_PREFIX + "slot_bitmap", cell)
-            epoch = read_register(cl, schema, AGG_PREFIX + "slot_epoch", cell)
+            state = read_register(cl, schema, N.R_SLOT_STATE, cell)
+            bitmap = read_register(cl, schema, N.R_SLOT_BITMAP, cell)
+            epoch = read_register(cl, schema, N.R_SLOT_EPOCH, cell)
             if state & 3 == 0 and 0 < bitmap != full and not state & 0x20:
                 return bitmap, epoch
             return None
@@ -774,6 +773,7 @@ class FaultsRun:
         if not [e for e in self.failover_events if e.get("t_reported", 0) >= t_kill]:
             self.problems.append(f"the failure of {what} came after step {step} had finished: nothing to recover")
         decision = next((e for e in self.failover_events if e.get("t_reported", 0) >= t_kill), {})
+        gray = StallEvidence.from_dict(decision["gray"]["now"]) if decision.get("gray") else None
         assert self.job is not None
         return {
             "old_root": old_root,
@@ -804,10 +804,9 @@ class FaultsRun:
             "triggers": sorted({str(f.get("trigger")) for f in events if not f.get("rejoined")}),
             "evidence": decision.get("evidence"),
             # a gray failure: where the registers pointed, and when the verdict came (failure to verdict)
-            "gray_what": (decision.get("gray") or {}).get("now", {}).get("switch")
-            or "-".join((decision.get("gray") or {}).get("now", {}).get("link") or ()),
-            "gray_towards": (decision.get("gray") or {}).get("now", {}).get("towards"),
-            "verdict_s": decision["gray"]["t_verdict"] - t_kill if decision.get("gray") else None,
+            "gray_what": gray.what if gray else None,
+            "gray_towards": gray.towards if gray else None,
+            "verdict_s": decision["gray"]["t_verdict"] - t_kill if gray else None,
             "gray_bound_s": 2 * (self.failure_timeout_s + self.job.min_timeout_s) + GRAY_READ_ALLOWANCE_S,
             "step_s": s.latency_s,
             # what the failure cost the step: its time over the reference's, and what of it was the wait for
@@ -823,7 +822,9 @@ class FaultsRun:
     # -- repeated failures: failures.<kind> --------------------------------------------------------
     def failure_series(self, kind: str) -> dict[str, Any]:
         """failure_runs failures of one kind ("switch_crash": the root killed; "link_down": the root's link to
-        its first switch child cut), each placed early, in the middle or late in turn and repaired after."""
+        its first switch child cut; "gray_switch": the root dropping every frame it receives; "gray_link": that
+        link dropping every frame one way, up and down in turn), each placed early, in the middle or late in turn
+        and repaired after."""
         runs: list[dict[str, Any]] = []
         if kind.startswith("gray"):
             self.net.ready_impairments()  # so that the failure strikes when it is made, not a few tc calls later
